@@ -1,0 +1,66 @@
+/**
+ * The one contract every database driver adapter implements.
+ *
+ * The core speaks to Postgres only through these two shapes, so it imports no
+ * driver and runs wherever `fetch`-era JavaScript runs. An adapter is a tiny
+ * file in `src/drivers/` that wraps the user's own client.
+ *
+ * Rules the core relies on (an adapter must keep them):
+ * - Parameters arrive as `string | null` only; the SQL casts them
+ *   (`$1::int`), so no driver-specific type inference is involved.
+ * - Every column the core reads is `text` (the engine returns JSON as text),
+ *   so adapters need no type parsers.
+ * - `query` without `params` may contain several statements (simple query
+ *   protocol); migrations use that.
+ *
+ * @module
+ */
+
+/** A parameter value as the core sends it: always text or SQL NULL. */
+export type SqlParam = string | null;
+
+/** One result row, keyed by column name. */
+export type Row = Record<string, unknown>;
+
+/**
+ * Runs SQL. Inside a transaction it is bound to that transaction.
+ *
+ * @example
+ * ```ts
+ * import type { Executor } from "keyq";
+ * async function count(sql: Executor): Promise<number> {
+ *   const rows = await sql.query("select count(*)::text as n from pg_class");
+ *   return Number(rows[0]!.n);
+ * }
+ * ```
+ */
+export interface Executor {
+  /** Runs `text` with bind parameters and resolves to the result rows. */
+  query(text: string, params?: readonly SqlParam[]): Promise<Row[]>;
+}
+
+/**
+ * A database connection or pool as the core sees it. `transaction` is optional:
+ * a driver without interactive transactions (Neon's HTTP `neon()`) can produce
+ * and inspect, and the consuming calls refuse it with `TRANSACTIONS_UNSUPPORTED`.
+ *
+ * @example
+ * ```ts
+ * import type { Driver } from "keyq";
+ * const rows: unknown[] = [];
+ * const fake: Driver = {
+ *   name: "fake",
+ *   query: async () => rows as never,
+ *   transaction: async (fn) => await fn({ query: async () => [] }),
+ * };
+ * ```
+ */
+export interface Driver extends Executor {
+  /** A short name for messages and reports, e.g. `"postgres-js"`. */
+  readonly name: string;
+  /**
+   * Runs `fn` inside one transaction (BEGIN … COMMIT, ROLLBACK when `fn`
+   * throws) on one connection, and resolves to what `fn` returned.
+   */
+  transaction?<T>(fn: (tx: Executor) => Promise<T>): Promise<T>;
+}
