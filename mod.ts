@@ -1,0 +1,28 @@
+/**
+ * keyq: an ordered, immutable event log with per-key consumption on
+ * Postgres, for Deno, Bun, Node and edge runtimes.
+ *
+ * @example
+ * ```ts
+ * import { keyq } from "keyq";
+ * import { fromPGlite } from "keyq/pglite";
+ * import { PGlite } from "@electric-sql/pglite";
+ *
+ * const q = keyq(fromPGlite(new PGlite()));
+ * await q.migrate();
+ * await q.createQueue("files");
+ * await q.send("files", { type: "FileCreated", payload: { path: "/a" }, key: "tenant-1" });
+ * ```
+ *
+ * @module
+ */
+
+export { keyq } from "./src/client.ts";
+export type { Keyq, KeyqOptions } from "./src/client.ts";
+export type { Consumer } from "./src/consumer.ts";
+export type { Driver, Executor, Row, SqlParam } from "./src/driver.ts";
+export { KeyqError } from "./src/errors.ts";
+export type { KeyqErrorCode } from "./src/errors.ts";
+export { latestVersion, migrationSql } from "./src/migrate.ts";
+export type { PayloadSchema, SchemaResult } from "./src/payload.ts";
+export type * from "./src/types.ts";

@@ -1,0 +1,185 @@
+/**
+ * `keyq(driver, options)`: the client. Small surface: queues, producer,
+ * ticker, maintenance, and consumers.
+ *
+ * @module
+ */
+
+import * as v from "valibot";
+import { type Consumer, type ConsumerContext, plainConsumer } from "./consumer.ts";
+import type { Driver, Executor } from "./driver.ts";
+import { KeyqError } from "./errors.ts";
+import { migrate, migrationSql } from "./migrate.ts";
+import type { PayloadSchema } from "./payload.ts";
+import { send, sendBatch } from "./producer.ts";
+import { call } from "./sql.ts";
+import type {
+  MaintainReport,
+  MigrateResult,
+  QueueInfo,
+  QueueSettings,
+  SendInput,
+  SendOptions,
+  SendResult,
+} from "./types.ts";
+import { checkName, checkSchemaName, duration, durationMs, int, parse } from "./validate.ts";
+
+/** Options of `keyq()`. */
+export interface KeyqOptions {
+  /** The Postgres schema holding the engine (default `"keyq"`). */
+  schema?: string;
+  /** Payload schemas per queue name, checked at send and at receive. */
+  payloads?: Record<string, PayloadSchema>;
+}
+
+/** The keyq client. */
+export interface Keyq {
+  /** The engine's schema. */
+  readonly schema: string;
+  /** The driver this client uses. */
+  readonly driver: Driver;
+  /** Applies pending engine migrations (idempotent, safe concurrently). */
+  migrate(): Promise<MigrateResult>;
+  /** The engine as one SQL script, for DBAs. */
+  migrationSql(): string;
+  /** Creates a queue if it does not exist; `created` says which happened. */
+  createQueue(name: string, settings?: QueueSettings): Promise<{ created: boolean; queue: QueueInfo }>;
+  /** Changes settings of an existing queue (`tables` is fixed at creation). */
+  updateQueue(name: string, settings: QueueSettings): Promise<QueueInfo>;
+  /** Drops a queue with its events and consumers; false when it did not exist. */
+  dropQueue(name: string): Promise<boolean>;
+  /** Every queue with its settings. */
+  listQueues(): Promise<QueueInfo[]>;
+  /** Appends one event; pass `{ tx }` to append inside your transaction. */
+  send<P = unknown>(queue: string, event: SendInput<P>, options?: SendOptions): Promise<SendResult>;
+  /** Appends events in order in one statement; pass `{ tx }` to join your transaction. */
+  sendBatch<P = unknown>(queue: string, events: readonly SendInput<P>[], options?: SendOptions): Promise<SendResult[]>;
+  /** Advances the queue's ticker (own transaction); returns the new tick id or null. */
+  tick(queue: string, options?: { force?: boolean }): Promise<string | null>;
+  /** Rotation and housekeeping for one queue or all; skips queues another caller holds. */
+  maintain(queue?: string, options?: { forceRotate?: boolean }): Promise<MaintainReport[]>;
+  /** A plain consumer: one cursor reading every event in order. */
+  consumer<P = unknown>(queue: string, name: string): Consumer<P>;
+}
+
+const optionsSchema = v.strictObject({
+  schema: v.optional(v.string("expected a string")),
+  payloads: v.optional(v.record(v.string(), v.any())),
+});
+
+const settingsSchema = v.strictObject({
+  tables: v.optional(int(2, 8)),
+  rotationPeriod: v.optional(duration),
+  tickMaxCount: v.optional(int(1, 1_000_000_000)),
+  tickMaxLag: v.optional(duration),
+  tickIdlePeriod: v.optional(duration),
+  maxRetries: v.optional(int(0, 1_000_000)),
+  retryBase: v.optional(duration),
+  retryCap: v.optional(duration),
+});
+
+/** Validates queue settings and converts durations to seconds for the engine. */
+function settingsJson(settings: unknown, allowTables: boolean): Record<string, number> {
+  const s = parse(settingsSchema, settings, "queue settings");
+  if (!allowTables && s.tables !== undefined) {
+    throw new KeyqError("INVALID_INPUT", `Option "tables" is fixed when a queue is created; drop and recreate the queue to change it.`, {
+      field: "tables",
+    });
+  }
+  const out: Record<string, number> = {};
+  for (const [k, val] of Object.entries(s)) {
+    if (val === undefined) continue;
+    const isDuration = k === "rotationPeriod" || k === "tickMaxLag" || k === "tickIdlePeriod" || k === "retryBase" || k === "retryCap";
+    const min = k === "rotationPeriod" || k === "retryBase" || k === "retryCap" ? 1 : 0;
+    out[k] = isDuration ? durationMs(k, val as string | number, min)! / 1000 : (val as number);
+  }
+  return out;
+}
+
+/**
+ * Creates a keyq client over a driver adapter.
+ *
+ * @example
+ * ```ts
+ * import { keyq } from "keyq";
+ * import { fromPGlite } from "keyq/pglite";
+ * import { PGlite } from "@electric-sql/pglite";
+ *
+ * const q = keyq(fromPGlite(new PGlite()));
+ * await q.migrate();
+ * await q.createQueue("files");
+ * const audit = q.consumer("files", "audit");
+ * await audit.subscribe();
+ * await q.send("files", { type: "FileCreated", payload: { path: "/a" }, key: "tenant-1" });
+ * await audit.run({ handler: (ev) => console.log(ev.type, ev.key, ev.payload) });
+ * ```
+ */
+export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
+  const o = parse(optionsSchema, options, "keyq options");
+  const schema = checkSchemaName(o.schema ?? "keyq");
+  if (!driver || typeof driver.query !== "function") {
+    throw new KeyqError("INVALID_INPUT", "keyq() needs a driver adapter such as fromPostgresJs(sql) or fromPGlite(db).", {
+      field: "driver",
+    });
+  }
+  const payloads = (o.payloads ?? {}) as Record<string, PayloadSchema>;
+  const exec = (opts?: SendOptions): Executor => opts?.tx ?? driver;
+  const tick = async (queue: string, force = false): Promise<string | null> => {
+    checkName("queue", queue);
+    const r = await call<{ tick: string | null }>(driver, schema, "tick", [
+      ["queue", "text", queue],
+      ["force", "boolean", force],
+    ]);
+    return r.tick;
+  };
+  const maintainOne = (queue: string, forceRotate: boolean): Promise<MaintainReport> =>
+    call<MaintainReport>(driver, schema, "maintain", [
+      ["queue", "text", queue],
+      ["force_rotate", "boolean", forceRotate],
+    ]);
+  const ctx = (queue: string): ConsumerContext => ({
+    driver,
+    schema,
+    payloadSchema: payloads[queue],
+    tick: async (q) => (await tick(q)) !== null,
+    maintain: (q) => maintainOne(q, false),
+  });
+
+  return {
+    schema,
+    driver,
+    migrate: () => migrate(driver, schema),
+    migrationSql: () => migrationSql(schema),
+    async createQueue(name, settings = {}) {
+      checkName("queue", name);
+      return await call(driver, schema, "create_queue", [
+        ["queue", "text", name],
+        ["settings", "jsonb", settingsJson(settings, true)],
+      ]);
+    },
+    async updateQueue(name, settings) {
+      checkName("queue", name);
+      return await call(driver, schema, "update_queue", [
+        ["queue", "text", name],
+        ["settings", "jsonb", settingsJson(settings, false)],
+      ]);
+    },
+    async dropQueue(name) {
+      checkName("queue", name);
+      return (await call<{ dropped: boolean }>(driver, schema, "drop_queue", [["queue", "text", name]])).dropped;
+    },
+    listQueues: () => call<QueueInfo[]>(driver, schema, "list_queues"),
+    send: (queue, event, opts) => send(exec(opts), schema, queue, event, payloads[queue]),
+    sendBatch: (queue, events, opts) => sendBatch(exec(opts), schema, queue, events, payloads[queue]),
+    tick: (queue, opts) => tick(queue, opts?.force ?? false),
+    async maintain(queue, opts) {
+      const force = opts?.forceRotate ?? false;
+      if (queue !== undefined) return [await maintainOne(checkName("queue", queue), force)];
+      const queues = await call<QueueInfo[]>(driver, schema, "list_queues");
+      const out: MaintainReport[] = [];
+      for (const q of queues) out.push(await maintainOne(q.name, force));
+      return out;
+    },
+    consumer: (queue, name) => plainConsumer(ctx(queue), queue, name),
+  };
+}

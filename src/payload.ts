@@ -1,0 +1,48 @@
+/**
+ * Optional payload schemas. Any Standard Schema works (valibot, zod,
+ * arktype…); keyq checks payloads at send and at receive time.
+ *
+ * @module
+ */
+
+import { KeyqError } from "./errors.ts";
+
+/** The result shape of a Standard Schema validation. */
+export type SchemaResult =
+  | { readonly value: unknown; readonly issues?: undefined }
+  | { readonly issues: ReadonlyArray<{ readonly message: string; readonly path?: ReadonlyArray<unknown> }> };
+
+/**
+ * A payload schema: anything implementing Standard Schema v1, such as a
+ * valibot schema (`v.object({...})`).
+ */
+export interface PayloadSchema {
+  readonly "~standard": {
+    readonly validate: (value: unknown) => SchemaResult | Promise<SchemaResult>;
+  };
+}
+
+function pathText(path: ReadonlyArray<unknown> | undefined): string {
+  if (!path || path.length === 0) return "payload";
+  return "payload." + path.map((p) => (typeof p === "object" && p !== null && "key" in p ? String((p as { key: unknown }).key) : String(p))).join(".");
+}
+
+/**
+ * Validates `payload` against `schema` (when given) and returns the parsed
+ * value; throws INVALID_PAYLOAD naming the queue, the event and the field.
+ */
+export async function checkPayload(
+  schema: PayloadSchema | undefined,
+  payload: unknown,
+  where: string,
+): Promise<unknown> {
+  if (!schema) return payload;
+  const result = await schema["~standard"].validate(payload);
+  if (!result.issues) return result.value;
+  const first = result.issues[0];
+  throw new KeyqError(
+    "INVALID_PAYLOAD",
+    `The payload of ${where} does not match the queue's schema: ${pathText(first?.path)}: ${first?.message ?? "invalid"}; fix the payload or the schema.`,
+    { issues: result.issues.map((i) => ({ message: i.message, path: pathText(i.path) })) },
+  );
+}

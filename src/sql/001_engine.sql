@@ -1,0 +1,527 @@
+-- keyq engine, part 1: queues, the event log (a ring of tables per queue),
+-- ticks, consumers with cursors, the ticker, window reads, rotation.
+--
+-- :KEYQ_SCHEMA is replaced by the quoted, validated schema identifier and
+-- :KEYQ_SCHEMA_NAME by the same name as a string literal (for lock keys and
+-- dynamic DDL). Nothing else is ever spliced into this text.
+--
+-- Every function returns jsonb (read as text by the client), so driver type
+-- parsers never matter; errors use SQLSTATE KQ### with hint 'KEYQ:<CODE>'.
+
+create table :KEYQ_SCHEMA.queue (
+  queue_id         int primary key,
+  queue_name       text not null unique,
+  event_seq        regclass not null,
+  ntables          smallint not null default 3 check (ntables between 2 and 8),
+  cur_table        smallint not null default 0,
+  rotated_at       timestamptz not null default now(),
+  rotation_period  interval not null default '1 hour',
+  tick_max_count   int not null default 1000,
+  tick_max_lag     interval not null default '0 seconds',
+  tick_idle_period interval not null default '1 minute',
+  max_retries      int not null default 5,
+  retry_base       interval not null default '1 second',
+  retry_cap        interval not null default '1 hour',
+  created_at       timestamptz not null default now()
+);
+create sequence :KEYQ_SCHEMA.queue_id_seq as int;
+create sequence :KEYQ_SCHEMA.tick_id_seq;
+
+-- The log. Partitioned by queue, then by ring table; rows are never updated
+-- or deleted, only truncated a whole table at a time by rotation.
+-- ev_key is the partition key (PgQ's ev_extra1).
+create table :KEYQ_SCHEMA.event (
+  queue_id  int not null,
+  ev_table  smallint not null,
+  ev_id     bigint not null,
+  ev_txid   xid8 not null default pg_current_xact_id(),
+  ev_time   timestamptz not null default now(),
+  ev_type   text not null,
+  ev_key    text,
+  ev_data   jsonb not null
+) partition by list (queue_id);
+-- Windows are read in (txid, id) order: one producer's events keep their
+-- send order, and progress inside a window is a (txid, id) position.
+create index on :KEYQ_SCHEMA.event (ev_txid, ev_id);
+
+create table :KEYQ_SCHEMA.tick (
+  queue_id       int not null references :KEYQ_SCHEMA.queue on delete cascade,
+  tick_id        bigint not null,
+  tick_time      timestamptz not null default now(),
+  tick_snapshot  pg_snapshot not null,
+  tick_event_seq bigint not null,
+  primary key (queue_id, tick_id)
+);
+
+create table :KEYQ_SCHEMA.consumer (
+  consumer_id   int primary key generated always as identity,
+  queue_id      int not null references :KEYQ_SCHEMA.queue on delete cascade,
+  consumer_name text not null,
+  kind          text not null default 'plain' check (kind in ('plain', 'exclusive', 'ordered')),
+  slots         int not null default 1 check (slots between 1 and 1024),
+  settings      jsonb not null default '{}',
+  created_at    timestamptz not null default now(),
+  unique (queue_id, consumer_name)
+);
+
+-- One cursor per consumer (per slot for ordered consumers). tick_id is the
+-- last fully consumed tick; while a window is open, end_tick_id is its end
+-- and (last_txid, last_id) the durable position inside it. Updated once per
+-- batch (HOT: no indexed column changes), never per event.
+create table :KEYQ_SCHEMA.cursor (
+  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,
+  slot        int not null default 0,
+  tick_id     bigint not null,
+  end_tick_id bigint,
+  last_txid   xid8,
+  last_id     bigint,
+  polled_at   timestamptz,
+  batch_at    timestamptz,
+  primary key (consumer_id, slot)
+) with (fillfactor = 50);
+
+-- Helpers ---------------------------------------------------------------------
+
+create function :KEYQ_SCHEMA.lock_key(scope text, id bigint) returns bigint
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$ select hashtextextended(:KEYQ_SCHEMA_NAME || ':' || scope || ':' || id::text, 0) $$;
+
+create function :KEYQ_SCHEMA.get_queue(queue text) returns :KEYQ_SCHEMA.queue
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue;
+begin
+  select * into q from :KEYQ_SCHEMA.queue where queue_name = queue;
+  if not found then
+    raise exception 'Queue "%" does not exist; create it with createQueue("%") first.', queue, queue
+      using errcode = 'KQ001', hint = 'KEYQ:QUEUE_NOT_FOUND';
+  end if;
+  return q;
+end $$;
+
+create function :KEYQ_SCHEMA.get_consumer(queue text, consumer text) returns :KEYQ_SCHEMA.consumer
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue; c :KEYQ_SCHEMA.consumer;
+begin
+  q := :KEYQ_SCHEMA.get_queue(queue);
+  select * into c from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;
+  if not found then
+    raise exception 'Consumer "%" is not subscribed to queue "%"; call subscribe() first.', consumer, queue
+      using errcode = 'KQ002', hint = 'KEYQ:CONSUMER_NOT_FOUND';
+  end if;
+  return c;
+end $$;
+
+create function :KEYQ_SCHEMA.queue_json(q :KEYQ_SCHEMA.queue) returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select jsonb_build_object(
+    'name', q.queue_name, 'tables', q.ntables, 'currentTable', q.cur_table,
+    'rotatedAt', q.rotated_at, 'rotationPeriod', extract(epoch from q.rotation_period),
+    'tickMaxCount', q.tick_max_count, 'tickMaxLag', extract(epoch from q.tick_max_lag),
+    'tickIdlePeriod', extract(epoch from q.tick_idle_period),
+    'maxRetries', q.max_retries, 'retryBase', extract(epoch from q.retry_base),
+    'retryCap', extract(epoch from q.retry_cap), 'createdAt', q.created_at)
+$$;
+
+-- Queues ----------------------------------------------------------------------
+
+-- Applies the settings present in s (seconds for intervals) to queue q.
+create function :KEYQ_SCHEMA.apply_queue_settings(qid int, s jsonb) returns void
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+  update :KEYQ_SCHEMA.queue set
+    rotation_period  = coalesce(make_interval(secs => (s->>'rotationPeriod')::float8), rotation_period),
+    tick_max_count   = coalesce((s->>'tickMaxCount')::int, tick_max_count),
+    tick_max_lag     = coalesce(make_interval(secs => (s->>'tickMaxLag')::float8), tick_max_lag),
+    tick_idle_period = coalesce(make_interval(secs => (s->>'tickIdlePeriod')::float8), tick_idle_period),
+    max_retries      = coalesce((s->>'maxRetries')::int, max_retries),
+    retry_base       = coalesce(make_interval(secs => (s->>'retryBase')::float8), retry_base),
+    retry_cap        = coalesce(make_interval(secs => (s->>'retryCap')::float8), retry_cap)
+  where queue_id = qid
+$$;
+
+create function :KEYQ_SCHEMA.create_queue(queue text, settings jsonb default '{}') returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  qid int;
+  n smallint := coalesce((settings->>'tables')::smallint, 3);
+  q :KEYQ_SCHEMA.queue;
+  parent text;
+begin
+  -- DDL of concurrent creators is serialised; the loser sees the winner's row.
+  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('ddl', 0));
+  select * into q from :KEYQ_SCHEMA.queue where queue_name = queue;
+  if found then
+    return jsonb_build_object('created', false, 'queue', :KEYQ_SCHEMA.queue_json(q));
+  end if;
+  qid := nextval(':KEYQ_SCHEMA.queue_id_seq');
+  parent := 'event_' || qid;
+  execute format('create sequence %I.%I', :KEYQ_SCHEMA_NAME, parent || '_id_seq');
+  execute format('create table %I.%I partition of %I.event for values in (%s) partition by list (ev_table)',
+                 :KEYQ_SCHEMA_NAME, parent, :KEYQ_SCHEMA_NAME, qid);
+  for i in 0 .. n - 1 loop
+    execute format('create table %I.%I partition of %I.%I for values in (%s)',
+                   :KEYQ_SCHEMA_NAME, parent || '_' || i, :KEYQ_SCHEMA_NAME, parent, i);
+  end loop;
+  insert into :KEYQ_SCHEMA.queue (queue_id, queue_name, event_seq, ntables)
+  values (qid, queue, format('%I.%I', :KEYQ_SCHEMA_NAME, parent || '_id_seq')::regclass, n);
+  perform :KEYQ_SCHEMA.apply_queue_settings(qid, settings);
+  -- The first tick: consumers that subscribe now see every later event.
+  insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)
+  values (qid, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), 0);
+  select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;
+  return jsonb_build_object('created', true, 'queue', :KEYQ_SCHEMA.queue_json(q));
+end $$;
+
+create function :KEYQ_SCHEMA.update_queue(queue text, settings jsonb) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
+begin
+  perform :KEYQ_SCHEMA.apply_queue_settings(q.queue_id, settings);
+  select * into q from :KEYQ_SCHEMA.queue where queue_id = q.queue_id;
+  return :KEYQ_SCHEMA.queue_json(q);
+end $$;
+
+create function :KEYQ_SCHEMA.drop_queue(queue text) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue;
+begin
+  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('ddl', 0));
+  select * into q from :KEYQ_SCHEMA.queue where queue_name = queue;
+  if not found then return jsonb_build_object('dropped', false); end if;
+  execute format('drop table %I.%I', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id);
+  delete from :KEYQ_SCHEMA.queue where queue_id = q.queue_id;
+  execute format('drop sequence %s', q.event_seq);
+  return jsonb_build_object('dropped', true);
+end $$;
+
+create function :KEYQ_SCHEMA.list_queues() returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce(jsonb_agg(:KEYQ_SCHEMA.queue_json(q) order by q.queue_name), '[]')
+  from :KEYQ_SCHEMA.queue q
+$$;
+
+-- Producer --------------------------------------------------------------------
+
+-- events: a JSON array of {type, key, payload}. Ids are allocated in array
+-- order, so one call keeps its order inside the window.
+create function :KEYQ_SCHEMA.send_batch(queue text, events jsonb) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); ids jsonb;
+begin
+  with ins as (
+    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
+    select q.queue_id, q.cur_table, nextval(q.event_seq), e.v->>'type', e.v->>'key', e.v->'payload'
+    from jsonb_array_elements(events) with ordinality as e(v, ord)
+    returning ev_id
+  )
+  select coalesce(jsonb_agg(ev_id::text order by ev_id), '[]') into ids from ins;
+  return ids;
+end $$;
+
+create function :KEYQ_SCHEMA.send(queue text, type text, payload jsonb, key text default null) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); id bigint;
+begin
+  insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
+  values (q.queue_id, q.cur_table, nextval(q.event_seq), type, key, payload)
+  returning ev_id into id;
+  return to_jsonb(id::text);
+end $$;
+
+-- Ticker ----------------------------------------------------------------------
+
+-- True when an event committed that the last tick does not cover. Only the
+-- txids the snapshot could not see are probed (>= its xmax, or in its xip),
+-- so a long transaction holding xmin back does not widen the scan.
+create function :KEYQ_SCHEMA.has_pending(qid int, snap pg_snapshot) returns boolean
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select exists (select 1 from :KEYQ_SCHEMA.event
+                  where queue_id = qid and ev_txid >= pg_snapshot_xmax(snap))
+      or exists (select 1 from :KEYQ_SCHEMA.event
+                  where queue_id = qid
+                    and ev_txid = any (array(select pg_snapshot_xip(snap))))
+$$;
+
+-- Writes a tick when the policy says so and nobody else is ticking this queue.
+-- Returns {"tick": id} or {"tick": null, "reason": ...}. Must run in its own
+-- READ COMMITTED transaction: the snapshot is taken by a statement that starts
+-- after the lock is held, so it includes every earlier tick's commit.
+create function :KEYQ_SCHEMA.tick(queue text, force boolean default false) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
+  last :KEYQ_SCHEMA.tick;
+  seq bigint;
+  due boolean;
+  id bigint;
+begin
+  if current_setting('transaction_isolation') <> 'read committed' then
+    raise exception 'The ticker must run in a READ COMMITTED transaction, not %.', current_setting('transaction_isolation')
+      using errcode = 'KQ010', hint = 'KEYQ:WRONG_ISOLATION';
+  end if;
+  if not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('tick', q.queue_id)) then
+    return jsonb_build_object('tick', null, 'reason', 'busy');
+  end if;
+  select * into last from :KEYQ_SCHEMA.tick where queue_id = q.queue_id order by tick_id desc limit 1;
+  seq := coalesce(pg_sequence_last_value(q.event_seq), 0);
+  due := force or last is null
+      or clock_timestamp() - last.tick_time >= q.tick_idle_period
+      or (:KEYQ_SCHEMA.has_pending(q.queue_id, last.tick_snapshot)
+          and (clock_timestamp() - last.tick_time >= q.tick_max_lag
+               or seq - last.tick_event_seq >= q.tick_max_count));
+  if not due then
+    return jsonb_build_object('tick', null, 'reason', 'idle');
+  end if;
+  insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)
+  values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), seq)
+  returning tick_id into id;
+  return jsonb_build_object('tick', id::text);
+end $$;
+
+-- Window reads ----------------------------------------------------------------
+
+-- The events of window (s1, s2] after position (a_txid, a_id), in (txid, id)
+-- order. Candidates are the txids s1 could not see: those in s1's xip that s2
+-- sees (stragglers that finished inside the window) and those in
+-- [xmax(s1), xmax(s2)); both are index range scans on (ev_txid, ev_id).
+create function :KEYQ_SCHEMA.window_events(
+  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int
+) returns setof :KEYQ_SCHEMA.event
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select w.* from (
+    (select e.* from :KEYQ_SCHEMA.event e
+      where e.queue_id = qid
+        and e.ev_txid = any (array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2)))
+        and (e.ev_txid, e.ev_id) > (a_txid, a_id)
+      order by e.ev_txid, e.ev_id limit lim)
+    union all
+    (select e.* from :KEYQ_SCHEMA.event e
+      where e.queue_id = qid
+        and e.ev_txid >= pg_snapshot_xmax(s1) and e.ev_txid < pg_snapshot_xmax(s2)
+        and (e.ev_txid, e.ev_id) > (a_txid, a_id)
+        and pg_visible_in_snapshot(e.ev_txid, s2)
+      order by e.ev_txid, e.ev_id limit lim)
+  ) w
+  order by w.ev_txid, w.ev_id
+  limit lim
+$$;
+
+create function :KEYQ_SCHEMA.event_json(e :KEYQ_SCHEMA.event, retry int default 0) returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select jsonb_build_object('id', e.ev_id::text, 'type', e.ev_type, 'key', e.ev_key,
+                            'payload', e.ev_data, 'time', e.ev_time, 'retry', retry)
+$$;
+
+-- Consumers -------------------------------------------------------------------
+
+create function :KEYQ_SCHEMA.subscribe(queue text, consumer text, kind text default 'plain',
+                                       slots int default 1, settings jsonb default '{}') returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
+  c :KEYQ_SCHEMA.consumer;
+  t bigint;
+begin
+  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('subscribe', q.queue_id));
+  select * into c from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;
+  if found then
+    if c.kind <> kind then
+      raise exception 'Consumer "%" of queue "%" is a % consumer, not %; use another consumer name.', consumer, queue, c.kind, kind
+        using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
+    end if;
+    if c.slots <> slots then
+      raise exception 'Consumer "%" of queue "%" has % slots, persisted when it was created; pass slots: % or use another consumer name.', consumer, queue, c.slots, c.slots
+        using errcode = 'KQ004', hint = 'KEYQ:SLOT_COUNT_MISMATCH';
+    end if;
+    return jsonb_build_object('created', false);
+  end if;
+  select max(tick_id) into t from :KEYQ_SCHEMA.tick where queue_id = q.queue_id;
+  insert into :KEYQ_SCHEMA.consumer (queue_id, consumer_name, kind, slots, settings)
+  values (q.queue_id, consumer, kind, slots, settings) returning * into c;
+  insert into :KEYQ_SCHEMA.cursor (consumer_id, slot, tick_id)
+  select c.consumer_id, s, t from generate_series(0, slots - 1) s;
+  return jsonb_build_object('created', true);
+end $$;
+
+create function :KEYQ_SCHEMA.unsubscribe(queue text, consumer text) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); n int;
+begin
+  delete from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;
+  get diagnostics n = row_count;
+  return jsonb_build_object('removed', n > 0);
+end $$;
+
+-- One batch of a plain consumer: lock the cursor (skip if another batch holds
+-- it), open the window up to the newest tick if none is open, read up to
+-- max_events after the durable position, and move the position — all inside
+-- the caller's batch transaction, so a rollback undoes it.
+create function :KEYQ_SCHEMA.receive(queue text, consumer text, max_events int) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+  cur :KEYQ_SCHEMA.cursor;
+  s1 pg_snapshot;
+  s2 pg_snapshot;
+  evs :KEYQ_SCHEMA.event[];
+  n int;
+  last :KEYQ_SCHEMA.event;
+begin
+  select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0
+    for update skip locked;
+  if not found then
+    return jsonb_build_object('busy', true, 'events', '[]'::jsonb);
+  end if;
+  if cur.end_tick_id is null then
+    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
+     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    if cur.end_tick_id is null then
+      return jsonb_build_object('busy', false, 'events', '[]'::jsonb);
+    end if;
+  end if;
+  select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
+  select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
+  select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events(
+    c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), max_events + 1) w;
+  n := coalesce(array_length(evs, 1), 0);
+  if n > max_events then
+    last := evs[max_events];
+    update :KEYQ_SCHEMA.cursor set end_tick_id = cur.end_tick_id, last_txid = last.ev_txid,
+           last_id = last.ev_id, polled_at = now(), batch_at = now()
+     where consumer_id = c.consumer_id and slot = 0;
+    evs := evs[1:max_events];
+  else
+    update :KEYQ_SCHEMA.cursor set tick_id = cur.end_tick_id, end_tick_id = null, last_txid = null,
+           last_id = null, polled_at = now(), batch_at = now()
+     where consumer_id = c.consumer_id and slot = 0;
+  end if;
+  return jsonb_build_object('busy', false, 'events',
+    coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i) from generate_subscripts(evs, 1) i), '[]'::jsonb));
+end $$;
+
+-- Maintenance -----------------------------------------------------------------
+
+-- Switches the queue to its next ring table after emptying it. Safe because:
+-- the ACCESS EXCLUSIVE lock waits out every transaction that inserted into
+-- that table (they hold ROW EXCLUSIVE until they end), and the table is only
+-- truncated when the least advanced cursor's snapshot sees all its rows.
+create function :KEYQ_SCHEMA.rotate(queue text, force boolean default false) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
+  nxt smallint := (q.cur_table + 1) % q.ntables;
+  oldest pg_snapshot;
+  prev_timeout text := current_setting('lock_timeout');
+begin
+  if not force and now() - q.rotated_at < q.rotation_period then
+    return jsonb_build_object('rotated', false, 'reason', 'not due');
+  end if;
+  begin
+    perform set_config('lock_timeout', '1s', true);
+    execute format('lock table %I.%I in access exclusive mode', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || nxt);
+    perform set_config('lock_timeout', prev_timeout, true);
+  exception when lock_not_available then
+    return jsonb_build_object('rotated', false, 'reason', 'busy');
+  end;
+  select t.tick_snapshot into oldest
+    from :KEYQ_SCHEMA.cursor cu
+    join :KEYQ_SCHEMA.consumer k on k.consumer_id = cu.consumer_id
+    join :KEYQ_SCHEMA.tick t on t.queue_id = k.queue_id and t.tick_id = cu.tick_id
+   where k.queue_id = q.queue_id
+   order by cu.tick_id limit 1;
+  if oldest is not null and exists (
+      select 1 from :KEYQ_SCHEMA.event e
+       where e.queue_id = q.queue_id and e.ev_table = nxt
+         and (e.ev_txid >= pg_snapshot_xmax(oldest)
+              or e.ev_txid = any (array(select pg_snapshot_xip(oldest))))) then
+    return jsonb_build_object('rotated', false, 'reason', 'lagging consumer');
+  end if;
+  execute format('truncate %I.%I', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || nxt);
+  update :KEYQ_SCHEMA.queue set cur_table = nxt, rotated_at = now() where queue_id = q.queue_id;
+  return jsonb_build_object('rotated', true, 'table', nxt);
+end $$;
+
+-- Drops ticks no cursor needs any more (all but the newest one before the
+-- oldest cursor position, so a new subscriber still has a start).
+create function :KEYQ_SCHEMA.prune_ticks(qid int) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare keep bigint; n int;
+begin
+  select min(cu.tick_id) into keep
+    from :KEYQ_SCHEMA.cursor cu join :KEYQ_SCHEMA.consumer k using (consumer_id)
+   where k.queue_id = qid;
+  if keep is null then
+    select max(tick_id) into keep from :KEYQ_SCHEMA.tick where queue_id = qid;
+  end if;
+  delete from :KEYQ_SCHEMA.tick where queue_id = qid and tick_id < keep;
+  get diagnostics n = row_count;
+  return n;
+end $$;
+
+-- Rotation when due and tick pruning for one queue; skips when another
+-- maintainer holds the queue.
+create function :KEYQ_SCHEMA.maintain(queue text, force_rotate boolean default false) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); r jsonb;
+begin
+  if not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id)) then
+    return jsonb_build_object('queue', queue, 'skipped', true);
+  end if;
+  r := :KEYQ_SCHEMA.rotate(queue, force_rotate);
+  return jsonb_build_object('queue', queue, 'skipped', false, 'rotation', r,
+                            'ticksPruned', :KEYQ_SCHEMA.prune_ticks(q.queue_id));
+end $$;

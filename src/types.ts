@@ -1,0 +1,187 @@
+/**
+ * Public types of keyq.
+ *
+ * ## Terminology
+ *
+ * - **event**: one immutable row of a queue's log: id, type, JSON payload,
+ *   optional partition **key**, time. Never updated; tables are truncated
+ *   whole by rotation.
+ * - **queue**: a named log. Every consumer of a queue reads every event
+ *   (fan-out).
+ * - **tick**: an engine mark recording `pg_current_snapshot()`. Two ticks
+ *   bound a **window**: the events whose transaction became visible between
+ *   them. Windows tile the log, so each committed event is in exactly one.
+ * - **consumer**: a named reader of a queue with its own cursor.
+ * - **batch**: what one consumer transaction handles: the next events of a
+ *   window, up to `maxEvents`. One batch is one transaction.
+ * - **run**: one short invocation (a cron tick of an edge function): advance
+ *   the ticker, do due maintenance, consume batches until a time budget or
+ *   the backlog runs out.
+ * - **Tier A (exclusive)**: many workers, at most one per key at a time.
+ * - **Tier B (ordered)**: N fixed slots, FIFO within a key.
+ *
+ * Order: events are delivered in commit-window order, then in (transaction,
+ * id) order inside a window. One producer sending in sequence (in one
+ * transaction or several) is delivered in send order; two producers racing
+ * on the same key have no defined order.
+ *
+ * @module
+ */
+
+import type { Executor } from "./driver.ts";
+
+/**
+ * A duration: milliseconds as a number, or text such as `"250ms"`, `"30s"`,
+ * `"5 minutes"`, `"1 hour"`, `"2h"`, `"1 day"`.
+ */
+export type Duration = number | string;
+
+/** JSON a payload may hold. */
+export type Json = string | number | boolean | null | Json[] | { [key: string]: Json };
+
+/** An event to append. */
+export interface SendInput<P = unknown> {
+  /** Event type, e.g. `"FileCreated"` (1–200 characters). */
+  type: string;
+  /** JSON payload. */
+  payload: P;
+  /** Partition key (tenant, aggregate id…): the unit of exclusion and order. */
+  key?: string | null;
+}
+
+/** Options of `send` and `sendBatch`. */
+export interface SendOptions {
+  /**
+   * The caller's open transaction: the events commit or roll back with the
+   * caller's own writes (outbox pattern).
+   */
+  tx?: Executor;
+}
+
+/** What `send` returns per event. */
+export interface SendResult {
+  /** The event id (a bigint, as a decimal string). */
+  id: string;
+}
+
+/** An event as a handler receives it. */
+export interface KeyqEvent<P = unknown> {
+  /** The event id (a bigint, as a decimal string). */
+  id: string;
+  /** The event type. */
+  type: string;
+  /** The partition key, or null. */
+  key: string | null;
+  /** The parsed JSON payload. */
+  payload: P;
+  /** When the event was appended. */
+  time: Date;
+  /** How many times it failed before this delivery (0 on first delivery). */
+  retry: number;
+}
+
+/** Settings of a queue. Durations accept milliseconds or text like `"5m"`. */
+export interface QueueSettings {
+  /** Ring tables for rotation, 2–8 (default 3). Fixed at creation. */
+  tables?: number;
+  /** How often to rotate to the next table (default 1 hour). */
+  rotationPeriod?: Duration;
+  /** Tick early once this many events are pending (with `tickMaxLag`). */
+  tickMaxCount?: number;
+  /** Longest an event waits for a tick when events are pending (default 0). */
+  tickMaxLag?: Duration;
+  /** Tick at least this often even when idle (default 1 minute). */
+  tickIdlePeriod?: Duration;
+  /** Failed deliveries before an event is dead-lettered (default 5). */
+  maxRetries?: number;
+  /** First retry delay (default 1 s); doubles per failure with jitter. */
+  retryBase?: Duration;
+  /** Longest retry delay (default 1 hour). */
+  retryCap?: Duration;
+}
+
+/** A queue as the engine reports it (durations in seconds). */
+export interface QueueInfo {
+  name: string;
+  tables: number;
+  currentTable: number;
+  rotatedAt: string;
+  rotationPeriod: number;
+  tickMaxCount: number;
+  tickMaxLag: number;
+  tickIdlePeriod: number;
+  maxRetries: number;
+  retryBase: number;
+  retryCap: number;
+  createdAt: string;
+}
+
+/** Handles one event inside the batch transaction `tx`. */
+export type EventHandler<P = unknown> = (event: KeyqEvent<P>, tx: Executor) => Promise<void> | void;
+
+/** Options of one batch. */
+export interface BatchOptions<P = unknown> {
+  /** Called once per event, in order, inside the batch transaction. */
+  handler: EventHandler<P>;
+  /** Most events in one batch (1–10,000, default 100). */
+  maxEvents?: number;
+  /** `statement_timeout` of the batch transaction (default 30 s). */
+  statementTimeout?: Duration;
+  /** `idle_in_transaction_session_timeout` of the batch (default 60 s). */
+  idleTimeout?: Duration;
+}
+
+/** What one batch did. */
+export interface BatchReport {
+  /** Events delivered to the handler. */
+  events: number;
+  /** True when another worker held the cursor, so nothing was read. */
+  busy: boolean;
+}
+
+/** Options of `run`: a bounded invocation for cron and edge functions. */
+export interface RunOptions<P = unknown> extends BatchOptions<P> {
+  /** Stop starting batches after this long (default 10 s). */
+  budgetMs?: number;
+  /** Stop after this many batches (default unlimited). */
+  maxBatches?: number;
+}
+
+/** What `run` did. */
+export interface RunReport {
+  batches: number;
+  events: number;
+  /** True when the ticker wrote a tick. */
+  ticked: boolean;
+  /** Milliseconds spent. */
+  ms: number;
+}
+
+/** Options of `work`: `run` in a loop until the signal aborts. */
+export interface WorkOptions<P = unknown> extends RunOptions<P> {
+  /** Stops the loop cleanly after the current batch. */
+  signal?: AbortSignal;
+  /** Shortest idle wait between polls (default 100 ms). */
+  minPollMs?: number;
+  /** Longest idle wait between polls (default 5 s). */
+  maxPollMs?: number;
+}
+
+/** Result of `migrate()`. */
+export interface MigrateResult {
+  /** Schema version before the call. */
+  from: number;
+  /** Schema version after the call. */
+  to: number;
+  /** Versions applied by this call. */
+  applied: number[];
+}
+
+/** Result of `maintain()` for one queue. */
+export interface MaintainReport {
+  queue: string;
+  /** True when another caller was maintaining this queue. */
+  skipped: boolean;
+  rotation?: { rotated: boolean; reason?: string; table?: number };
+  ticksPruned?: number;
+}

@@ -1,0 +1,153 @@
+// Engine guarantees that need several real connections.
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { keyq, latestVersion, migrationSql } from "../mod.ts";
+import type { Executor } from "../mod.ts";
+import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
+import { connect, databaseUrl, dbSkip, dropSchema, freshSchema } from "./helpers/db.ts";
+import { drain, pgFixture } from "./helpers/keyq.ts";
+
+const skip = await dbSkip();
+
+function gate(): { wait: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const wait = new Promise<void>((r) => (open = r));
+  return { wait, open };
+}
+
+describe("engine under concurrency", () => {
+  test("out-of-order commits: a late commit lands in a later window, once", { skip }, async () => {
+    const f = await pgFixture({ max: 3 });
+    try {
+      await f.q.createQueue("files");
+      await f.q.consumer("files", "audit").subscribe();
+      const hold = gate();
+      const sentA = gate();
+      let idA = "";
+      const a = f.q.driver.transaction!(async (tx: Executor) => {
+        idA = (await f.q.send("files", { type: "E", payload: "first, commits late" }, { tx })).id;
+        sentA.open();
+        await hold.wait;
+      });
+      await sentA.wait;
+      const idB = (await f.q.send("files", { type: "E", payload: "second, commits first" })).id;
+      assert.ok(BigInt(idA) < BigInt(idB), "A's event has the lower id");
+      const first = await drain(f.q, "files", "audit");
+      assert.deepEqual(first.map((e) => e.id), [idB], "only the committed event is delivered");
+      hold.open();
+      await a;
+      const second = await drain(f.q, "files", "audit");
+      assert.deepEqual(second.map((e) => e.id), [idA], "the late commit arrives in the next window");
+      assert.deepEqual(await drain(f.q, "files", "audit"), []);
+    } finally {
+      await f.close();
+    }
+  });
+
+  test("many concurrent tickers, producers and a consumer: no event missing or duplicated", { skip }, async () => {
+    const f = await pgFixture({ max: 10 });
+    try {
+      await f.q.createQueue("files");
+      const c = f.q.consumer<number>("files", "audit");
+      await c.subscribe();
+      const committed = new Set<string>();
+      const delivered: string[] = [];
+      let producing = true;
+      let n = 0;
+      const producer = async (w: number) => {
+        for (let i = 0; i < 40; i++) {
+          const roll = (w * 31 + i * 17) % 4;
+          if (roll === 0) committed.add((await f.q.send("files", { type: "E", payload: n++, key: `k${i % 5}` })).id);
+          else if (roll === 1) {
+            const ids = await f.q.sendBatch("files", [1, 2, 3].map(() => ({ type: "E", payload: n++ })));
+            for (const r of ids) committed.add(r.id);
+          } else if (roll === 2) {
+            const ids: string[] = [];
+            await f.q.driver.transaction!(async (tx) => {
+              ids.push((await f.q.send("files", { type: "E", payload: n++ }, { tx })).id);
+              await new Promise((r) => setTimeout(r, (i % 3) * 3));
+              ids.push((await f.q.send("files", { type: "E", payload: n++ }, { tx })).id);
+            });
+            for (const id of ids) committed.add(id);
+          } else {
+            await assert.rejects(f.q.driver.transaction!(async (tx) => {
+              await f.q.send("files", { type: "Rolled back", payload: n++ }, { tx });
+              throw new Error("rollback");
+            }));
+          }
+        }
+      };
+      const ticker = async () => {
+        while (producing) await f.q.tick("files", { force: Math.random() < 0.3 });
+      };
+      const consumer = async () => {
+        while (producing) {
+          await c.batch({ maxEvents: 7, handler: (ev) => void delivered.push(ev.id) });
+        }
+      };
+      const tickers = [ticker(), ticker(), ticker(), ticker()];
+      const reader = consumer();
+      await Promise.all([producer(0), producer(1), producer(2), producer(3)]);
+      producing = false;
+      await Promise.all([...tickers, reader]);
+      await f.q.tick("files", { force: true });
+      await c.run({ maxEvents: 50, budgetMs: 60_000, handler: (ev) => void delivered.push(ev.id) });
+      assert.equal(new Set(delivered).size, delivered.length, "no event delivered twice");
+      assert.deepEqual([...delivered].sort(), [...committed].sort(), "exactly the committed events");
+      const ticks = await f.raw(`select count(*)::int as n from "${f.schema}".tick`);
+      assert.ok(Number(ticks[0]!.n) >= 1);
+    } finally {
+      await f.close();
+    }
+  });
+
+  test("migrate from two connections at once applies once and leaves one row per version", { skip }, async () => {
+    const url = (await databaseUrl())!;
+    const schema = freshSchema();
+    const a = connect(url);
+    const b = connect(url);
+    try {
+      const [ra, rb] = await Promise.all([
+        keyq(fromPostgresJs(a), { schema }).migrate(),
+        keyq(fromPostgresJs(b), { schema }).migrate(),
+      ]);
+      const applied = [ra.applied, rb.applied].sort((x, y) => y.length - x.length);
+      assert.equal(applied[0]!.length, latestVersion);
+      assert.deepEqual(applied[1], []);
+      const rows = await a.unsafe(`select version from "${schema}".migration order by version`);
+      assert.deepEqual(rows.map((r) => r.version), Array.from({ length: latestVersion }, (_, i) => i + 1));
+    } finally {
+      await a.end();
+      await b.end();
+      await dropSchema(url, schema);
+    }
+  });
+
+  test("migrationSql() is the same engine: applied by hand, migrate() then finds nothing to do", { skip }, async () => {
+    const url = (await databaseUrl())!;
+    const schema = freshSchema();
+    const sql = connect(url);
+    try {
+      await sql.unsafe(migrationSql(schema)).simple();
+      const q = keyq(fromPostgresJs(sql), { schema });
+      assert.deepEqual((await q.migrate()).applied, []);
+      await q.createQueue("files");
+      assert.equal((await q.send("files", { type: "E", payload: 1 })).id, "1");
+    } finally {
+      await sql.end();
+      await dropSchema(url, schema);
+    }
+  });
+
+  test("calls against an unmigrated schema say to migrate", { skip }, async () => {
+    const url = (await databaseUrl())!;
+    const sql = connect(url);
+    try {
+      const q = keyq(fromPostgresJs(sql), { schema: freshSchema() });
+      await assert.rejects(q.send("files", { type: "E", payload: 1 }), (e: unknown) =>
+        (e as { code?: string }).code === "NOT_MIGRATED");
+    } finally {
+      await sql.end();
+    }
+  });
+});

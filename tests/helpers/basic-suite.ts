@@ -1,0 +1,277 @@
+/**
+ * The single-connection part of the suite: every case needs one connection
+ * only, so it runs on PGlite too, and on every driver (conformance).
+ */
+import assert from "node:assert/strict";
+import * as v from "valibot";
+import { KeyqError } from "../../mod.ts";
+import { drain, type Fixture } from "./keyq.ts";
+
+/** One case: a name and a body over a fresh fixture. */
+export interface Case {
+  name: string;
+  options?: Parameters<typeof import("./keyq.ts").pgFixture>[0];
+  run(f: Fixture): Promise<void>;
+}
+
+const payloadSchema = v.object({ path: v.string(), size: v.number() });
+
+async function rejects(p: Promise<unknown>, code: string): Promise<KeyqError> {
+  try {
+    await p;
+  } catch (err) {
+    assert.ok(err instanceof KeyqError, `expected KeyqError ${code}, got ${String(err)}`);
+    assert.equal(err.code, code, err.message);
+    return err;
+  }
+  assert.fail(`expected a KeyqError ${code}, but the call succeeded`);
+}
+
+async function eventCount(f: Fixture): Promise<number> {
+  const rows = await f.raw(`select count(*)::int as n from "${f.schema}".event`);
+  return Number(rows[0]!.n);
+}
+
+export { rejects };
+
+export const basicCases: Case[] = [
+  {
+    name: "migrate is idempotent and records one version row per migration",
+    async run(f) {
+      const again = await f.q.migrate();
+      assert.deepEqual(again.applied, []);
+      assert.ok(again.to >= 1);
+      const rows = await f.raw(`select version from "${f.schema}".migration`);
+      assert.equal(rows.length, again.to);
+    },
+  },
+  {
+    name: "queues: create is idempotent, list shows settings, drop removes",
+    async run(f) {
+      const a = await f.q.createQueue("files", { maxRetries: 7, rotationPeriod: "30m" });
+      assert.equal(a.created, true);
+      assert.equal(a.queue.maxRetries, 7);
+      assert.equal(a.queue.rotationPeriod, 1800);
+      const b = await f.q.createQueue("files");
+      assert.equal(b.created, false);
+      const updated = await f.q.updateQueue("files", { maxRetries: 2 });
+      assert.equal(updated.maxRetries, 2);
+      assert.deepEqual((await f.q.listQueues()).map((q) => q.name), ["files"]);
+      assert.equal(await f.q.dropQueue("files"), true);
+      assert.equal(await f.q.dropQueue("files"), false);
+      assert.deepEqual(await f.q.listQueues(), []);
+      const tables = await f.raw(
+        `select count(*)::int as n from pg_tables where schemaname = $1 and tablename like 'event\\_%'`,
+        [f.schema],
+      );
+      assert.equal(tables[0]!.n, 0);
+    },
+  },
+  {
+    name: "send and sendBatch keep send order; a consumer gets every event once",
+    async run(f) {
+      await f.q.createQueue("files");
+      await f.q.consumer("files", "audit").subscribe();
+      const one = await f.q.send("files", { type: "FileCreated", payload: { path: "/a" }, key: "t1" });
+      const many = await f.q.sendBatch("files", [
+        { type: "FileCreated", payload: { path: "/b" }, key: "t2" },
+        { type: "FileDeleted", payload: { path: "/a" }, key: "t1" },
+        { type: "Note", payload: "plain string" },
+      ]);
+      const seen = await drain(f.q, "files", "audit");
+      assert.deepEqual(seen.map((e) => e.id), [one.id, ...many.map((m) => m.id)]);
+      assert.deepEqual(seen.map((e) => e.key), ["t1", "t2", "t1", null]);
+      assert.deepEqual(seen[3]!.payload, "plain string");
+      assert.deepEqual(await drain(f.q, "files", "audit"), [], "nothing is delivered twice");
+    },
+  },
+  {
+    name: "fan-out: two consumers each see every event",
+    async run(f) {
+      await f.q.createQueue("files");
+      await f.q.consumer("files", "a").subscribe();
+      await f.q.consumer("files", "b").subscribe();
+      const sent = await f.q.sendBatch("files", Array.from({ length: 25 }, (_, i) => ({ type: "E", payload: i, key: `k${i % 3}` })));
+      const a = await drain(f.q, "files", "a", 7);
+      const b = await drain(f.q, "files", "b", 100);
+      assert.deepEqual(a.map((e) => e.id), sent.map((s) => s.id));
+      assert.deepEqual(b.map((e) => e.id), sent.map((s) => s.id));
+    },
+  },
+  {
+    name: "events sent in a caller transaction commit or roll back with it",
+    async run(f) {
+      await f.q.createQueue("files");
+      await f.q.consumer("files", "audit").subscribe();
+      const driver = f.q.driver;
+      await assert.rejects(
+        driver.transaction!(async (tx) => {
+          await f.q.send("files", { type: "Lost", payload: 1 }, { tx });
+          await f.q.sendBatch("files", [{ type: "Lost", payload: 2 }], { tx });
+          throw new Error("business write failed");
+        }),
+        /business write failed/,
+      );
+      await driver.transaction!(async (tx) => {
+        await f.q.send("files", { type: "Kept", payload: 3 }, { tx });
+      });
+      const seen = await drain(f.q, "files", "audit");
+      assert.deepEqual(seen.map((e) => e.type), ["Kept"]);
+    },
+  },
+  {
+    name: "a big window is consumed over several batches with durable progress",
+    async run(f) {
+      await f.q.createQueue("files");
+      const c = f.q.consumer<number>("files", "audit");
+      await c.subscribe();
+      await f.q.sendBatch("files", Array.from({ length: 50 }, (_, i) => ({ type: "E", payload: i })));
+      await f.q.tick("files");
+      const got: number[] = [];
+      const first = await c.batch({ maxEvents: 20, handler: (ev) => void got.push(ev.payload) });
+      assert.equal(first.events, 20);
+      // A failing batch in the middle rolls back and does not lose its place.
+      await assert.rejects(c.batch({ maxEvents: 20, handler: () => { throw new Error("boom"); } }), /boom/);
+      const second = await c.batch({ maxEvents: 20, handler: (ev) => void got.push(ev.payload) });
+      const third = await c.batch({ maxEvents: 20, handler: (ev) => void got.push(ev.payload) });
+      assert.deepEqual([second.events, third.events], [20, 10]);
+      assert.deepEqual(got, Array.from({ length: 50 }, (_, i) => i));
+      const cursor = await f.raw(`select end_tick_id, last_id from "${f.schema}".cursor`);
+      assert.equal(cursor[0]!.end_tick_id, null, "the window is closed after its last batch");
+    },
+  },
+  {
+    name: "a handler that throws rolls the batch back; the same events come again",
+    async run(f) {
+      await f.q.createQueue("files");
+      const c = f.q.consumer("files", "audit");
+      await c.subscribe();
+      await f.q.sendBatch("files", [{ type: "A", payload: 1 }, { type: "B", payload: 2 }]);
+      await f.q.tick("files");
+      let calls = 0;
+      await assert.rejects(
+        c.batch({
+          handler: async (ev, tx) => {
+            calls++;
+            await tx.query(`create table if not exists "${f.schema}".side (id text)`);
+            await tx.query(`insert into "${f.schema}".side values ($1)`, [ev.id]);
+            if (ev.type === "B") throw new Error("fail on B");
+          },
+        }),
+        /fail on B/,
+      );
+      assert.equal(calls, 2);
+      const side = await f.raw(`select to_regclass('"${f.schema}".side')::text as t`);
+      assert.equal(side[0]!.t, null, "the handler's writes rolled back with the batch");
+      const again: string[] = [];
+      await c.batch({ handler: (ev) => void again.push(ev.type) });
+      assert.deepEqual(again, ["A", "B"]);
+    },
+  },
+  {
+    name: "payload schemas are checked at send (nothing written) and at receive",
+    options: { payloads: { files: payloadSchema } },
+    async run(f) {
+      await f.q.createQueue("files");
+      const c = f.q.consumer<v.InferOutput<typeof payloadSchema>>("files", "audit");
+      await c.subscribe();
+      const err = await rejects(f.q.send("files", { type: "A", payload: { path: "/x", size: "big" } }), "INVALID_PAYLOAD");
+      assert.match(err.message, /payload\.size/);
+      await rejects(f.q.sendBatch("files", [{ type: "A", payload: { path: "/ok", size: 1 } }, { type: "A", payload: {} }]), "INVALID_PAYLOAD");
+      assert.equal(await eventCount(f), 0);
+      await f.q.send("files", { type: "A", payload: { path: "/ok", size: 1 } });
+      // A row written by an older producer without the schema: receive-side check fails the handler.
+      await f.raw(
+        `select "${f.schema}".send(queue => 'files', type => 'A', payload => '{"path": 5}'::jsonb)`,
+      );
+      await f.q.tick("files");
+      const sizes: number[] = [];
+      await assert.rejects(c.batch({ handler: (ev) => void sizes.push(ev.payload.size) }), (e: unknown) =>
+        e instanceof KeyqError && e.code === "INVALID_PAYLOAD");
+    },
+  },
+  {
+    name: "bad input gets typed errors and writes nothing",
+    async run(f) {
+      await f.q.createQueue("files");
+      for (const bad of ['files"; drop table x; --', "a'b", "x".repeat(64), "", "1abc", "has space", 42]) {
+        await rejects(f.q.createQueue(bad as string), "INVALID_IDENTIFIER");
+        await rejects(f.q.send(bad as string, { type: "A", payload: 1 }), "INVALID_IDENTIFIER");
+        assert.throws(() => f.q.consumer("files", bad as string), (e: unknown) => e instanceof KeyqError && e.code === "INVALID_IDENTIFIER");
+      }
+      await rejects(f.q.send("nope", { type: "A", payload: 1 }), "QUEUE_NOT_FOUND");
+      await rejects(f.q.send("files", { type: "A", payload: 10n }), "INVALID_PAYLOAD");
+      await rejects(f.q.send("files", { type: "A", payload: { f: () => 1 } }), "INVALID_PAYLOAD");
+      await rejects(f.q.send("files", { type: "A", payload: Number.NaN }), "INVALID_PAYLOAD");
+      await rejects(f.q.send("files", { type: "A" } as never), "INVALID_PAYLOAD");
+      await rejects(f.q.send("files", { type: "", payload: 1 }), "INVALID_INPUT");
+      await rejects(f.q.send("files", { type: "A", payload: 1, key: 5 } as never), "INVALID_INPUT");
+      await rejects(f.q.send("files", { type: "A", payload: 1, extra: true } as never), "INVALID_INPUT");
+      await rejects(f.q.sendBatch("files", [{ type: "A", payload: 1 }, { type: "B", payload: 1n }]), "INVALID_PAYLOAD");
+      const c = f.q.consumer("files", "audit");
+      for (const maxEvents of [0, -1, 1.5, 10_001]) {
+        const err = await rejects(c.batch({ maxEvents, handler: () => {} }), "INVALID_INPUT");
+        assert.match(err.message, /maxEvents/);
+      }
+      await rejects(c.batch({ handler: "nope" } as never), "INVALID_INPUT");
+      await rejects(f.q.createQueue("other", { maxRetries: -1 }), "INVALID_INPUT");
+      await rejects(f.q.createQueue("other", { rotationPeriod: "soon" }), "INVALID_INPUT");
+      await rejects(f.q.createQueue("other", { tables: 1 }), "INVALID_INPUT");
+      await rejects(c.batch({ handler: () => {} }), "CONSUMER_NOT_FOUND");
+      assert.equal(await eventCount(f), 0);
+      assert.deepEqual((await f.q.listQueues()).map((q) => q.name), ["files"]);
+      const consumers = await f.raw(`select count(*)::int as n from "${f.schema}".consumer`);
+      assert.equal(consumers[0]!.n, 0);
+    },
+  },
+  {
+    name: "rotation truncates old tables once consumers pass them; a lagging consumer pins it and loses nothing",
+    async run(f) {
+      await f.q.createQueue("files");
+      const fast = f.q.consumer<number>("files", "fast");
+      const slow = f.q.consumer<number>("files", "slow");
+      await fast.subscribe();
+      await slow.subscribe();
+      const sizeOf = async () =>
+        Number((await f.raw(`select count(*)::int as n from "${f.schema}".event`))[0]!.n);
+      const sent: number[] = [];
+      let n = 0;
+      const slowSeen: number[] = [];
+      // Four rounds of: send, fast drains, rotate. The slow consumer never reads.
+      for (let round = 0; round < 4; round++) {
+        const batch = Array.from({ length: 30 }, () => ({ type: "E", payload: n++ }));
+        sent.push(...batch.map((b) => b.payload));
+        await f.q.sendBatch("files", batch);
+        await drain(f.q, "files", "fast");
+        await f.q.maintain("files", { forceRotate: true });
+      }
+      const pinned = await f.q.maintain("files", { forceRotate: true });
+      assert.equal(pinned[0]!.rotation?.rotated, false);
+      assert.equal(pinned[0]!.rotation?.reason, "lagging consumer");
+      await slow.run({ budgetMs: 60_000, handler: (ev) => void slowSeen.push(ev.payload) });
+      assert.deepEqual(slowSeen, sent, "the lagging consumer lost nothing");
+      // Everyone caught up: a full ring of rotations empties every table.
+      for (let i = 0; i < 3; i++) {
+        const r = await f.q.maintain("files", { forceRotate: true });
+        assert.equal(r[0]!.rotation?.rotated, true, JSON.stringify(r));
+      }
+      assert.equal(await sizeOf(), 0);
+      const ticks = await f.raw(`select count(*)::int as n from "${f.schema}".tick`);
+      assert.ok(Number(ticks[0]!.n) <= 2, `ticks are pruned (${ticks[0]!.n} left)`);
+    },
+  },
+  {
+    name: "the ticker ticks only when something committed since the last tick (or when forced)",
+    async run(f) {
+      await f.q.createQueue("files");
+      assert.equal(await f.q.tick("files"), null, "no events, no tick");
+      await f.q.send("files", { type: "A", payload: 1 });
+      const t1 = await f.q.tick("files");
+      assert.ok(t1);
+      assert.equal(await f.q.tick("files"), null);
+      const t2 = await f.q.tick("files", { force: true });
+      assert.ok(t2 && BigInt(t2) > BigInt(t1));
+      await rejects(f.q.tick("missing"), "QUEUE_NOT_FOUND");
+    },
+  },
+];
