@@ -1,0 +1,243 @@
+/**
+ * The test-database helper, used unchanged by Node (tsx), Deno and Bun test
+ * files. It finds a Postgres, in this order:
+ *
+ * 1. `DATABASE_URL`, if set;
+ * 2. the local server at postgres://postgres@127.0.0.1:5432/test (started once
+ *    with `pg_ctlcluster` if it is down; the `test` database is created if
+ *    missing);
+ * 3. a testcontainers PostgreSQL, only when a Docker engine answers a ping on
+ *    /var/run/docker.sock (`@testcontainers/postgresql` is imported
+ *    dynamically and is not a dependency: install it yourself to use it);
+ * 4. none: database tests skip with one loud notice on stderr, or, when `CI`
+ *    is set, fail (CI must never skip).
+ *
+ * @example
+ * ```ts
+ * import { test } from "node:test";
+ * import { connect, databaseUrl, dbSkip, dropSchema, freshSchema } from "./helpers/db.ts";
+ *
+ * test("something against Postgres", { skip: await dbSkip() }, async () => {
+ *   const url = (await databaseUrl())!;
+ *   const schema = freshSchema();
+ *   const sql = connect(url);
+ *   try {
+ *     await sql.unsafe(`create schema ${schema}`);
+ *   } finally {
+ *     await sql.end();
+ *     await dropSchema(url, schema);
+ *   }
+ * });
+ * ```
+ */
+import { execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { writeFileSync } from "node:fs";
+import { request } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import postgres from "postgres";
+import type { PGlite } from "@electric-sql/pglite";
+
+/** The local server the suite uses when `DATABASE_URL` is not set. */
+export const LOCAL_URL = "postgres://postgres@127.0.0.1:5432/test";
+
+/** A postgres.js client as `connect` returns it. */
+export type Sql = postgres.Sql;
+
+/** Options for `connect`. */
+export interface ConnectOptions {
+  /** Pool size (default 1). */
+  max?: number;
+  /** Seconds before an idle connection closes (default 1). */
+  idleTimeout?: number;
+  /** Seconds to wait for a connection (default 10). */
+  connectTimeout?: number;
+}
+
+/**
+ * A postgres.js client for tests: `max` connections (default 1), notices
+ * silenced, a short idle timeout so test processes exit. Call `await sql.end()`.
+ */
+export function connect(url: string, opts: ConnectOptions = {}): Sql {
+  return postgres(url, {
+    max: opts.max ?? 1,
+    idle_timeout: opts.idleTimeout ?? 1,
+    connect_timeout: opts.connectTimeout ?? 10,
+    onnotice: () => {},
+  });
+}
+
+/** Runs `select 1` against `url`; resolves to null when it works, else to the error. */
+async function probe(url: string, timeoutSeconds = 2): Promise<Error | null> {
+  const sql = postgres(url, { max: 1, connect_timeout: timeoutSeconds, idle_timeout: 1, onnotice: () => {} });
+  try {
+    await sql.unsafe("select 1");
+    return null;
+  } catch (err) {
+    return err as Error;
+  } finally {
+    await sql.end({ timeout: 1 }).catch(() => {});
+  }
+}
+
+/** Probes `url`; when only its database is missing (3D000), creates it through `postgres`. */
+async function probeOrCreate(url: string): Promise<boolean> {
+  const err = await probe(url);
+  if (!err) return true;
+  if ((err as { code?: string }).code !== "3D000") return false;
+  const u = new URL(url);
+  const name = decodeURIComponent(u.pathname.slice(1));
+  u.pathname = "/postgres";
+  const admin = postgres(u.href, { max: 1, connect_timeout: 2, idle_timeout: 1, onnotice: () => {} });
+  try {
+    await admin.unsafe(`create database "${name.replaceAll('"', '""')}"`);
+  } catch {
+    // A concurrent test process may have created it first; the probe decides.
+  } finally {
+    await admin.end({ timeout: 1 }).catch(() => {});
+  }
+  return (await probe(url)) === null;
+}
+
+/** Starts the first local cluster with `pg_ctlcluster` (Debian/Ubuntu); false if that is impossible. */
+function startLocalCluster(): boolean {
+  try {
+    const clusters = execFileSync("pg_lsclusters", ["-h"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
+    const version = clusters.trim().split("\n")[0]?.split(/\s+/)[0];
+    if (!version) return false;
+    execFileSync("pg_ctlcluster", ["--skip-systemctl-redirect", version, "main", "start"], {
+      stdio: "ignore",
+      timeout: 30_000,
+    });
+    return true;
+  } catch {
+    return false; // not installed, not permitted, or already running
+  }
+}
+
+/** True when a Docker engine answers `GET /_ping` on /var/run/docker.sock within 1 s. */
+function dockerAnswers(): Promise<boolean> {
+  return new Promise((resolve) => {
+    const req = request({ socketPath: "/var/run/docker.sock", path: "/_ping", timeout: 1000 }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    });
+    req.on("timeout", () => req.destroy());
+    req.on("error", () => resolve(false));
+    req.end();
+  });
+}
+
+interface StartedContainer {
+  getConnectionUri(): string;
+}
+
+/** Starts a testcontainers PostgreSQL; null when the module is not installed or it fails. */
+async function startContainer(): Promise<string | null> {
+  if (!(await dockerAnswers())) return null;
+  const specifier = "@testcontainers/postgresql"; // not a dependency: resolved only if installed
+  try {
+    const mod = (await import(specifier)) as {
+      PostgreSqlContainer: new (image: string) => { start(): Promise<StartedContainer> };
+    };
+    const container = await new mod.PostgreSqlContainer("postgres:16-alpine").start();
+    return container.getConnectionUri(); // testcontainers' reaper removes it when the process exits
+  } catch {
+    return null;
+  }
+}
+
+async function resolveUrl(): Promise<string | null> {
+  const env = process.env.DATABASE_URL;
+  if (env) return env;
+  if (await probeOrCreate(LOCAL_URL)) return LOCAL_URL;
+  if (startLocalCluster() && (await probeOrCreate(LOCAL_URL))) return LOCAL_URL;
+  return await startContainer();
+}
+
+let memo: Promise<string | null> | undefined;
+
+/**
+ * The database URL for this process (memoised): `DATABASE_URL`, else the local
+ * server, else a testcontainers PostgreSQL when Docker answers, else null.
+ */
+export function databaseUrl(): Promise<string | null> {
+  memo ??= resolveUrl();
+  return memo;
+}
+
+const HOW = `Set DATABASE_URL, start a local server (${LOCAL_URL}) or run Docker for testcontainers.`;
+const NOTICE = `keyq tests: NO POSTGRES FOUND — database tests skipped. ${HOW}`;
+
+let noticed = false;
+
+/** Prints the notice once per process, and once per `node --test` run (children share a marker). */
+function noticeOnce(): void {
+  if (noticed) return;
+  noticed = true;
+  try {
+    writeFileSync(join(tmpdir(), `keyq-tests-nodb-${process.ppid}`), "", { flag: "wx" });
+  } catch {
+    return; // a sibling test process already printed it
+  }
+  process.stderr.write(`\n${"!".repeat(100)}\n!! ${NOTICE}\n${"!".repeat(100)}\n\n`);
+}
+
+/**
+ * The `skip` value for database tests: `false` when a database was found, a
+ * reason string otherwise (after one loud notice). Throws when `CI` is set and
+ * no database was found.
+ *
+ * @example
+ * ```ts
+ * import { test } from "node:test";
+ * import { dbSkip } from "./helpers/db.ts";
+ * test("needs Postgres", { skip: await dbSkip() }, async () => {});
+ * ```
+ */
+export async function dbSkip(): Promise<string | false> {
+  if (await databaseUrl()) return false;
+  if (process.env.CI) {
+    throw new Error(`keyq tests: NO POSTGRES FOUND and CI is set: CI must never skip database tests. ${HOW}`);
+  }
+  noticeOnce();
+  return "no Postgres found (set DATABASE_URL)";
+}
+
+/** True when a database was found (same rules and notice as `dbSkip`). */
+export async function dbAvailable(): Promise<boolean> {
+  return (await dbSkip()) === false;
+}
+
+/** The URL, or an error when there is none: for use inside tests guarded by `dbSkip`. */
+export async function requireDatabase(): Promise<string> {
+  const url = await databaseUrl();
+  if (!url) throw new Error(`keyq tests: NO POSTGRES FOUND. ${HOW}`);
+  return url;
+}
+
+/** A unique lowercase schema name, `<prefix>_<8 hex>`, that is a valid identifier. */
+export function freshSchema(prefix = "t"): string {
+  if (!/^[a-z_][a-z0-9_]{0,40}$/.test(prefix)) throw new Error(`Invalid schema prefix ${JSON.stringify(prefix)}`);
+  return `${prefix}_${randomBytes(4).toString("hex")}`;
+}
+
+/** Drops `schema` (if it exists) with everything in it, on a connection of its own. */
+export async function dropSchema(url: string, schema: string): Promise<void> {
+  const sql = connect(url);
+  try {
+    await sql.unsafe(`drop schema if exists "${schema.replaceAll('"', '""')}" cascade`);
+  } finally {
+    await sql.end();
+  }
+}
+
+/** A new in-memory PGlite (PostgreSQL in WebAssembly; about 4 s to start). Call `await db.close()`. */
+export async function startPGlite(): Promise<PGlite> {
+  const { PGlite } = await import("@electric-sql/pglite");
+  const db = new PGlite();
+  await db.waitReady;
+  return db;
+}
