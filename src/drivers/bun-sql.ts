@@ -1,0 +1,80 @@
+/**
+ * `Bun.SQL` adapter (Bun's built-in Postgres client). Typed structurally;
+ * this module does not import `"bun"`.
+ *
+ * @module
+ */
+import type { Driver, Executor, Row, SqlParam } from "../driver.ts";
+
+/** The part of a `Bun.SQL` instance or transaction the adapter uses. */
+export interface BunSqlQueryable {
+  /** `sql.unsafe(text, values)`; without values the text may hold several statements. */
+  unsafe(text: string, values?: SqlParam[]): PromiseLike<unknown[]>;
+}
+
+/** The part of a `Bun.SQL` instance the adapter uses. */
+export interface BunSqlLike extends BunSqlQueryable {
+  /** `sql.begin(fn)`: BEGIN … COMMIT on one reserved connection, ROLLBACK on a throw. */
+  begin(fn: (tx: BunSqlQueryable) => Promise<{ value: unknown }>): PromiseLike<{ value: unknown }>;
+}
+
+/**
+ * Bun puts its own code in `code` (`ERR_POSTGRES_SERVER_ERROR`) and the SQLSTATE
+ * in `errno`. Rethrow server errors with `code` = SQLSTATE (and `bunCode`, `cause`).
+ */
+function normalise(err: unknown): unknown {
+  const e = err as { errno?: unknown; code?: unknown; message?: unknown } | null;
+  if (!e || typeof e.errno !== "string" || e.code === e.errno) return err;
+  const out = new Error(String(e.message), { cause: err });
+  return Object.assign(out, { ...e, name: "PostgresError", code: e.errno, bunCode: e.code });
+}
+
+/**
+ * Bun JSON-encodes a string bound to a `json`/`jsonb` parameter, storing a JSON
+ * string scalar instead of the document (oven-sh/bun#28819). Casting through
+ * `text` makes the parameter a text one, which Bun sends verbatim.
+ */
+const viaText = (text: string): string => text.replace(/(\$\d+)\s*::\s*(jsonb?)\b/gi, "$1::text::$2");
+
+async function run(q: BunSqlQueryable, text: string, params?: readonly SqlParam[]): Promise<Row[]> {
+  try {
+    const res = params === undefined ? await q.unsafe(text) : await q.unsafe(viaText(text), [...params]);
+    // Several statements resolve to an array of result arrays: return the last one's rows.
+    if (params === undefined && Array.isArray(res[0])) return [...(res.at(-1) as Row[])];
+    return [...(res as Row[])];
+  } catch (err) {
+    throw normalise(err);
+  }
+}
+
+/**
+ * Wraps a `Bun.SQL` instance (Postgres). Transactions use `sql.begin`, which
+ * reserves one pooled connection; server errors are rethrown with the SQLSTATE
+ * in `code` (Bun's own code moves to `bunCode`, the original is `cause`).
+ * Parameters cast as `$n::json`/`$n::jsonb` are sent as `$n::text::jsonb`, so
+ * JSON text arrives as a document (a bare `$n` in a jsonb column would not).
+ *
+ * @example
+ * ```ts
+ * import { fromBunSql } from "keyq/bun-sql";
+ * const sql = new Bun.SQL("postgres://postgres@127.0.0.1:5432/test");
+ * const db = fromBunSql(sql);
+ * await db.transaction!((tx) => tx.query("select $1::text as hi", ["hello"]));
+ * await sql.close();
+ * ```
+ */
+export function fromBunSql(sql: BunSqlLike): Driver {
+  return {
+    name: "bun-sql",
+    query: (text, params) => run(sql, text, params),
+    async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
+      // Boxed: `begin` would await the items of an array that `fn` returns.
+      try {
+        const box = await sql.begin(async (tx) => ({ value: await fn({ query: (t, p) => run(tx, t, p) }) }));
+        return box.value as T;
+      } catch (err) {
+        throw normalise(err); // BEGIN/COMMIT failures; errors already normalised pass through
+      }
+    },
+  };
+}

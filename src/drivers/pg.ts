@@ -1,0 +1,99 @@
+/**
+ * node-postgres (`pg`) adapter, typed structurally: it imports nothing from `pg`.
+ * @module
+ */
+import type { Driver, Executor, Row, SqlParam } from "../driver.ts";
+
+/** The part of a `pg` `Client` the adapter uses. */
+export interface PgClientLike {
+  /** Without values: the simple protocol, an array of results for several statements. */
+  query(text: string, values?: SqlParam[]): Promise<{ rows: Row[] } | { rows: Row[] }[]>;
+}
+
+/** A client checked out of a pool. */
+export interface PgPoolClientLike extends PgClientLike {
+  /** Back to the pool; with an error the pool discards the connection. */
+  release(err?: Error | boolean): void;
+  /** A connection lost while checked out emits `error`: unheard, it crashes the process. */
+  on(event: "error", listener: (err: Error) => void): unknown;
+  /** Removes the listener again. */
+  removeListener(event: "error", listener: (err: Error) => void): unknown;
+}
+
+/** The part of a `pg` `Pool` the adapter uses (`totalCount` tells it from a `Client`). */
+export interface PgPoolLike extends PgClientLike {
+  /** Checks one client out. */
+  connect(): Promise<PgPoolClientLike>;
+  /** The number of connections. */
+  readonly totalCount: number;
+}
+
+async function run(c: PgClientLike, text: string, params?: readonly SqlParam[]): Promise<Row[]> {
+  const res = params === undefined ? await c.query(text) : await c.query(text, [...params]);
+  return Array.isArray(res) ? (res.at(-1)?.rows ?? []) : res.rows; // several statements: the last one's rows
+}
+
+/** BEGIN … COMMIT on `c`; ROLLBACK when anything throws; `broken` hears of a failed ROLLBACK. */
+async function inTx<T>(c: PgClientLike, fn: (tx: Executor) => Promise<T>, broken: (e: Error) => void): Promise<T> {
+  try {
+    await c.query("begin");
+    const out = await fn({ query: (text, params) => run(c, text, params) });
+    await c.query("commit");
+    return out;
+  } catch (e) {
+    await c.query("rollback").catch(broken);
+    throw e;
+  }
+}
+
+function poolDriver(pool: PgPoolLike): Driver {
+  return {
+    name: "pg",
+    query: (text, params) => run(pool, text, params),
+    async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
+      const client = await pool.connect();
+      let failure: Error | undefined;
+      const broken = (e: Error) => void (failure ??= e);
+      client.on("error", broken);
+      try {
+        return await inTx(client, fn, broken);
+      } finally {
+        client.removeListener("error", broken);
+        client.release(failure);
+      }
+    },
+  };
+}
+
+function clientDriver(client: PgClientLike): Driver {
+  let turn: Promise<unknown> = Promise.resolve();
+  const serial = <T>(job: () => Promise<T>): Promise<T> => {
+    const next = turn.then(job, job);
+    turn = next.catch(() => undefined);
+    return next;
+  };
+  return {
+    name: "pg",
+    query: (text, params) => serial(() => run(client, text, params)),
+    transaction: <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => serial(() => inTx(client, fn, () => {})),
+  };
+}
+
+/**
+ * Wraps a node-postgres `Pool` or connected `Client`. With a `Pool` each
+ * transaction runs on one checked-out client, and a broken one is discarded.
+ * A `Client` is one connection: the driver serialises its queries and
+ * transactions (inside `transaction(fn)` use only `tx`); its owner handles its `error` events.
+ *
+ * @example
+ * ```ts
+ * import pg from "pg";
+ * import { fromPg } from "keyq/pg";
+ * const pool = new pg.Pool({ connectionString: "postgres://postgres@127.0.0.1:5432/test" });
+ * console.log(await fromPg(pool).query("select $1::text as hi", ["hello"]));
+ * await pool.end();
+ * ```
+ */
+export function fromPg(poolOrClient: PgPoolLike | PgClientLike): Driver {
+  return "totalCount" in poolOrClient ? poolDriver(poolOrClient) : clientDriver(poolOrClient);
+}
