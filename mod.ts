@@ -18,7 +18,8 @@
  */
 
 export { keyq } from "./src/client.ts";
-export type { Keyq, KeyqOptions } from "./src/client.ts";
+export type { ConsumerOptions, Keyq, KeyqOptions } from "./src/client.ts";
+export type { DeadLetters } from "./src/dlq.ts";
 export type { Consumer } from "./src/consumer.ts";
 export type { Driver, Executor, Row, SqlParam } from "./src/driver.ts";
 export { KeyqError } from "./src/errors.ts";

@@ -7,6 +7,7 @@
 
 import * as v from "valibot";
 import { type Consumer, type ConsumerContext, plainConsumer } from "./consumer.ts";
+import { type DeadLetters, deadLetters } from "./dlq.ts";
 import type { Driver, Executor } from "./driver.ts";
 import { KeyqError } from "./errors.ts";
 import { migrate, migrationSql } from "./migrate.ts";
@@ -14,6 +15,7 @@ import type { PayloadSchema } from "./payload.ts";
 import { send, sendBatch } from "./producer.ts";
 import { call } from "./sql.ts";
 import type {
+  Duration,
   MaintainReport,
   MigrateResult,
   QueueInfo,
@@ -59,7 +61,19 @@ export interface Keyq {
   /** Rotation and housekeeping for one queue or all; skips queues another caller holds. */
   maintain(queue?: string, options?: { forceRotate?: boolean }): Promise<MaintainReport[]>;
   /** A plain consumer: one cursor reading every event in order. */
-  consumer<P = unknown>(queue: string, name: string): Consumer<P>;
+  consumer<P = unknown>(queue: string, name: string, options?: ConsumerOptions): Consumer<P>;
+  /** Dead letters: list, count, replay, replay a key in order, purge. */
+  readonly dlq: DeadLetters;
+}
+
+/** Per-consumer overrides of the queue's retry policy. */
+export interface ConsumerOptions {
+  /** Failed deliveries before dead-lettering (overrides the queue's). */
+  maxRetries?: number;
+  /** First retry delay (overrides the queue's). */
+  retryBase?: Duration;
+  /** Longest retry delay (overrides the queue's). */
+  retryCap?: Duration;
 }
 
 const optionsSchema = v.strictObject({
@@ -77,6 +91,22 @@ const settingsSchema = v.strictObject({
   retryBase: v.optional(duration),
   retryCap: v.optional(duration),
 });
+
+const consumerSchema = v.strictObject({
+  maxRetries: v.optional(int(0, 1_000_000)),
+  retryBase: v.optional(duration),
+  retryCap: v.optional(duration),
+});
+
+/** Validates consumer overrides; durations in seconds for the engine. */
+export function consumerSettings(options: unknown): Record<string, number> {
+  const o = parse(consumerSchema, options, "consumer options");
+  const out: Record<string, number> = {};
+  if (o.maxRetries !== undefined) out.maxRetries = o.maxRetries;
+  if (o.retryBase !== undefined) out.retryBase = durationMs("retryBase", o.retryBase, 1)! / 1000;
+  if (o.retryCap !== undefined) out.retryCap = durationMs("retryCap", o.retryCap, 1)! / 1000;
+  return out;
+}
 
 /** Validates queue settings and converts durations to seconds for the engine. */
 function settingsJson(settings: unknown, allowTables: boolean): Record<string, number> {
@@ -180,6 +210,7 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
       for (const q of queues) out.push(await maintainOne(q.name, force));
       return out;
     },
-    consumer: (queue, name) => plainConsumer(ctx(queue), queue, name),
+    consumer: (queue, name, opts) => plainConsumer(ctx(queue), queue, name, consumerSettings(opts ?? {})),
+    dlq: deadLetters(driver, schema),
   };
 }

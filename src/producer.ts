@@ -11,12 +11,17 @@ import { KeyqError } from "./errors.ts";
 import { checkPayload, type PayloadSchema } from "./payload.ts";
 import { call } from "./sql.ts";
 import type { SendInput, SendResult } from "./types.ts";
-import { checkName, parse, payloadJson } from "./validate.ts";
+import { checkName, duration, durationMs, parse, payloadJson } from "./validate.ts";
+
+/** SQS's dedup window: a dedup key without a ttl stays live for 5 minutes. */
+const DEFAULT_TTL_MS = 5 * 60_000;
 
 const eventSchema = v.strictObject({
   type: v.pipe(v.string("expected a string"), v.minLength(1, "expected 1–200 characters"), v.maxLength(200, "expected 1–200 characters")),
   payload: v.unknown(),
   key: v.optional(v.nullable(v.pipe(v.string("expected a string or null"), v.maxLength(1000, "expected at most 1,000 characters")))),
+  dedupKey: v.optional(v.pipe(v.string("expected a string"), v.minLength(1, "expected a non-empty string (1–512 characters)"), v.maxLength(512, "expected 1–512 characters"))),
+  ttl: v.optional(duration),
 });
 
 /** What the engine's `send_batch` takes per event. */
@@ -24,6 +29,9 @@ interface WireEvent {
   type: string;
   key: string | null;
   payload: unknown;
+  dedupKey?: string;
+  /** Seconds. */
+  ttl?: number;
 }
 
 /** Validates one event and prepares it for the wire. */
@@ -40,8 +48,17 @@ async function prepare(
   }
   const e = parse(eventSchema, input, where);
   payloadJson(e.payload, where);
+  if (e.ttl !== undefined && e.dedupKey === undefined) {
+    throw new KeyqError("INVALID_INPUT", `Option "ttl" of ${where} needs a "dedupKey"; add one or drop the ttl.`, { field: "ttl" });
+  }
+  const ttlMs = e.dedupKey === undefined ? undefined : durationMs("ttl", e.ttl ?? DEFAULT_TTL_MS, 1);
   const payload = await checkPayload(schema, e.payload, `${where} (queue "${queue}")`);
-  return { type: e.type, key: e.key ?? null, payload };
+  const wire: WireEvent = { type: e.type, key: e.key ?? null, payload };
+  if (e.dedupKey !== undefined) {
+    wire.dedupKey = e.dedupKey;
+    wire.ttl = ttlMs! / 1000;
+  }
+  return wire;
 }
 
 /** Appends one event and returns its id. */
@@ -54,13 +71,14 @@ export async function send(
 ): Promise<SendResult> {
   checkName("queue", queue);
   const e = await prepare(queue, input, payloadSchema, "the event");
-  const id = await call<string>(exec, schemaName, "send", [
+  return await call<SendResult>(exec, schemaName, "send", [
     ["queue", "text", queue],
     ["type", "text", e.type],
     ["payload", "jsonb", payloadJson(e.payload, "the event")],
     ["key", "text", e.key],
+    ["dedup_key", "text", e.dedupKey ?? null],
+    ["ttl", "float8", e.ttl ?? null],
   ]);
-  return { id };
 }
 
 /** Appends many events in one statement, in array order; returns their ids in the same order. */
@@ -80,9 +98,8 @@ export async function sendBatch(
   for (let i = 0; i < inputs.length; i++) {
     wire.push(await prepare(queue, inputs[i] as SendInput, payloadSchema, `event ${i}`));
   }
-  const ids = await call<string[]>(exec, schemaName, "send_batch", [
+  return await call<SendResult[]>(exec, schemaName, "send_batch", [
     ["queue", "text", queue],
     ["events", "jsonb", JSON.stringify(wire)],
   ]);
-  return ids.map((id) => ({ id }));
 }

@@ -47,6 +47,14 @@ export interface SendInput<P = unknown> {
   payload: P;
   /** Partition key (tenant, aggregate id…): the unit of exclusion and order. */
   key?: string | null;
+  /**
+   * Producer dedup key: while it is live, another send with the same key
+   * appends nothing and returns the original id. Name the effect, not just the
+   * entity: `migrate:${tenant}:${version}`, not `tenant`.
+   */
+  dedupKey?: string;
+  /** How long `dedupKey` stays live (default 5 minutes). */
+  ttl?: Duration;
 }
 
 /** Options of `send` and `sendBatch`. */
@@ -60,8 +68,10 @@ export interface SendOptions {
 
 /** What `send` returns per event. */
 export interface SendResult {
-  /** The event id (a bigint, as a decimal string). */
+  /** The event id (a bigint, as a decimal string); the original one when deduped. */
   id: string;
+  /** True when a live `dedupKey` matched, so nothing was appended. */
+  deduped: boolean;
 }
 
 /** An event as a handler receives it. */
@@ -116,13 +126,35 @@ export interface QueueInfo {
   createdAt: string;
 }
 
-/** Handles one event inside the batch transaction `tx`. */
+/**
+ * Handles one event inside the batch transaction `tx`. Throwing fails this
+ * event only: its writes through `tx` roll back (a savepoint), it is retried
+ * with backoff, and the batch goes on.
+ */
 export type EventHandler<P = unknown> = (event: KeyqEvent<P>, tx: Executor) => Promise<void> | void;
 
-/** Options of one batch. */
+/** What a batch handler gets besides the events. */
+export interface BatchContext {
+  /** The batch transaction. */
+  tx: Executor;
+  /** Marks one event failed (retried with backoff, or dead-lettered). */
+  fail(event: KeyqEvent<unknown>, error: unknown): void;
+}
+
+/**
+ * Handles a whole batch. Throwing rolls the whole batch back (nothing is
+ * recorded; the same events come again); `fail` fails single events.
+ */
+export type BatchHandler<P = unknown> = (events: KeyqEvent<P>[], ctx: BatchContext) => Promise<void> | void;
+
+/** Options of one batch: give `handler` (per event) or `handleBatch`. */
 export interface BatchOptions<P = unknown> {
   /** Called once per event, in order, inside the batch transaction. */
-  handler: EventHandler<P>;
+  handler?: EventHandler<P>;
+  /** Called once per batch with all its events. */
+  handleBatch?: BatchHandler<P>;
+  /** Called for each failed event (logging); its errors are ignored. */
+  onError?: (error: unknown, event: KeyqEvent<P>) => void;
   /** Most events in one batch (1–10,000, default 100). */
   maxEvents?: number;
   /** `statement_timeout` of the batch transaction (default 30 s). */
@@ -135,6 +167,10 @@ export interface BatchOptions<P = unknown> {
 export interface BatchReport {
   /** Events delivered to the handler. */
   events: number;
+  /** Events that failed and were scheduled for a retry. */
+  retried: number;
+  /** Events that failed for the last time and went to the dead letters. */
+  deadLettered: number;
   /** True when another worker held the cursor, so nothing was read. */
   busy: boolean;
 }
@@ -151,6 +187,8 @@ export interface RunOptions<P = unknown> extends BatchOptions<P> {
 export interface RunReport {
   batches: number;
   events: number;
+  retried: number;
+  deadLettered: number;
   /** True when the ticker wrote a tick. */
   ticked: boolean;
   /** Milliseconds spent. */
@@ -184,4 +222,36 @@ export interface MaintainReport {
   skipped: boolean;
   rotation?: { rotated: boolean; reason?: string; table?: number };
   ticksPruned?: number;
+  dedupExpired?: number;
+}
+
+/** A dead-lettered event. */
+export interface DeadLetter<P = unknown> {
+  /** The dead letter's id (use it with `dlq.replay`). */
+  id: string;
+  queue: string;
+  /** The consumer that gave up on it; replay goes back to it only. */
+  consumer: string;
+  slot: number;
+  eventId: string;
+  type: string;
+  key: string | null;
+  payload: P;
+  time: string;
+  /** Deliveries that failed (maxRetries + 1). */
+  attempts: number;
+  /** The last error: message, and code/name when the error had them. */
+  error: { message: string; code?: string; name?: string } | null;
+  deadAt: string;
+}
+
+/** Filters of the dead-letter calls. Durations count back from now. */
+export interface DeadLetterFilter {
+  queue?: string;
+  consumer?: string;
+  key?: string;
+  /** Only those dead for longer than this. */
+  olderThan?: Duration;
+  /** Only those dead for less than this. */
+  newerThan?: Duration;
 }

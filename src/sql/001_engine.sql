@@ -53,6 +53,17 @@ create table :KEYQ_SCHEMA.tick (
   primary key (queue_id, tick_id)
 );
 
+-- Producer dedup (the SQS/NATS model): one live event per (queue, key) until
+-- expires_at. Claimed with INSERT … ON CONFLICT in the sending transaction.
+create table :KEYQ_SCHEMA.dedup (
+  queue_id   int not null references :KEYQ_SCHEMA.queue on delete cascade,
+  dedup_key  text not null,
+  ev_id      bigint not null,
+  expires_at timestamptz not null,
+  primary key (queue_id, dedup_key)
+);
+create index on :KEYQ_SCHEMA.dedup (queue_id, expires_at);
+
 create table :KEYQ_SCHEMA.consumer (
   consumer_id   int primary key generated always as identity,
   queue_id      int not null references :KEYQ_SCHEMA.queue on delete cascade,
@@ -223,36 +234,78 @@ $$;
 
 -- Producer --------------------------------------------------------------------
 
--- events: a JSON array of {type, key, payload}. Ids are allocated in array
--- order, so one call keeps its order inside the window.
+-- Claims dedup key k for ttl seconds: a new event id when the key is free or
+-- expired, else the live event's id. Concurrent claimers of one key wait on
+-- the first one's unique index entry, so exactly one of them inserts.
+create function :KEYQ_SCHEMA.claim_dedup(q :KEYQ_SCHEMA.queue, k text, ttl float8,
+                                         out id bigint, out deduped boolean)
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+begin
+  loop
+    insert into :KEYQ_SCHEMA.dedup as d (queue_id, dedup_key, ev_id, expires_at)
+    values (q.queue_id, k, nextval(q.event_seq), now() + make_interval(secs => coalesce(ttl, 300)))
+    on conflict (queue_id, dedup_key) do update
+       set ev_id = excluded.ev_id, expires_at = excluded.expires_at
+     where d.expires_at <= now()
+    returning d.ev_id into id;
+    if found then deduped := false; return; end if;
+    select d.ev_id into id from :KEYQ_SCHEMA.dedup d where d.queue_id = q.queue_id and d.dedup_key = k;
+    if found then deduped := true; return; end if;
+    -- The live row expired and was collected between the two statements: claim again.
+  end loop;
+end $$;
+
+create function :KEYQ_SCHEMA.send(queue text, type text, payload jsonb, key text default null,
+                                  dedup_key text default null, ttl float8 default null) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); c record;
+begin
+  if dedup_key is null then
+    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
+    values (q.queue_id, q.cur_table, nextval(q.event_seq), type, key, payload)
+    returning ev_id into c;
+    return jsonb_build_object('id', c.ev_id::text, 'deduped', false);
+  end if;
+  c := :KEYQ_SCHEMA.claim_dedup(q, dedup_key, ttl);
+  if not c.deduped then
+    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
+    values (q.queue_id, q.cur_table, c.id, type, key, payload);
+  end if;
+  return jsonb_build_object('id', c.id::text, 'deduped', c.deduped);
+end $$;
+
+-- events: a JSON array of {type, key, payload, dedupKey?, ttl?}. Ids are
+-- allocated in array order, so one call keeps its order inside the window.
 create function :KEYQ_SCHEMA.send_batch(queue text, events jsonb) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
-declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); ids jsonb;
+declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); out jsonb := '[]'; e jsonb;
 begin
-  with ins as (
-    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-    select q.queue_id, q.cur_table, nextval(q.event_seq), e.v->>'type', e.v->>'key', e.v->'payload'
-    from jsonb_array_elements(events) with ordinality as e(v, ord)
-    returning ev_id
-  )
-  select coalesce(jsonb_agg(ev_id::text order by ev_id), '[]') into ids from ins;
-  return ids;
-end $$;
-
-create function :KEYQ_SCHEMA.send(queue text, type text, payload jsonb, key text default null) returns jsonb
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-#variable_conflict use_variable
-declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); id bigint;
-begin
-  insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-  values (q.queue_id, q.cur_table, nextval(q.event_seq), type, key, payload)
-  returning ev_id into id;
-  return to_jsonb(id::text);
+  if not jsonb_path_exists(events, '$[*].dedupKey') then
+    -- The common path: one set-based insert.
+    with ins as (
+      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
+      select q.queue_id, q.cur_table, nextval(q.event_seq), x.v->>'type', x.v->>'key', x.v->'payload'
+      from jsonb_array_elements(events) with ordinality as x(v, ord)
+      returning ev_id
+    )
+    select coalesce(jsonb_agg(jsonb_build_object('id', ev_id::text, 'deduped', false) order by ev_id), '[]')
+      into out from ins;
+    return out;
+  end if;
+  for e in select x.v from jsonb_array_elements(events) with ordinality as x(v, ord) order by x.ord loop
+    out := out || :KEYQ_SCHEMA.send(queue, e->>'type', e->'payload', e->>'key',
+                                   e->>'dedupKey', (e->>'ttl')::float8);
+  end loop;
+  return out;
 end $$;
 
 -- Ticker ----------------------------------------------------------------------
@@ -344,8 +397,8 @@ create function :KEYQ_SCHEMA.event_json(e :KEYQ_SCHEMA.event, retry int default 
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select jsonb_build_object('id', e.ev_id::text, 'type', e.ev_type, 'key', e.ev_key,
-                            'payload', e.ev_data, 'time', e.ev_time, 'retry', retry)
+  select jsonb_build_object('id', e.ev_id::text, 'txid', e.ev_txid::text, 'type', e.ev_type,
+                            'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry)
 $$;
 
 -- Consumers -------------------------------------------------------------------
@@ -367,6 +420,9 @@ begin
     if c.kind <> kind then
       raise exception 'Consumer "%" of queue "%" is a % consumer, not %; use another consumer name.', consumer, queue, c.kind, kind
         using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
+    end if;
+    if c.settings is distinct from settings then
+      update :KEYQ_SCHEMA.consumer k set settings = subscribe.settings where k.consumer_id = c.consumer_id;
     end if;
     if c.slots <> slots then
       raise exception 'Consumer "%" of queue "%" has % slots, persisted when it was created; pass slots: % or use another consumer name.', consumer, queue, c.slots, c.slots
@@ -392,56 +448,6 @@ begin
   delete from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;
   get diagnostics n = row_count;
   return jsonb_build_object('removed', n > 0);
-end $$;
-
--- One batch of a plain consumer: lock the cursor (skip if another batch holds
--- it), open the window up to the newest tick if none is open, read up to
--- max_events after the durable position, and move the position — all inside
--- the caller's batch transaction, so a rollback undoes it.
-create function :KEYQ_SCHEMA.receive(queue text, consumer text, max_events int) returns jsonb
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-#variable_conflict use_variable
-declare
-  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
-  cur :KEYQ_SCHEMA.cursor;
-  s1 pg_snapshot;
-  s2 pg_snapshot;
-  evs :KEYQ_SCHEMA.event[];
-  n int;
-  last :KEYQ_SCHEMA.event;
-begin
-  select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0
-    for update skip locked;
-  if not found then
-    return jsonb_build_object('busy', true, 'events', '[]'::jsonb);
-  end if;
-  if cur.end_tick_id is null then
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
-    if cur.end_tick_id is null then
-      return jsonb_build_object('busy', false, 'events', '[]'::jsonb);
-    end if;
-  end if;
-  select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
-  select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
-  select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events(
-    c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), max_events + 1) w;
-  n := coalesce(array_length(evs, 1), 0);
-  if n > max_events then
-    last := evs[max_events];
-    update :KEYQ_SCHEMA.cursor set end_tick_id = cur.end_tick_id, last_txid = last.ev_txid,
-           last_id = last.ev_id, polled_at = now(), batch_at = now()
-     where consumer_id = c.consumer_id and slot = 0;
-    evs := evs[1:max_events];
-  else
-    update :KEYQ_SCHEMA.cursor set tick_id = cur.end_tick_id, end_tick_id = null, last_txid = null,
-           last_id = null, polled_at = now(), batch_at = now()
-     where consumer_id = c.consumer_id and slot = 0;
-  end if;
-  return jsonb_build_object('busy', false, 'events',
-    coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i) from generate_subscripts(evs, 1) i), '[]'::jsonb));
 end $$;
 
 -- Maintenance -----------------------------------------------------------------
@@ -507,21 +513,4 @@ begin
   delete from :KEYQ_SCHEMA.tick where queue_id = qid and tick_id < keep;
   get diagnostics n = row_count;
   return n;
-end $$;
-
--- Rotation when due and tick pruning for one queue; skips when another
--- maintainer holds the queue.
-create function :KEYQ_SCHEMA.maintain(queue text, force_rotate boolean default false) returns jsonb
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-#variable_conflict use_variable
-declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); r jsonb;
-begin
-  if not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id)) then
-    return jsonb_build_object('queue', queue, 'skipped', true);
-  end if;
-  r := :KEYQ_SCHEMA.rotate(queue, force_rotate);
-  return jsonb_build_object('queue', queue, 'skipped', false, 'rotation', r,
-                            'ticksPruned', :KEYQ_SCHEMA.prune_ticks(q.queue_id));
 end $$;

@@ -73,7 +73,7 @@ export const basicCases: Case[] = [
       await f.q.createQueue("files");
       await f.q.consumer("files", "audit").subscribe();
       const one = await f.q.send("files", { type: "FileCreated", payload: { path: "/a" }, key: "t1" });
-      const many = await f.q.sendBatch("files", [
+      const many = await f.q.sendBatch<unknown>("files", [
         { type: "FileCreated", payload: { path: "/b" }, key: "t2" },
         { type: "FileDeleted", payload: { path: "/a" }, key: "t1" },
         { type: "Note", payload: "plain string" },
@@ -131,7 +131,7 @@ export const basicCases: Case[] = [
       const first = await c.batch({ maxEvents: 20, handler: (ev) => void got.push(ev.payload) });
       assert.equal(first.events, 20);
       // A failing batch in the middle rolls back and does not lose its place.
-      await assert.rejects(c.batch({ maxEvents: 20, handler: () => { throw new Error("boom"); } }), /boom/);
+      await assert.rejects(c.batch({ maxEvents: 20, handleBatch: () => { throw new Error("boom"); } }), /boom/);
       const second = await c.batch({ maxEvents: 20, handler: (ev) => void got.push(ev.payload) });
       const third = await c.batch({ maxEvents: 20, handler: (ev) => void got.push(ev.payload) });
       assert.deepEqual([second.events, third.events], [20, 10]);
@@ -141,31 +141,57 @@ export const basicCases: Case[] = [
     },
   },
   {
-    name: "a handler that throws rolls the batch back; the same events come again",
+    name: "a batch handler that throws rolls the whole batch back; the same events come again",
     async run(f) {
       await f.q.createQueue("files");
       const c = f.q.consumer("files", "audit");
       await c.subscribe();
       await f.q.sendBatch("files", [{ type: "A", payload: 1 }, { type: "B", payload: 2 }]);
       await f.q.tick("files");
-      let calls = 0;
       await assert.rejects(
         c.batch({
-          handler: async (ev, tx) => {
-            calls++;
-            await tx.query(`create table if not exists "${f.schema}".side (id text)`);
-            await tx.query(`insert into "${f.schema}".side values ($1)`, [ev.id]);
-            if (ev.type === "B") throw new Error("fail on B");
+          handleBatch: async (events, { tx, fail }) => {
+            await tx.query(`create table "${f.schema}".side (id text)`);
+            for (const ev of events) await tx.query(`insert into "${f.schema}".side values ($1)`, [ev.id]);
+            fail(events[0]!, new Error("recorded, then rolled back"));
+            throw new Error("whole batch failed");
           },
         }),
-        /fail on B/,
+        /whole batch failed/,
       );
-      assert.equal(calls, 2);
       const side = await f.raw(`select to_regclass('"${f.schema}".side')::text as t`);
       assert.equal(side[0]!.t, null, "the handler's writes rolled back with the batch");
+      const retries = await f.raw(`select count(*)::int as n from "${f.schema}".retry`);
+      assert.equal(retries[0]!.n, 0, "nothing half-recorded: no retry row");
       const again: string[] = [];
-      await c.batch({ handler: (ev) => void again.push(ev.type) });
-      assert.deepEqual(again, ["A", "B"]);
+      const r = await c.batch({ handler: (ev) => void again.push(`${ev.type}:${ev.retry}`) });
+      assert.deepEqual(again, ["A:0", "B:0"]);
+      assert.equal(r.retried, 0);
+    },
+  },
+  {
+    name: "a handler that throws fails only its event: its writes roll back, the others commit",
+    async run(f) {
+      await f.q.createQueue("files", { retryBase: "1h" });
+      const c = f.q.consumer("files", "audit");
+      await c.subscribe();
+      await f.raw(`create table "${f.schema}".side (id text)`);
+      await f.q.sendBatch("files", ["A", "B", "C"].map((type) => ({ type, payload: null })));
+      await f.q.tick("files");
+      const errors: string[] = [];
+      const r = await c.batch({
+        onError: (err, ev) => errors.push(`${ev.type}:${(err as Error).message}`),
+        handler: async (ev, tx) => {
+          await tx.query(`insert into "${f.schema}".side values ($1)`, [ev.type]);
+          if (ev.type === "B") throw new Error("B failed");
+        },
+      });
+      assert.deepEqual({ events: r.events, retried: r.retried, deadLettered: r.deadLettered }, { events: 3, retried: 1, deadLettered: 0 });
+      assert.deepEqual(errors, ["B:B failed"]);
+      const side = await f.raw(`select id from "${f.schema}".side order by id`);
+      assert.deepEqual(side.map((x) => x.id), ["A", "C"]);
+      const retry = await f.raw(`select ev_type, retry, last_error->>'message' as msg from "${f.schema}".retry`);
+      assert.deepEqual(retry, [{ ev_type: "B", retry: 1, msg: "B failed" }]);
     },
   },
   {
@@ -186,8 +212,11 @@ export const basicCases: Case[] = [
       );
       await f.q.tick("files");
       const sizes: number[] = [];
-      await assert.rejects(c.batch({ handler: (ev) => void sizes.push(ev.payload.size) }), (e: unknown) =>
-        e instanceof KeyqError && e.code === "INVALID_PAYLOAD");
+      const r = await c.batch({ handler: (ev) => void sizes.push(ev.payload.size) });
+      assert.deepEqual(sizes, [1], "the handler never sees the bad payload");
+      assert.equal(r.retried, 1, "a receive-side mismatch is a failure of that event");
+      const retry = await f.raw(`select last_error->>'message' as msg from "${f.schema}".retry`);
+      assert.match(String(retry[0]!.msg), /payload\.path/);
     },
   },
   {
@@ -207,7 +236,7 @@ export const basicCases: Case[] = [
       await rejects(f.q.send("files", { type: "", payload: 1 }), "INVALID_INPUT");
       await rejects(f.q.send("files", { type: "A", payload: 1, key: 5 } as never), "INVALID_INPUT");
       await rejects(f.q.send("files", { type: "A", payload: 1, extra: true } as never), "INVALID_INPUT");
-      await rejects(f.q.sendBatch("files", [{ type: "A", payload: 1 }, { type: "B", payload: 1n }]), "INVALID_PAYLOAD");
+      await rejects(f.q.sendBatch<unknown>("files", [{ type: "A", payload: 1 }, { type: "B", payload: 1n }]), "INVALID_PAYLOAD");
       const c = f.q.consumer("files", "audit");
       for (const maxEvents of [0, -1, 1.5, 10_001]) {
         const err = await rejects(c.batch({ maxEvents, handler: () => {} }), "INVALID_INPUT");

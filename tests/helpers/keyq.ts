@@ -30,7 +30,7 @@ export async function pgFixture(options: Omit<KeyqOptions, "schema"> & { max?: n
     schema,
     sql,
     url,
-    raw: async (text, params) => (await sql.unsafe(text, params ?? [])) as Record<string, unknown>[],
+    raw: async (text, params) => [...(await sql.unsafe(text, params ?? []))].map((r) => ({ ...r })),
     async close() {
       await sql.end({ timeout: 2 });
       await dropSchema(url, schema);

@@ -1,0 +1,96 @@
+/**
+ * Dead letters: list, count, replay (to the consumer that gave up only),
+ * replay a key in original order, purge.
+ *
+ * @module
+ */
+
+import * as v from "valibot";
+import type { Driver } from "./driver.ts";
+import { KeyqError } from "./errors.ts";
+import { call } from "./sql.ts";
+import type { DeadLetter, DeadLetterFilter } from "./types.ts";
+import { checkName, duration, durationMs, int, parse, show } from "./validate.ts";
+
+/** The dead-letter API of a client (`q.dlq`). */
+export interface DeadLetters {
+  /** Dead letters matching `filter`, oldest first (at most `limit`, default 100). */
+  list<P = unknown>(filter?: DeadLetterFilter & { limit?: number; afterId?: string }): Promise<DeadLetter<P>[]>;
+  /** How many dead letters match `filter`. */
+  count(filter?: DeadLetterFilter): Promise<number>;
+  /** Replays dead letters by id to their own consumer; all must exist or nothing changes. */
+  replay(ids: string | readonly string[]): Promise<number>;
+  /** Replays every dead letter of `key` for one consumer, in original order. */
+  replayKey(queue: string, consumer: string, key: string): Promise<number>;
+  /** Replays every dead letter of one consumer. */
+  replayAll(queue: string, consumer: string): Promise<number>;
+  /** Deletes dead letters older than `olderThan` (and matching the rest of the filter). */
+  purge(filter: DeadLetterFilter & { olderThan: DeadLetterFilter["olderThan"] }): Promise<number>;
+}
+
+const filterSchema = v.strictObject({
+  queue: v.optional(v.string()),
+  consumer: v.optional(v.string()),
+  key: v.optional(v.string("expected a string")),
+  olderThan: v.optional(duration),
+  newerThan: v.optional(duration),
+  limit: v.optional(int(1, 10_000)),
+  afterId: v.optional(v.pipe(v.string(), v.regex(/^\d{1,19}$/, "expected a dead-letter id"))),
+});
+
+function filterJson(input: unknown, what: string): Record<string, unknown> {
+  const f = parse(filterSchema, input, what);
+  const out: Record<string, unknown> = {};
+  if (f.queue !== undefined) out.queue = checkName("queue", f.queue);
+  if (f.consumer !== undefined) out.consumer = checkName("consumer", f.consumer);
+  if (f.key !== undefined) out.key = f.key;
+  if (f.olderThan !== undefined) out.olderThan = durationMs("olderThan", f.olderThan)! / 1000;
+  if (f.newerThan !== undefined) out.newerThan = durationMs("newerThan", f.newerThan)! / 1000;
+  if (f.afterId !== undefined) out.afterId = f.afterId;
+  return out;
+}
+
+/** Creates the dead-letter API over `driver` in `schema`. */
+export function deadLetters(driver: Driver, schema: string): DeadLetters {
+  return {
+    async list<P>(filter: DeadLetterFilter & { limit?: number; afterId?: string } = {}) {
+      const limit = parse(filterSchema, filter, "dlq.list filter").limit ?? 100;
+      const { limit: _l, ...rest } = filter;
+      return await call<DeadLetter<P>[]>(driver, schema, "dlq_list", [
+        ["filter", "jsonb", filterJson(rest, "dlq.list filter")],
+        ["lim", "int", limit],
+      ]);
+    },
+    async count(filter = {}) {
+      return await call<number>(driver, schema, "dlq_count", [["filter", "jsonb", filterJson(filter, "dlq.count filter")]]);
+    },
+    async replay(ids) {
+      const list = typeof ids === "string" ? [ids] : ids;
+      if (!Array.isArray(list) || list.length === 0 || !list.every((id) => typeof id === "string" && /^\d{1,19}$/.test(id))) {
+        throw new KeyqError("INVALID_INPUT", `dlq.replay takes dead-letter ids such as "42", not ${show(ids)}; find them with dlq.list().`, {
+          field: "ids",
+        });
+      }
+      return await call<number>(driver, schema, "dlq_replay", [["ids", "jsonb", list]]);
+    },
+    async replayKey(queue, consumer, key) {
+      if (typeof key !== "string") {
+        throw new KeyqError("INVALID_INPUT", `dlq.replayKey needs the key as a string, not ${show(key)}.`, { field: "key" });
+      }
+      const filter = filterJson({ queue, consumer, key }, "dlq.replayKey");
+      return await call<number>(driver, schema, "dlq_replay_where", [["filter", "jsonb", filter]]);
+    },
+    async replayAll(queue, consumer) {
+      const filter = filterJson({ queue, consumer }, "dlq.replayAll");
+      return await call<number>(driver, schema, "dlq_replay_where", [["filter", "jsonb", filter]]);
+    },
+    async purge(filter) {
+      if (filter?.olderThan === undefined) {
+        throw new KeyqError("INVALID_INPUT", 'dlq.purge needs "olderThan" (e.g. "7 days"); use olderThan: 0 to purge all.', {
+          field: "olderThan",
+        });
+      }
+      return await call<number>(driver, schema, "dlq_purge", [["filter", "jsonb", filterJson(filter, "dlq.purge filter")]]);
+    },
+  };
+}
