@@ -115,6 +115,8 @@ export interface WireEvent {
   payload: unknown;
   time: string;
   retry: number;
+  /** True when it came from the consumer's retry rows (a retry or a replay). */
+  redelivered?: boolean;
 }
 
 function toEvent(w: WireEvent, payload: unknown): AnyEvent {
@@ -191,7 +193,7 @@ export async function handleEvents(
       },
     });
   }
-  const retried = wire.filter((w) => w.retry > 0).map((w) => w.id);
+  const retried = wire.filter((w) => w.redelivered).map((w) => w.id);
   if (failed.size === 0 && retried.length === 0) return { retried: 0, deadLettered: 0 };
   return await call(tx, ctx.schema, "ack", [
     ["queue", "text", target.queue],

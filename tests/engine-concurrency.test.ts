@@ -151,3 +151,26 @@ describe("engine under concurrency", () => {
     }
   });
 });
+
+describe("producer dedup under concurrency", () => {
+  test("50 concurrent sends of one dedupKey from 10 connections append exactly one event", { skip }, async () => {
+    const f = await pgFixture({ max: 10 });
+    try {
+      await f.q.createQueue("jobs");
+      const results = await Promise.all(
+        Array.from({ length: 50 }, (_, i) =>
+          f.q.send("jobs", { type: "Migrate", payload: { attempt: i }, key: "t1", dedupKey: "migrate:t1:v7", ttl: "1h" })),
+      );
+      const connections = await f.raw(
+        `select count(*)::int as n from pg_stat_activity where datname = current_database() and application_name = 'postgres.js'`,
+      );
+      assert.ok(Number(connections[0]!.n) >= 8, `used ${connections[0]!.n} connections`);
+      assert.equal(new Set(results.map((r) => r.id)).size, 1, "every caller gets the same id");
+      assert.equal(results.filter((r) => !r.deduped).length, 1, "exactly one caller appended");
+      const events = await f.raw(`select count(*)::int as n from "${f.schema}".event`);
+      assert.equal(events[0]!.n, 1);
+    } finally {
+      await f.close();
+    }
+  });
+});

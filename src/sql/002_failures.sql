@@ -64,7 +64,7 @@ set search_path = pg_catalog, pg_temp
 as $$
   select coalesce(jsonb_agg(jsonb_build_object(
            'id', r.ev_id::text, 'txid', r.ev_txid::text, 'type', r.ev_type, 'key', r.ev_key,
-           'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry)
+           'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true)
            order by r.due_at, r.ev_txid, r.ev_id), '[]')
   from (select * from :KEYQ_SCHEMA.retry
          where consumer_id = cid and slot = s and due_at <= clock_timestamp()
