@@ -2,7 +2,8 @@
  * Checks that the npm manifest (package.json), the JSR manifest (jsr.json) and
  * deno.json agree: same version, same subpath exports (npm points at built
  * files, "./dist/src/drivers/x.js" ↔ "./src/drivers/x.ts"), every export
- * target exists, and every driver in src/drivers/ is exported.
+ * target exists, every driver in src/drivers/ is exported, and deno.json
+ * maps "keyq" and "keyq/<sub>" to the same sources (for Deno tests and doc checks).
  *
  *   node --import tsx scripts/check-exports.ts [--dist]
  *
@@ -90,6 +91,18 @@ function compare(aName: string, a: Map<string, string>, bName: string, b: Map<st
 compare("jsr.json", jsrExports, "package.json (as source)", npm);
 compare("jsr.json", jsrExports, "deno.json", denoExports);
 
+// deno.json maps "keyq" and "keyq/<sub>" to the sources, so examples and tests resolve them in Deno.
+const denoImports = (deno.imports ?? {}) as Json;
+for (const [sub, target] of jsrExports) {
+  const name = `keyq${sub.slice(1)}`;
+  if (denoImports[name] !== target) problems.push(`deno.json imports["${name}"] must be "${target}".`);
+}
+for (const name of Object.keys(denoImports)) {
+  if ((name === "keyq" || name.startsWith("keyq/")) && !jsrExports.has(`.${name.slice(4)}`)) {
+    problems.push(`deno.json imports["${name}"] names no export of jsr.json.`);
+  }
+}
+
 // Every driver adapter in src/drivers/ must be a subpath export.
 const driversDir = join(root, "src/drivers");
 const drivers = existsSync(driversDir) ? readdirSync(driversDir).filter((f) => f.endsWith(".ts")) : [];
@@ -98,7 +111,8 @@ for (const file of drivers) {
   if (![...jsrExports.values()].includes(target)) {
     const sub = `./${file.slice(0, -3)}`;
     problems.push(
-      `${target} is not exported: add "${sub}": "${target}" to jsr.json and deno.json exports, and ` +
+      `${target} is not exported: add "${sub}": "${target}" to jsr.json and deno.json exports, ` +
+        `"keyq${sub.slice(1)}": "${target}" to deno.json imports, and ` +
         `"${sub}": { "types": "./dist/src/drivers/${file.slice(0, -3)}.d.ts", "default": "./dist/src/drivers/${
           file.slice(0, -3)
         }.js" } to package.json.`,
@@ -109,6 +123,17 @@ for (const file of drivers) {
 for (const [name, m] of [["jsr.json", jsr], ["deno.json", deno]] as const) {
   if (m.version !== pkg.version) problems.push(`${name} version ${m.version} differs from package.json ${pkg.version}.`);
   if (m.name !== jsr.name) problems.push(`${name} name ${m.name} differs from jsr.json ${jsr.name}.`);
+}
+
+// Built declaration files must import siblings as .js (Deno resolves npm:keyq types literally).
+if (checkDist && existsSync(join(root, "dist"))) {
+  for (const entry of readdirSync(join(root, "dist"), { recursive: true, withFileTypes: true })) {
+    if (!entry.isFile() || !entry.name.endsWith(".d.ts")) continue;
+    const file = join(entry.parentPath, entry.name);
+    if (/(?:from|import)\s*\(?\s*["']\.{1,2}\/[^"']+\.ts["']/.test(readFileSync(file, "utf8"))) {
+      problems.push(`${file.slice(root.length + 1)} imports a relative .ts file (run npm run build, which runs scripts/fix-dts.ts).`);
+    }
+  }
 }
 
 if (problems.length) {
