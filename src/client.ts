@@ -6,7 +6,8 @@
  */
 
 import * as v from "valibot";
-import { type Consumer, type ConsumerContext, plainConsumer } from "./consumer.ts";
+import type { ConsumerContext } from "./batch.ts";
+import { type Consumer, exclusiveKind, makeConsumer, plainKind } from "./consumer.ts";
 import { type DeadLetters, deadLetters } from "./dlq.ts";
 import type { Driver, Executor } from "./driver.ts";
 import { KeyqError } from "./errors.ts";
@@ -62,6 +63,11 @@ export interface Keyq {
   maintain(queue?: string, options?: { forceRotate?: boolean }): Promise<MaintainReport[]>;
   /** A plain consumer: one cursor reading every event in order. */
   consumer<P = unknown>(queue: string, name: string, options?: ConsumerOptions): Consumer<P>;
+  /**
+   * Tier A: an exclusive consumer shared by any number of workers; at most
+   * one worker processes a key at any instant; no order promise.
+   */
+  exclusive<P = unknown>(queue: string, name: string, options?: ExclusiveOptions): Consumer<P>;
   /** Dead letters: list, count, replay, replay a key in order, purge. */
   readonly dlq: DeadLetters;
 }
@@ -74,6 +80,18 @@ export interface ConsumerOptions {
   retryBase?: Duration;
   /** Longest retry delay (overrides the queue's). */
   retryCap?: Duration;
+}
+
+/** Options of a Tier A exclusive consumer. */
+export interface ExclusiveOptions extends ConsumerOptions {
+  /**
+   * Handlers are idempotent: an event whose key another worker holds is
+   * acked and dropped (the brief's "contended + idempotent → ack-drop").
+   * Otherwise it is deferred and delivered again later, without spending a retry.
+   */
+  idempotent?: boolean;
+  /** How long a deferred event waits before it is offered again (default 1 s). */
+  deferDelay?: Duration;
 }
 
 const optionsSchema = v.strictObject({
@@ -98,9 +116,15 @@ const consumerSchema = v.strictObject({
   retryCap: v.optional(duration),
 });
 
+const exclusiveSchema = v.strictObject({
+  ...consumerSchema.entries,
+  idempotent: v.optional(v.boolean("expected true or false")),
+  deferDelay: v.optional(duration),
+});
+
 /** Validates consumer overrides; durations in seconds for the engine. */
-export function consumerSettings(options: unknown): Record<string, number> {
-  const o = parse(consumerSchema, options, "consumer options");
+export function consumerSettings(options: unknown, schema: v.GenericSchema = consumerSchema): Record<string, number> {
+  const o = parse(schema, options, "consumer options") as v.InferOutput<typeof consumerSchema>;
   const out: Record<string, number> = {};
   if (o.maxRetries !== undefined) out.maxRetries = o.maxRetries;
   if (o.retryBase !== undefined) out.retryBase = durationMs("retryBase", o.retryBase, 1)! / 1000;
@@ -210,7 +234,18 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
       for (const q of queues) out.push(await maintainOne(q.name, force));
       return out;
     },
-    consumer: (queue, name, opts) => plainConsumer(ctx(queue), queue, name, consumerSettings(opts ?? {})),
+    consumer: (queue, name, opts) => {
+      const c = ctx(queue);
+      const settings = consumerSettings(opts ?? {});
+      return makeConsumer(c, queue, name, () => plainKind(c, queue, name, settings));
+    },
+    exclusive: (queue, name, opts) => {
+      const c = ctx(queue);
+      const settings = consumerSettings(opts ?? {}, exclusiveSchema);
+      const o = parse(exclusiveSchema, opts ?? {}, "exclusive consumer options");
+      const deferMs = durationMs("deferDelay", o.deferDelay ?? 1000, 1)!;
+      return makeConsumer(c, queue, name, () => exclusiveKind(c, queue, name, settings, o.idempotent ?? false, deferMs / 1000));
+    },
     dlq: deadLetters(driver, schema),
   };
 }

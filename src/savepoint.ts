@@ -17,13 +17,17 @@ export interface EventScope {
   next(): void;
   /** Undoes the current event's writes (no-op when it wrote nothing). */
   rollback(): Promise<void>;
+  /** Savepoint statements issued so far (each one a round trip). */
+  statements(): number;
 }
 
 /** Wraps the batch transaction `tx` in lazily opened per-event savepoints. */
 export function eventScope(tx: Executor): EventScope {
   let opening: Promise<unknown> | null = null; // the current event's savepoint
   let releasePrevious = false;
+  let count = 0;
   const open = (): Promise<unknown> => {
+    if (!opening) count++;
     opening ??= tx.query(releasePrevious ? "release savepoint keyq_event; savepoint keyq_event" : "savepoint keyq_event");
     releasePrevious = false;
     return opening;
@@ -43,7 +47,9 @@ export function eventScope(tx: Executor): EventScope {
       if (!opening) return;
       await opening.catch(() => {});
       await tx.query("rollback to savepoint keyq_event; release savepoint keyq_event");
+      count++;
       opening = null;
     },
+    statements: () => count,
   };
 }

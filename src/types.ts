@@ -171,7 +171,13 @@ export interface BatchReport {
   retried: number;
   /** Events that failed for the last time and went to the dead letters. */
   deadLettered: number;
-  /** True when another worker held the cursor, so nothing was read. */
+  /** Tier A, idempotent: events acked without running because another worker held their key. */
+  dropped: number;
+  /** Tier A: events put back for later (no retry spent) because another worker held their key. */
+  deferred: number;
+  /** Round trips keyq made for this batch: BEGIN, receive, [ack], COMMIT, plus savepoints. */
+  roundTrips: number;
+  /** True when another worker held the cursor or slot, so nothing was read. */
   busy: boolean;
 }
 
@@ -181,14 +187,24 @@ export interface RunOptions<P = unknown> extends BatchOptions<P> {
   budgetMs?: number;
   /** Stop after this many batches (default unlimited). */
   maxBatches?: number;
+  /** Tier B static assignment: this worker's index, 0 ≤ worker < workers. */
+  worker?: number;
+  /** Tier B static assignment: how many workers share the slots. */
+  workers?: number;
 }
 
 /** What `run` did. */
 export interface RunReport {
+  /** Batches that had something to do. */
   batches: number;
+  /** Events delivered to the handler. */
   events: number;
   retried: number;
   deadLettered: number;
+  dropped: number;
+  deferred: number;
+  /** Round trips keyq made, including the run's tick and maintenance calls. */
+  roundTrips: number;
   /** True when the ticker wrote a tick. */
   ticked: boolean;
   /** Milliseconds spent. */

@@ -143,10 +143,38 @@ begin
     retries || :KEYQ_SCHEMA.read_window(c, cur, max_events - jsonb_array_length(retries)));
 end $$;
 
+-- Deferred events (a Tier A key held by another worker) wait in the retry
+-- rows without spending a retry: deferred = [{"id", "txid"}], delay in s.
+create function :KEYQ_SCHEMA.defer_events(c :KEYQ_SCHEMA.consumer, s int, deferred jsonb, delay float8) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare d jsonb; e :KEYQ_SCHEMA.event; n int := 0;
+begin
+  for d in select x from jsonb_array_elements(coalesce(deferred, '[]')) x loop
+    update :KEYQ_SCHEMA.retry set due_at = clock_timestamp() + make_interval(secs => delay)
+     where consumer_id = c.consumer_id and ev_id = (d->>'id')::bigint;
+    if not found then
+      select * into e from :KEYQ_SCHEMA.event
+       where queue_id = c.queue_id and ev_txid = (d->>'txid')::xid8 and ev_id = (d->>'id')::bigint;
+      if not found then continue; end if;
+      insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
+                                      retry, due_at, last_error)
+      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0,
+              clock_timestamp() + make_interval(secs => delay), null)
+      on conflict (consumer_id, ev_id) do nothing;
+    end if;
+    n := n + 1;
+  end loop;
+  return n;
+end $$;
+
 -- Records a batch's outcome for consumer slot s: delivered retries that
 -- succeeded are deleted; each failure is scheduled again with backoff or,
 -- past max_retries, moved to the dead letters with its error.
--- outcome: {"retried": ["id", …], "failed": [{"id", "txid", "error"}, …]}
+-- outcome: {"retried": ["id", …], "failed": [{"id", "txid", "error"}, …],
+--           "deferred": [{"id", "txid"}, …], "deferDelay": seconds}
 create function :KEYQ_SCHEMA.ack(queue text, consumer text, s int, outcome jsonb) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -193,7 +221,8 @@ begin
       n_retry := n_retry + 1;
     end if;
   end loop;
-  return jsonb_build_object('retried', n_retry, 'deadLettered', n_dead);
+  return jsonb_build_object('retried', n_retry, 'deadLettered', n_dead,
+    'deferred', :KEYQ_SCHEMA.defer_events(c, s, outcome->'deferred', coalesce((outcome->>'deferDelay')::float8, 1)));
 end $$;
 
 -- Dead letters -------------------------------------------------------------

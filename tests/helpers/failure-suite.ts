@@ -40,7 +40,7 @@ export const failureCases: Case[] = [
       const poison: number[] = [];
       const flaky: number[] = [];
       const delays: number[] = [];
-      await pump(c, async (ev) => {
+      await pump(c, (ev) => {
         if (ev.type === "Flaky") {
           flaky.push(ev.retry);
           if (ev.retry === 0) throw new Error("flaky once");

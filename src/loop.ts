@@ -1,0 +1,85 @@
+/**
+ * The run and work loops shared by every consumer kind.
+ *
+ * @module
+ */
+
+import type { BatchSettings } from "./batch.ts";
+import type { BatchReport, RunReport } from "./types.ts";
+
+/** Sleeps `ms`, waking early when `signal` aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
+/** An empty report to add batches to. */
+export function emptyReport(): RunReport {
+  return { batches: 0, events: 0, retried: 0, deadLettered: 0, dropped: 0, deferred: 0, roundTrips: 0, ticked: false, ms: 0 };
+}
+
+/** Adds one batch (or run) report into `total`. */
+export function addUp(total: RunReport, b: Omit<BatchReport, "busy"> & { batches?: number; ticked?: boolean }): void {
+  total.batches += b.batches ?? 1;
+  total.events += b.events;
+  total.retried += b.retried;
+  total.deadLettered += b.deadLettered;
+  total.dropped += b.dropped;
+  total.deferred += b.deferred;
+  total.roundTrips += b.roundTrips;
+  total.ticked ||= b.ticked ?? false;
+}
+
+/**
+ * One run: `prepare` (tick, plan), maintenance, then batches until the budget,
+ * the batch limit, the signal, or a batch that finds nothing to do.
+ */
+export async function runLoop(
+  s: BatchSettings,
+  prepare: () => Promise<boolean>,
+  maintain: () => Promise<unknown>,
+  batch: () => Promise<BatchReport>,
+): Promise<RunReport> {
+  const started = Date.now();
+  const report = emptyReport();
+  report.ticked = await prepare();
+  await maintain();
+  report.roundTrips += 2;
+  while (report.batches < s.maxBatches && Date.now() - started < s.budgetMs && !s.signal?.aborted) {
+    const b = await batch();
+    if (b.busy || b.events + b.dropped + b.deferred + b.retried + b.deadLettered === 0) {
+      report.roundTrips += b.roundTrips; // the empty look still cost its round trips
+      break;
+    }
+    addUp(report, b);
+  }
+  report.ms = Date.now() - started;
+  return report;
+}
+
+/** Loops `run` until the signal aborts, backing off while idle. */
+export async function workLoop(s: BatchSettings, run: () => Promise<RunReport>): Promise<RunReport> {
+  const total = emptyReport();
+  const started = Date.now();
+  let wait = s.minPollMs;
+  while (!s.signal?.aborted) {
+    const r = await run();
+    addUp(total, r);
+    total.batches += r.batches - 1;
+    if (r.events + r.dropped + r.deferred > 0) wait = s.minPollMs;
+    else {
+      await sleep(wait, s.signal);
+      wait = Math.min(wait * 2, s.maxPollMs);
+    }
+  }
+  total.ms = Date.now() - started;
+  return total;
+}
