@@ -18,7 +18,7 @@
  */
 
 export { keyq } from "./src/client.ts";
-export type { ConsumerOptions, Keyq, KeyqOptions } from "./src/client.ts";
+export type { ConsumerOptions, ExclusiveOptions, Keyq, KeyqOptions } from "./src/client.ts";
 export type { DeadLetters } from "./src/dlq.ts";
 export type { Consumer } from "./src/consumer.ts";
 export type { Driver, Executor, Row, SqlParam } from "./src/driver.ts";
