@@ -18,9 +18,9 @@
  */
 
 export { keyq } from "./src/client.ts";
-export type { ConsumerOptions, ExclusiveOptions, Keyq, KeyqOptions } from "./src/client.ts";
+export type { ConsumerOptions, ExclusiveOptions, Keyq, KeyqOptions, OrderedOptions } from "./src/client.ts";
 export type { DeadLetters } from "./src/dlq.ts";
-export type { Consumer } from "./src/consumer.ts";
+export type { Consumer, OrderedConsumer } from "./src/consumer.ts";
 export type { Driver, Executor, Row, SqlParam } from "./src/driver.ts";
 export { KeyqError } from "./src/errors.ts";
 export type { KeyqErrorCode } from "./src/errors.ts";

@@ -109,8 +109,10 @@ export interface WireEvent {
   locked?: boolean;
 }
 
-function toEvent(w: WireEvent, payload: unknown): AnyEvent {
-  return { id: w.id, type: w.type, key: w.key, payload: payload as never, time: new Date(w.time), retry: w.retry };
+function toEvent(w: WireEvent, payload: unknown, slot?: number): AnyEvent {
+  const ev: AnyEvent = { id: w.id, type: w.type, key: w.key, payload: payload as never, time: new Date(w.time), retry: w.retry };
+  if (slot !== undefined) ev.slot = slot;
+  return ev;
 }
 
 /** An error as the engine stores it. */
@@ -133,6 +135,10 @@ export interface Target {
   contended?: "drop" | "defer";
   /** Seconds a deferred event waits. */
   deferDelay?: number;
+  /** Tier B pause policy: after a key's event fails, its later events are held. */
+  pause?: boolean;
+  /** Tier B: events carry the slot that delivered them. */
+  ordered?: boolean;
 }
 
 /** What handling a received batch did, before the receive itself is counted. */
@@ -160,24 +166,32 @@ async function handleEvents(
   const contended = wire.filter((w) => w.locked === false);
   const deferred = target.contended === "defer" ? contended.map((w) => ({ id: w.id, txid: w.txid })) : [];
   const events: { w: WireEvent; ev: AnyEvent }[] = [];
+  const slot = target.ordered ? target.slot : undefined;
   for (const w of wire) {
     if (w.locked === false) continue;
     try {
       const payload = await checkPayload(ctx.payloadSchema, w.payload, `event ${w.id} (queue "${target.queue}")`);
-      events.push({ w, ev: toEvent(w, payload) });
+      events.push({ w, ev: toEvent(w, payload, slot) });
     } catch (err) {
-      fail(w, toEvent(w, w.payload), err);
+      fail(w, toEvent(w, w.payload, slot), err);
     }
   }
   const scope = eventScope(tx);
+  const held: { id: string; txid: string }[] = [];
+  const failedKeys = new Set<string>();
   if (s.handler) {
     for (const { w, ev } of events) {
+      if (target.pause && w.key !== null && failedKeys.has(w.key)) {
+        held.push({ id: w.id, txid: w.txid }); // nothing of a failed key may overtake its head
+        continue;
+      }
       scope.next();
       try {
         await s.handler(ev, scope.exec);
       } catch (err) {
         await scope.rollback();
         fail(w, ev, err);
+        if (w.key !== null) failedKeys.add(w.key);
       }
     }
   } else {
@@ -191,7 +205,7 @@ async function handleEvents(
       },
     });
   }
-  const keep = new Set([...failed.keys(), ...deferred.map((d) => d.id)]);
+  const keep = new Set([...failed.keys(), ...deferred.map((d) => d.id), ...held.map((h) => h.id)]);
   const retried = wire.filter((w) => w.redelivered && !keep.has(w.id)).map((w) => w.id);
   const outcome: Outcome = {
     events: events.length,
@@ -201,12 +215,19 @@ async function handleEvents(
     deferred: 0,
     roundTrips: scope.statements(),
   };
-  if (failed.size === 0 && retried.length === 0 && deferred.length === 0) return outcome;
+  if (failed.size === 0 && retried.length === 0 && deferred.length === 0 && held.length === 0) return outcome;
   const r = await call<{ retried: number; deadLettered: number; deferred: number }>(tx, ctx.schema, "ack", [
     ["queue", "text", target.queue],
     ["consumer", "text", target.consumer],
     ["s", "int", target.slot],
-    ["outcome", "jsonb", { retried, failed: [...failed.values()], deferred, deferDelay: target.deferDelay ?? 1 }],
+    ["outcome", "jsonb", {
+      retried,
+      failed: [...failed.values()],
+      deferred,
+      deferDelay: target.deferDelay ?? 1,
+      pause: target.pause ?? false,
+      held,
+    }],
   ]);
   return { ...outcome, ...r, roundTrips: outcome.roundTrips + 1 };
 }

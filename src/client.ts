@@ -7,7 +7,15 @@
 
 import * as v from "valibot";
 import type { ConsumerContext } from "./batch.ts";
-import { type Consumer, exclusiveKind, makeConsumer, plainKind } from "./consumer.ts";
+import {
+  type Consumer,
+  exclusiveKind,
+  makeConsumer,
+  type OrderedConsumer,
+  orderedKind,
+  plainKind,
+  withSlots,
+} from "./consumer.ts";
 import { type DeadLetters, deadLetters } from "./dlq.ts";
 import type { Driver, Executor } from "./driver.ts";
 import { KeyqError } from "./errors.ts";
@@ -68,6 +76,12 @@ export interface Keyq {
    * one worker processes a key at any instant; no order promise.
    */
   exclusive<P = unknown>(queue: string, name: string, options?: ExclusiveOptions): Consumer<P>;
+  /**
+   * Tier B: an ordered consumer with N fixed slots; key K always goes to
+   * slot `(hashtextextended(K, 0) % N + N) % N`, one worker per slot, FIFO
+   * within a key. N is persisted; another N is rejected.
+   */
+  ordered<P = unknown>(queue: string, name: string, options: OrderedOptions): OrderedConsumer<P>;
   /** Dead letters: list, count, replay, replay a key in order, purge. */
   readonly dlq: DeadLetters;
 }
@@ -80,6 +94,21 @@ export interface ConsumerOptions {
   retryBase?: Duration;
   /** Longest retry delay (overrides the queue's). */
   retryCap?: Duration;
+}
+
+/** Options of a Tier B ordered consumer. */
+export interface OrderedOptions extends ConsumerOptions {
+  /** N, the fixed slot count (1–1024): the parallelism and the read-index key. */
+  slots: number;
+  /**
+   * `"skip"` (default): a failed event is retried in its slot and later
+   * events of its key may overtake it. `"pause"`: nothing later of that key is
+   * delivered until the failed head is acked or dead-lettered; then the held
+   * events go out in order, exactly once, without spending retries.
+   */
+  onFailure?: "skip" | "pause";
+  /** A static worker also reads any slot not polled for this long (default 30 s). */
+  helpAfter?: Duration;
 }
 
 /** Options of a Tier A exclusive consumer. */
@@ -116,6 +145,13 @@ const consumerSchema = v.strictObject({
   retryCap: v.optional(duration),
 });
 
+const orderedSchema = v.strictObject({
+  ...consumerSchema.entries,
+  slots: int(1, 1024),
+  onFailure: v.optional(v.picklist(["skip", "pause"], 'expected "skip" or "pause"')),
+  helpAfter: v.optional(duration),
+});
+
 const exclusiveSchema = v.strictObject({
   ...consumerSchema.entries,
   idempotent: v.optional(v.boolean("expected true or false")),
@@ -123,9 +159,9 @@ const exclusiveSchema = v.strictObject({
 });
 
 /** Validates consumer overrides; durations in seconds for the engine. */
-export function consumerSettings(options: unknown, schema: v.GenericSchema = consumerSchema): Record<string, number> {
+export function consumerSettings(options: unknown, schema: v.GenericSchema = consumerSchema): Record<string, unknown> {
   const o = parse(schema, options, "consumer options") as v.InferOutput<typeof consumerSchema>;
-  const out: Record<string, number> = {};
+  const out: Record<string, unknown> = {};
   if (o.maxRetries !== undefined) out.maxRetries = o.maxRetries;
   if (o.retryBase !== undefined) out.retryBase = durationMs("retryBase", o.retryBase, 1)! / 1000;
   if (o.retryCap !== undefined) out.retryCap = durationMs("retryCap", o.retryCap, 1)! / 1000;
@@ -245,6 +281,17 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
       const o = parse(exclusiveSchema, opts ?? {}, "exclusive consumer options");
       const deferMs = durationMs("deferDelay", o.deferDelay ?? 1000, 1)!;
       return makeConsumer(c, queue, name, () => exclusiveKind(c, queue, name, settings, o.idempotent ?? false, deferMs / 1000));
+    },
+    ordered: (queue, name, opts) => {
+      const c = ctx(queue);
+      const o = parse(orderedSchema, opts, "ordered consumer options");
+      const settings = { ...consumerSettings(opts, orderedSchema), onFailure: o.onFailure ?? "skip" };
+      const kind = {
+        slots: o.slots,
+        pause: o.onFailure === "pause",
+        helpAfterS: durationMs("helpAfter", o.helpAfter ?? 30_000, 1)! / 1000,
+      };
+      return withSlots(c, makeConsumer(c, queue, name, () => orderedKind(c, queue, name, settings, kind)), o.slots);
     },
     dlq: deadLetters(driver, schema),
   };

@@ -1,15 +1,16 @@
 /**
- * Consumers: plain (one cursor, every event in order) and exclusive (Tier A:
- * many workers, one per key at a time). Each batch is one transaction; `run`
- * and `work` are shared.
+ * Consumers: plain (one cursor, every event in order), exclusive (Tier A:
+ * many workers, one per key at a time) and ordered (Tier B: N slots, FIFO per
+ * key). Each batch is one transaction; `run` and `work` are shared.
  *
  * @module
  */
 
 import { type BatchSettings, batchSettings, type ConsumerContext, runBatch, type Target } from "./batch.ts";
+import { KeyqError } from "./errors.ts";
 import { runLoop, workLoop } from "./loop.ts";
 import { call } from "./sql.ts";
-import type { BatchOptions, BatchReport, RunOptions, RunReport, WorkOptions } from "./types.ts";
+import type { BatchOptions, BatchReport, BlockedKey, RunOptions, RunReport, WorkOptions } from "./types.ts";
 import { checkName } from "./validate.ts";
 
 /**
@@ -29,6 +30,16 @@ export interface Consumer<P = unknown> {
   run(options: RunOptions<P>): Promise<RunReport>;
   /** Loops `run` with polling back-off until `signal` aborts. */
   work(options: WorkOptions<P>): Promise<RunReport>;
+}
+
+/** A Tier B ordered consumer: the shared calls plus its slots. */
+export interface OrderedConsumer<P = unknown> extends Consumer<P> {
+  /** The persisted slot count N. */
+  readonly slots: number;
+  /** The slot of `key`: `(hashtextextended(key, 0) % N + N) % N`; null goes to slot 0. */
+  slotOf(key: string | null): Promise<number>;
+  /** Keys blocked behind a failed head (pause policy), with their held events. */
+  blockedKeys(): Promise<BlockedKey[]>;
 }
 
 /** How one kind of consumer prepares a run and reads a batch. */
@@ -134,4 +145,70 @@ export function exclusiveKind(
         ["max_events", "int", s.maxEvents],
       ], () => target),
   };
+}
+
+/** Settings of a Tier B kind, checked by the client. */
+export interface OrderedSettings {
+  slots: number;
+  pause: boolean;
+  /** Seconds after which a static worker helps on a slot nobody polled. */
+  helpAfterS: number;
+}
+
+/**
+ * Tier B: slot k of N is read by one worker at a time, in order. With
+ * `worker`/`workers` a worker takes slots worker, worker + workers, … and
+ * helps on any slot not polled for `helpAfter`; without them it claims slots
+ * in turn from a random start. No leader, no rebalance.
+ */
+export function orderedKind(
+  ctx: ConsumerContext,
+  queue: string,
+  name: string,
+  settings: Record<string, unknown>,
+  o: OrderedSettings,
+): ConsumerKind {
+  let turn = Math.floor(Math.random() * o.slots);
+  const order = (s: BatchSettings): { slots: number[]; helpAfter: number | null } => {
+    turn++;
+    if (s.worker === undefined) {
+      return { slots: Array.from({ length: o.slots }, (_, i) => (turn + i) % o.slots), helpAfter: null };
+    }
+    const mine: number[] = [];
+    for (let k = s.worker; k < o.slots; k += s.workers!) mine.push(k);
+    const start = turn % Math.max(mine.length, 1);
+    return { slots: [...mine.slice(start), ...mine.slice(0, start)], helpAfter: o.helpAfterS };
+  };
+  return {
+    kind: "ordered",
+    slots: o.slots,
+    settings,
+    prepare: () => ctx.tick(queue),
+    batch(s) {
+      if (o.pause && s.handleBatch) {
+        throw new KeyqError("INVALID_INPUT", 'The pause policy needs a per-event "handler" (events after a failed head are held back); use handler instead of handleBatch.', {
+          field: "handleBatch",
+        });
+      }
+      const { slots, helpAfter } = order(s);
+      return runBatch(ctx, s, "receive_ordered", [
+        ["queue", "text", queue],
+        ["consumer", "text", name],
+        ["slots", "int[]", `{${slots.join(",")}}`],
+        ["max_events", "int", s.maxEvents],
+        ["help_after", "float8", helpAfter],
+      ], (r) => ({ queue, consumer: name, slot: r.slot ?? 0, pause: o.pause, ordered: true }));
+    },
+  };
+}
+
+/** Adds the Tier B extras to a consumer built by `makeConsumer`. */
+export function withSlots<P>(ctx: ConsumerContext, c: Consumer<P>, slots: number): OrderedConsumer<P> {
+  return Object.assign(c, {
+    slots,
+    slotOf: (key: string | null) =>
+      call<number>(ctx.driver, ctx.schema, "slot_of", [["key", "text", key], ["n", "int", slots]]),
+    blockedKeys: () =>
+      call<BlockedKey[]>(ctx.driver, ctx.schema, "blocked_keys", [["queue", "text", c.queue], ["consumer", "text", c.name]]),
+  });
 }

@@ -88,6 +88,8 @@ export interface KeyqEvent<P = unknown> {
   time: Date;
   /** How many times it failed before this delivery (0 on first delivery). */
   retry: number;
+  /** Tier B: the slot that delivered it. */
+  slot?: number;
 }
 
 /** Settings of a queue. Durations accept milliseconds or text like `"5m"`. */
@@ -161,6 +163,10 @@ export interface BatchOptions<P = unknown> {
   statementTimeout?: Duration;
   /** `idle_in_transaction_session_timeout` of the batch (default 60 s). */
   idleTimeout?: Duration;
+  /** Tier B static assignment: this worker's index, 0 ≤ worker < workers. */
+  worker?: number;
+  /** Tier B static assignment: how many workers share the slots. */
+  workers?: number;
 }
 
 /** What one batch did. */
@@ -187,10 +193,6 @@ export interface RunOptions<P = unknown> extends BatchOptions<P> {
   budgetMs?: number;
   /** Stop after this many batches (default unlimited). */
   maxBatches?: number;
-  /** Tier B static assignment: this worker's index, 0 ≤ worker < workers. */
-  worker?: number;
-  /** Tier B static assignment: how many workers share the slots. */
-  workers?: number;
 }
 
 /** What `run` did. */
@@ -270,4 +272,15 @@ export interface DeadLetterFilter {
   olderThan?: Duration;
   /** Only those dead for less than this. */
   newerThan?: Duration;
+}
+
+/** A key blocked behind its failed head event (Tier B pause policy). */
+export interface BlockedKey {
+  slot: number;
+  key: string;
+  /** The failed head event's id; the key flows again once it is acked or dead-lettered. */
+  headId: string;
+  since: string;
+  /** Later events of the key waiting behind the head. */
+  held: number;
 }

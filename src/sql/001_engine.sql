@@ -312,10 +312,13 @@ end $$;
 
 -- True when an event committed that the last tick does not cover. Only the
 -- txids the snapshot could not see are probed (>= its xmax, or in its xip),
--- so a long transaction holding xmin back does not widen the scan.
+-- so a long transaction holding xmin back does not widen the scan. Sequential
+-- scans are off: with no statistics yet the planner may otherwise read the
+-- whole table to prove that nothing is pending, on every run.
 create function :KEYQ_SCHEMA.has_pending(qid int, snap pg_snapshot) returns boolean
 language sql stable
 set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
 as $$
   select exists (select 1 from :KEYQ_SCHEMA.event
                   where queue_id = qid and ev_txid >= pg_snapshot_xmax(snap))
@@ -369,11 +372,16 @@ end $$;
 -- order. Candidates are the txids s1 could not see: those in s1's xip that s2
 -- sees (stragglers that finished inside the window) and those in
 -- [xmax(s1), xmax(s2)); both are index range scans on (ev_txid, ev_id).
+-- Sorts and sequential scans are off so the plan is an ordered index scan
+-- that stops at the limit whatever the row estimates say: otherwise a big
+-- window could be re-read whole for every batch.
 create function :KEYQ_SCHEMA.window_events(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int
 ) returns setof :KEYQ_SCHEMA.event
 language sql stable
 set search_path = pg_catalog, pg_temp
+set enable_sort = off
+set enable_seqscan = off
 as $$
   select w.* from (
     (select e.* from :KEYQ_SCHEMA.event e
@@ -431,10 +439,13 @@ begin
     return jsonb_build_object('created', false);
   end if;
   select max(tick_id) into t from :KEYQ_SCHEMA.tick where queue_id = q.queue_id;
+  if kind = 'ordered' then
+    perform :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, slots);
+  end if;
   insert into :KEYQ_SCHEMA.consumer (queue_id, consumer_name, kind, slots, settings)
   values (q.queue_id, consumer, kind, slots, settings) returning * into c;
-  insert into :KEYQ_SCHEMA.cursor (consumer_id, slot, tick_id)
-  select c.consumer_id, s, t from generate_series(0, slots - 1) s;
+  insert into :KEYQ_SCHEMA.cursor (consumer_id, slot, tick_id, polled_at)
+  select c.consumer_id, s, t, now() from generate_series(0, slots - 1) s;
   return jsonb_build_object('created', true);
 end $$;
 

@@ -73,7 +73,8 @@ as $$
          for update skip locked) r
 $$;
 
--- The next events of cursor (c, s) after its durable position, at most lim;
+-- The next events of cursor (c, s) after its durable position, at most lim
+-- (only the slot's own events for an ordered consumer);
 -- opens a window up to the newest tick when none is open and moves the
 -- position (or closes the window) in the caller's transaction.
 create function :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, lim int) returns jsonb
@@ -99,8 +100,13 @@ begin
   end if;
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
   select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
-  select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events(
-    c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1) w;
+  if c.kind = 'ordered' then
+    select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events_slot(
+      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1, c.slots, cur.slot) w;
+  else
+    select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events(
+      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1) w;
+  end if;
   n := coalesce(array_length(evs, 1), 0);
   if n > lim then
     last := evs[lim];
@@ -174,7 +180,10 @@ end $$;
 -- succeeded are deleted; each failure is scheduled again with backoff or,
 -- past max_retries, moved to the dead letters with its error.
 -- outcome: {"retried": ["id", …], "failed": [{"id", "txid", "error"}, …],
---           "deferred": [{"id", "txid"}, …], "deferDelay": seconds}
+--           "deferred": [{"id", "txid"}, …], "deferDelay": seconds,
+--           "pause": bool, "held": [{"id", "txid"}, …]}
+-- With pause, a failed keyed event blocks its key (it is the head) and an
+-- acked or dead-lettered head releases the key's held events.
 create function :KEYQ_SCHEMA.ack(queue text, consumer text, s int, outcome jsonb) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -189,14 +198,24 @@ declare
   failed_ids bigint[];
   n_retry int := 0;
   n_dead int := 0;
+  pause boolean := coalesce((outcome->>'pause')::boolean, false);
+  succeeded bigint[];
 begin
   p := :KEYQ_SCHEMA.retry_policy(c);
   select coalesce(array_agg((x->>'id')::bigint), '{}') into failed_ids
     from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x;
-  delete from :KEYQ_SCHEMA.retry
-   where consumer_id = c.consumer_id and slot = s
-     and ev_id in (select (jsonb_array_elements_text(coalesce(outcome->'retried', '[]')))::bigint)
-     and ev_id <> all (failed_ids);
+  with gone as (
+    delete from :KEYQ_SCHEMA.retry
+     where consumer_id = c.consumer_id and slot = s
+       and ev_id in (select (jsonb_array_elements_text(coalesce(outcome->'retried', '[]')))::bigint)
+       and ev_id <> all (failed_ids)
+    returning ev_id
+  )
+  select coalesce(array_agg(ev_id), '{}') into succeeded from gone;
+  if pause then
+    -- An acked head releases its key's held events.
+    perform :KEYQ_SCHEMA.release_heads(c, s, succeeded);
+  end if;
   for f in select x from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x loop
     select * into r from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = (f->>'id')::bigint;
     if not found then
@@ -212,6 +231,9 @@ begin
               r.ev_data, r.retry + 1, f->'error');
       delete from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = r.ev_id;
       n_dead := n_dead + 1;
+      if pause then
+        perform :KEYQ_SCHEMA.release_heads(c, r.slot, array[r.ev_id]);
+      end if;
     else
       insert into :KEYQ_SCHEMA.retry as t
       values (c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key, r.ev_data,
@@ -219,8 +241,12 @@ begin
       on conflict (consumer_id, ev_id) do update
         set retry = excluded.retry, due_at = excluded.due_at, last_error = excluded.last_error;
       n_retry := n_retry + 1;
+      if pause and r.ev_key is not null then
+        perform :KEYQ_SCHEMA.block_key(c, r.slot, r.ev_key, r.ev_id);
+      end if;
     end if;
   end loop;
+  perform :KEYQ_SCHEMA.hold_events(c, s, outcome->'held');
   return jsonb_build_object('retried', n_retry, 'deadLettered', n_dead,
     'deferred', :KEYQ_SCHEMA.defer_events(c, s, outcome->'deferred', coalesce((outcome->>'deferDelay')::float8, 1)));
 end $$;
