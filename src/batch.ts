@@ -186,11 +186,19 @@ async function handleEvents(
         continue;
       }
       scope.next();
+      let error: unknown;
+      let ok = false;
       try {
         await s.handler(ev, scope.exec);
+        ok = true;
       } catch (err) {
-        await scope.rollback();
-        fail(w, ev, err);
+        error = err;
+      }
+      if (ok) {
+        await scope.commit();
+      } else {
+        await scope.rollback(error);
+        fail(w, ev, error);
         if (w.key !== null) failedKeys.add(w.key);
       }
     }

@@ -37,6 +37,14 @@ export type Row = Record<string, unknown>;
 export interface Executor {
   /** Runs `text` with bind parameters and resolves to the result rows. */
   query(text: string, params?: readonly SqlParam[]): Promise<Row[]>;
+  /**
+   * Optional, inside a transaction: runs `fn` in a savepoint; when `fn`
+   * throws, its writes are undone, the error is rethrown and the transaction
+   * stays usable. Adapters whose driver refuses to commit after any failed
+   * query (postgres.js) must provide it; without it keyq issues SAVEPOINT
+   * statements itself.
+   */
+  savepoint?<T>(fn: (sp: Executor) => Promise<T>): Promise<T>;
 }
 
 /**

@@ -1,8 +1,14 @@
 /**
  * Per-event savepoints, opened lazily: a handler that never touches the
- * database costs no round trip; one that does pays one extra (the release of
- * the previous event's savepoint rides with the next one's creation). A
- * failed event rolls back only its own writes.
+ * database costs no round trip. A failed event rolls back only its own
+ * writes, and the batch goes on.
+ *
+ * Two ways, by what the driver offers:
+ * - `tx.savepoint(fn)` (postgres.js): the handler's queries run inside the
+ *   driver's savepoint scope, opened on the first query and held until the
+ *   handler settles; a failed query there does not doom the transaction.
+ * - otherwise plain SAVEPOINT statements; releasing the previous event's
+ *   savepoint rides with the next one's creation (one round trip each).
  *
  * @module
  */
@@ -15,14 +21,20 @@ export interface EventScope {
   readonly exec: Executor;
   /** Starts the next event. */
   next(): void;
-  /** Undoes the current event's writes (no-op when it wrote nothing). */
-  rollback(): Promise<void>;
+  /** The current event succeeded: keep its writes. */
+  commit(): Promise<void>;
+  /** The current event failed: undo its writes (no-op when it wrote nothing). */
+  rollback(error: unknown): Promise<void>;
   /** Savepoint statements issued so far (each one a round trip). */
   statements(): number;
 }
 
 /** Wraps the batch transaction `tx` in lazily opened per-event savepoints. */
 export function eventScope(tx: Executor): EventScope {
+  return tx.savepoint ? driverScope(tx, tx.savepoint.bind(tx)) : statementScope(tx);
+}
+
+function statementScope(tx: Executor): EventScope {
   let opening: Promise<unknown> | null = null; // the current event's savepoint
   let releasePrevious = false;
   let count = 0;
@@ -43,6 +55,7 @@ export function eventScope(tx: Executor): EventScope {
       if (opening) releasePrevious = true;
       opening = null;
     },
+    commit: () => Promise.resolve(),
     async rollback() {
       if (!opening) return;
       await opening.catch(() => {});
@@ -50,6 +63,50 @@ export function eventScope(tx: Executor): EventScope {
       count++;
       opening = null;
     },
+    statements: () => count,
+  };
+}
+
+type SavepointFn = <T>(fn: (sp: Executor) => Promise<T>) => Promise<T>;
+
+function driverScope(_tx: Executor, savepoint: SavepointFn): EventScope {
+  let inner: Promise<Executor> | null = null; // the open scope's executor
+  let settle: ((error?: unknown) => void) | null = null;
+  let done: Promise<unknown> | null = null;
+  let count = 0;
+  const open = (): Promise<Executor> => {
+    inner ??= new Promise<Executor>((ready, failed) => {
+      count += 2; // SAVEPOINT, then RELEASE (or ROLLBACK TO + RELEASE)
+      done = savepoint((sp) =>
+        new Promise<void>((resolve, reject) => {
+          settle = (error) => (error === undefined ? resolve() : reject(error));
+          ready(sp);
+        })
+      );
+      done.catch(failed);
+    });
+    return inner;
+  };
+  const close = async (error?: unknown): Promise<void> => {
+    if (!inner) return;
+    await inner.catch(() => {});
+    settle?.(error);
+    const d = done;
+    inner = null;
+    settle = null;
+    done = null;
+    if (error === undefined) await d;
+    else await d?.catch(() => {});
+  };
+  return {
+    exec: {
+      async query(text, params) {
+        return await (await open()).query(text, params);
+      },
+    },
+    next() {},
+    commit: () => close(),
+    rollback: (error) => close(error ?? new Error("event failed")),
     statements: () => count,
   };
 }

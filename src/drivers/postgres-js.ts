@@ -17,10 +17,16 @@ export interface PostgresJsTxLike {
   typed(value: string, oid: number): unknown;
 }
 
+/** A postgres.js transaction `tx`: queries plus nested savepoint scopes. */
+export interface PostgresJsTransactionLike extends PostgresJsTxLike {
+  /** `tx.savepoint(name, fn)`: SAVEPOINT "s<n>_<name>", ROLLBACK TO it when `fn` throws. */
+  savepoint(name: string, fn: (sp: PostgresJsTxLike) => Promise<unknown>): PromiseLike<unknown>;
+}
+
 /** The part of a postgres.js `sql` instance the adapter uses. */
 export interface PostgresJsLike extends PostgresJsTxLike {
   /** `sql.begin(fn)`: BEGIN … COMMIT on one connection, ROLLBACK when `fn` throws. */
-  begin(fn: (tx: PostgresJsTxLike) => Promise<unknown>): PromiseLike<unknown>;
+  begin(fn: (tx: PostgresJsTransactionLike) => Promise<unknown>): PromiseLike<unknown>;
 }
 
 async function run(sql: PostgresJsTxLike, text: string, params?: readonly SqlParam[]): Promise<Row[]> {
@@ -33,6 +39,39 @@ async function run(sql: PostgresJsTxLike, text: string, params?: readonly SqlPar
 }
 
 const wrap = (sql: PostgresJsTxLike): Executor => ({ query: (text, params) => run(sql, text, params) });
+
+/**
+ * The transaction executor. postgres.js refuses to commit a transaction in
+ * which any query failed unless that query ran in one of its savepoint
+ * scopes, so `savepoint` uses them. postgres.js names them "s<n>_<name>" with
+ * one counter per transaction and never releases them; counting here lets
+ * the adapter release each one, so a long batch does not pile up
+ * subtransactions.
+ */
+function wrapTransaction(tx: PostgresJsTransactionLike): Executor {
+  let made = 0;
+  return {
+    query: (text, params) => run(tx, text, params),
+    async savepoint<T>(fn: (sp: Executor) => Promise<T>): Promise<T> {
+      const name = `s${made++}_keyq`;
+      let failed = false;
+      try {
+        return (await tx.savepoint("keyq", async (sp) => {
+          try {
+            return await fn(wrap(sp));
+          } catch (err) {
+            failed = true;
+            throw err;
+          }
+        })) as T;
+      } finally {
+        await Promise.resolve(tx.unsafe(`release savepoint "${name}"`)).catch(() => {
+          if (!failed) throw new Error(`keyq: could not release savepoint ${name}`);
+        });
+      }
+    },
+  };
+}
 
 /**
  * Wraps a postgres.js `sql` instance. `query` without params uses the simple
@@ -54,6 +93,6 @@ export function fromPostgresJs(sql: PostgresJsLike): Driver {
     name: "postgres-js",
     query: (text, params) => run(sql, text, params),
     transaction: async <T>(fn: (tx: Executor) => Promise<T>): Promise<T> =>
-      (await sql.begin((tx) => fn(wrap(tx)))) as T,
+      (await sql.begin((tx) => fn(wrapTransaction(tx)))) as T,
   };
 }

@@ -72,6 +72,28 @@ export const failureCases: Case[] = [
     },
   },
   {
+    name: "a failing query in a handler fails only that event; the batch's other writes commit",
+    async run(f) {
+      await f.q.createQueue("jobs", { retryBase: "1h" });
+      const c = f.q.consumer("jobs", "w");
+      await c.subscribe();
+      await f.raw(`create table "${f.schema}".side (n int)`);
+      await f.q.sendBatch("jobs", [1, 0, 2].map((n) => ({ type: "Divide", payload: n })));
+      await f.q.tick("jobs");
+      const r = await c.batch({
+        handler: async (ev, tx) => {
+          await tx.query(`insert into "${f.schema}".side values ($1::int)`, [String(ev.payload)]);
+          await tx.query("select 10 / $1::int", [String(ev.payload)]); // division by zero for 0
+        },
+      });
+      assert.deepEqual([r.events, r.retried], [3, 1]);
+      const side = await f.raw(`select n from "${f.schema}".side order by n`);
+      assert.deepEqual(side.map((x) => x.n), [1, 2], "the failed event's insert rolled back, the others committed");
+      const [retry] = await f.raw(`select last_error->>'code' as code from "${f.schema}".retry`);
+      assert.equal(retry!.code, "22012", "division_by_zero is recorded");
+    },
+  },
+  {
     name: "a retry in a fan-out queue reaches only the consumer that failed it",
     async run(f) {
       await f.q.createQueue("files", { retryBase: 20, retryCap: 50 });
