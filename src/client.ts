@@ -28,6 +28,7 @@ import type {
   MaintainReport,
   MigrateResult,
   QueueInfo,
+  QueueStatus,
   QueueSettings,
   SendInput,
   SendOptions,
@@ -84,6 +85,11 @@ export interface Keyq {
   ordered<P = unknown>(queue: string, name: string, options: OrderedOptions): OrderedConsumer<P>;
   /** Dead letters: list, count, replay, replay a key in order, purge. */
   readonly dlq: DeadLetters;
+  /**
+   * Backlog, tick age and rotation per queue; lag, retries, dead letters,
+   * blocked keys and stale cursors per consumer and slot.
+   */
+  status(options?: { queue?: string; staleAfter?: Duration }): Promise<QueueStatus[]>;
 }
 
 /** Per-consumer overrides of the queue's retry policy. */
@@ -144,6 +150,8 @@ const consumerSchema = v.strictObject({
   retryBase: v.optional(duration),
   retryCap: v.optional(duration),
 });
+
+const statusSchema = v.strictObject({ queue: v.optional(v.string()), staleAfter: v.optional(duration) });
 
 const orderedSchema = v.strictObject({
   ...consumerSchema.entries,
@@ -294,5 +302,12 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
       return withSlots(c, makeConsumer(c, queue, name, () => orderedKind(c, queue, name, settings, kind)), o.slots);
     },
     dlq: deadLetters(driver, schema),
+    async status(opts = {}) {
+      const o = parse(statusSchema, opts, "status options");
+      return await call<QueueStatus[]>(driver, schema, "status", [
+        ["queue", "text", o.queue === undefined ? null : checkName("queue", o.queue)],
+        ["stale_after", "float8", durationMs("staleAfter", o.staleAfter ?? 300_000, 1)! / 1000],
+      ]);
+    },
   };
 }

@@ -284,3 +284,39 @@ export interface BlockedKey {
   /** Later events of the key waiting behind the head. */
   held: number;
 }
+
+/** One cursor (a slot, for Tier B) in `status()`. */
+export interface CursorStatus {
+  slot: number;
+  /** Events appended to the queue after the cursor's tick (queue-wide estimate from tick marks). */
+  lagEvents: number;
+  /** Seconds since the cursor's tick. */
+  lagSeconds: number;
+  /** Seconds since a batch last looked at this cursor. */
+  polledAgo: number;
+  /** Not polled for `staleAfter`: it pins rotation, so the log grows. */
+  stale: boolean;
+  windowOpen: boolean;
+}
+
+/** One queue in `status()`. */
+export interface QueueStatus {
+  queue: string;
+  tables: number;
+  currentTable: number;
+  rotatedAt: string;
+  lastTick: string | null;
+  /** Seconds since the last tick. */
+  lastTickAge: number | null;
+  /** Events appended since the last tick (not yet in any window). */
+  eventsSinceTick: number;
+  consumers: {
+    name: string;
+    kind: "plain" | "exclusive" | "ordered";
+    slots: number;
+    retries: number;
+    deadLetters: number;
+    blockedKeys: number;
+    cursors: CursorStatus[];
+  }[];
+}

@@ -290,6 +290,33 @@ export const basicCases: Case[] = [
     },
   },
   {
+    name: "status: per queue tick and backlog, per consumer and slot lag, retries, dead letters, stale cursors",
+    async run(f) {
+      await f.q.createQueue("files", { maxRetries: 0 });
+      await f.q.createQueue("other");
+      const c = f.q.ordered("files", "idx", { slots: 2 });
+      await c.subscribe();
+      await f.q.sendBatch("files", [{ type: "A", payload: 1, key: "x" }, { type: "B", payload: 2, key: "y" }]);
+      let st = await f.q.status({ queue: "files" });
+      assert.equal(st.length, 1);
+      assert.equal(st[0]!.eventsSinceTick, 2);
+      assert.deepEqual(st[0]!.consumers[0]!.cursors.map((x) => x.lagEvents), [2, 2]);
+      await c.run({ handler: (ev) => { if (ev.type === "A") throw new Error("no"); } });
+      st = await f.q.status({ queue: "files", staleAfter: "1h" });
+      const cons = st[0]!.consumers[0]!;
+      assert.deepEqual([cons.kind, cons.slots, cons.deadLetters, cons.retries], ["ordered", 2, 1, 0]);
+      assert.deepEqual(cons.cursors.map((x) => [x.lagEvents, x.stale]), [[0, false], [0, false]]);
+      assert.equal(st[0]!.eventsSinceTick, 0);
+      await new Promise((r) => setTimeout(r, 30));
+      const stale = await f.q.status({ queue: "files", staleAfter: 10 });
+      assert.ok(stale[0]!.consumers[0]!.cursors.every((x) => x.stale), "cursors not polled for 10 ms are flagged");
+      assert.deepEqual((await f.q.status()).map((s) => s.queue), ["files", "other"]);
+      await rejects(f.q.status({ queue: "no such;queue" }), "INVALID_IDENTIFIER");
+      const ticks = await f.raw(`select "${f.schema}".tick_all()::text as t`);
+      assert.ok(JSON.parse(String(ticks[0]!.t)).files !== undefined);
+    },
+  },
+  {
     name: "the ticker ticks only when something committed since the last tick (or when forced)",
     async run(f) {
       await f.q.createQueue("files");
