@@ -149,17 +149,19 @@ begin
     retries || :KEYQ_SCHEMA.read_window(c, cur, max_events - jsonb_array_length(retries)));
 end $$;
 
--- Deferred events (a Tier A key held by another worker) wait in the retry
--- rows without spending a retry: deferred = [{"id", "txid"}], delay in s.
-create function :KEYQ_SCHEMA.defer_events(c :KEYQ_SCHEMA.consumer, s int, deferred jsonb, delay float8) returns int
+-- Parks events (JSON with id, txid) of consumer slot s in the retry rows
+-- until `due`, without spending a retry: existing retry rows move, events
+-- from the log are copied. Tier A defers a contended key's event a moment;
+-- Tier B's pause holds a blocked key's events until 'infinity' (released later).
+create function :KEYQ_SCHEMA.park_events(c :KEYQ_SCHEMA.consumer, s int, events jsonb, due timestamptz) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
 declare d jsonb; e :KEYQ_SCHEMA.event; n int := 0;
 begin
-  for d in select x from jsonb_array_elements(coalesce(deferred, '[]')) x loop
-    update :KEYQ_SCHEMA.retry set due_at = clock_timestamp() + make_interval(secs => delay)
+  for d in select x from jsonb_array_elements(coalesce(events, '[]')) x loop
+    update :KEYQ_SCHEMA.retry set due_at = due
      where consumer_id = c.consumer_id and ev_id = (d->>'id')::bigint;
     if not found then
       select * into e from :KEYQ_SCHEMA.event
@@ -167,8 +169,7 @@ begin
       if not found then continue; end if;
       insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
                                       retry, due_at, last_error)
-      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0,
-              clock_timestamp() + make_interval(secs => delay), null)
+      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null)
       on conflict (consumer_id, ev_id) do nothing;
     end if;
     n := n + 1;
@@ -246,9 +247,10 @@ begin
       end if;
     end if;
   end loop;
-  perform :KEYQ_SCHEMA.hold_events(c, s, outcome->'held');
+  perform :KEYQ_SCHEMA.park_events(c, s, outcome->'held', 'infinity');
   return jsonb_build_object('retried', n_retry, 'deadLettered', n_dead,
-    'deferred', :KEYQ_SCHEMA.defer_events(c, s, outcome->'deferred', coalesce((outcome->>'deferDelay')::float8, 1)));
+    'deferred', :KEYQ_SCHEMA.park_events(c, s, outcome->'deferred',
+      clock_timestamp() + make_interval(secs => coalesce((outcome->>'deferDelay')::float8, 1))));
 end $$;
 
 -- Dead letters -------------------------------------------------------------

@@ -92,32 +92,6 @@ create table :KEYQ_SCHEMA.blocked (
   primary key (consumer_id, slot, ev_key)
 );
 
--- Holds events (JSON with id, txid) of consumer slot s: new rows from the log,
--- or existing retry rows pushed back to 'infinity'.
-create function :KEYQ_SCHEMA.hold_events(c :KEYQ_SCHEMA.consumer, s int, events jsonb) returns int
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-#variable_conflict use_variable
-declare d jsonb; e :KEYQ_SCHEMA.event; n int := 0;
-begin
-  for d in select x from jsonb_array_elements(coalesce(events, '[]')) x loop
-    update :KEYQ_SCHEMA.retry set due_at = 'infinity'
-     where consumer_id = c.consumer_id and ev_id = (d->>'id')::bigint;
-    if not found then
-      select * into e from :KEYQ_SCHEMA.event
-       where queue_id = c.queue_id and ev_txid = (d->>'txid')::xid8 and ev_id = (d->>'id')::bigint;
-      if not found then continue; end if;
-      insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
-                                      retry, due_at, last_error)
-      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, 'infinity', null)
-      on conflict (consumer_id, ev_id) do nothing;
-    end if;
-    n := n + 1;
-  end loop;
-  return n;
-end $$;
-
 -- Blocks key k of slot s behind its failed head (pause); holds the key's other
 -- pending retry rows too, so nothing of the key overtakes the head.
 create function :KEYQ_SCHEMA.block_key(c :KEYQ_SCHEMA.consumer, s int, k text, head bigint) returns void
@@ -203,7 +177,7 @@ begin
         select coalesce(jsonb_agg(e order by o), '[]') into held
           from jsonb_array_elements(evs) with ordinality as t(e, o)
          where e->>'key' = any (blocked_keys) and not coalesce((e->>'redelivered')::boolean, false);
-        perform :KEYQ_SCHEMA.hold_events(c, k, held);
+        perform :KEYQ_SCHEMA.park_events(c, k, held, 'infinity');
         select coalesce(jsonb_agg(e order by o), '[]') into evs
           from jsonb_array_elements(evs) with ordinality as t(e, o)
          where not (e->>'key' = any (blocked_keys) and not coalesce((e->>'redelivered')::boolean, false));
