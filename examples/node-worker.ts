@@ -1,0 +1,39 @@
+/**
+ * Node: a long-running worker on a pg Pool. `work({ signal })` loops runs of a
+ * Tier A exclusive consumer, backing off while the queue is idle; SIGINT or
+ * SIGTERM aborts the signal, the current batch finishes (or rolls back), and
+ * the process exits cleanly. Start as many as you like: at most one of them
+ * handles a given key at any instant.
+ *
+ *   DATABASE_URL=postgres://… node --import tsx examples/node-worker.ts
+ *
+ * KEYQ_SCHEMA picks the schema, WORKER names this worker in the output.
+ * In your project: `npm install keyq pg`.
+ */
+import process from "node:process";
+import pg from "pg";
+import { keyq } from "keyq";
+import { fromPg } from "keyq/pg";
+
+const name = process.env.WORKER ?? `worker-${process.pid}`;
+const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test", max: 4 });
+const q = keyq(fromPg(pool), { schema: process.env.KEYQ_SCHEMA ?? "keyq" });
+await q.migrate(); // idempotent; in production, migrate once at deploy time
+await q.createQueue("jobs");
+
+const stop = new AbortController();
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.once(signal, () => {
+    console.log(`${name}: ${signal}, finishing the current batch`);
+    stop.abort();
+  });
+}
+
+console.log(`${name}: working`);
+const total = await q.exclusive("jobs", "node-worker").work({
+  signal: stop.signal,
+  maxPollMs: 500,
+  handler: (ev) => console.log(`${name}: consumed ${ev.id} ${ev.type} key=${ev.key} payload=${JSON.stringify(ev.payload)}`),
+});
+await pool.end();
+console.log(`${name}: stopped after ${total.events} events`);
