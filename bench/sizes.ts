@@ -1,0 +1,94 @@
+/**
+ * Sizes and result shapes shared by the two sides of the benchmark.
+ *
+ * @module
+ */
+
+/** How big each scenario is. Both systems get the same sizes. */
+export interface Sizes {
+  /** Single sends timed in the produce scenario. */
+  sends: number;
+  /** Events sent in batches of `batchSize` in the produce scenario. */
+  batchEvents: number;
+  /** Events per producer batch (keyq `sendBatch`, pg-boss `insert`). */
+  batchSize: number;
+  /** Events consumed by the plain consumer (1 worker). */
+  plainEvents: number;
+  /** Events consumed by 4 Tier A workers. */
+  exclusiveEvents: number;
+  /** Events per consumer batch (keyq `maxEvents`, pg-boss `batchSize`). */
+  maxEvents: number;
+  /** Concurrent workers of the Tier A, retry and Tier B scenarios, one connection each. */
+  workers: number;
+  /** Steady producer rate of the latency scenario (events/s). */
+  rate: number;
+  /** Seconds the latency scenario produces for. */
+  seconds: number;
+  /** Idle poll interval of every consumer loop (both systems), ms. */
+  pollMs: number;
+  /** Events that each fail once in the retry scenario. */
+  retryEvents: number;
+  /** Events consumed in the Tier B scenario. */
+  orderedEvents: number;
+  /** Tier B slots. */
+  slots: number;
+  /** Tier A: how long a deferred (key held elsewhere) event waits, ms. */
+  deferMs: number;
+}
+
+/** Defaults of a full run: about 6 minutes for 5 rounds on 2 busy cores. */
+export const FULL: Sizes = {
+  sends: 1_000,
+  batchEvents: 20_000,
+  batchSize: 1_000,
+  plainEvents: 20_000,
+  exclusiveEvents: 10_000,
+  maxEvents: 100,
+  workers: 4,
+  rate: 400,
+  seconds: 5,
+  pollMs: 20,
+  retryEvents: 3_000,
+  orderedEvents: 10_000,
+  slots: 8,
+  deferMs: 20,
+};
+
+/** `--quick`: a ~30 s smoke run. */
+export const QUICK: Sizes = {
+  ...FULL,
+  sends: 300,
+  batchEvents: 3_000,
+  plainEvents: 3_000,
+  exclusiveEvents: 3_000,
+  rate: 200,
+  seconds: 2,
+  retryEvents: 1_000,
+  orderedEvents: 3_000,
+};
+
+/** What a throughput scenario measured on one side. */
+export interface ConsumeResult {
+  /** Events handled per second, wall clock, first batch to last. */
+  eventsPerSec: number;
+  /** Round trips (keyq: RunReport.roundTrips; pg-boss: pg queries) per non-empty batch. */
+  roundTripsPerBatch: number;
+  /** Average events per non-empty batch. */
+  eventsPerBatch: number;
+  /** Rows read from the log tables per handled event (keyq: event_*; pg-boss: job*). */
+  readAmp: number;
+  /** Handler deliveries (more than the events when some failed or were deferred). */
+  deliveries: number;
+  /** Errors the consume loop met and retried (pg-boss fetch deadlocks), if any. */
+  errors?: string;
+}
+
+/** What the latency scenario measured on one side. */
+export interface LatencyResult {
+  /** Milliseconds from the producer's send call to the handler, median. */
+  p50: number;
+  /** 95th percentile, ms. */
+  p95: number;
+  /** Events measured. */
+  count: number;
+}
