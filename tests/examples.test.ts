@@ -71,7 +71,7 @@ describe(`examples (${runtime})`, () => {
   test("examples/deno-cron.ts: the cron job, run once, consumes the backlog", { skip: skip || only("deno") }, async () => {
     const { f, ids } = await seed("deno-cron", 7);
     try {
-      const { code, out } = await start(process.execPath, ["run", "--allow-net", "--allow-env", "--allow-read", "examples/deno-cron.ts"], {
+      const { code, out } = await start(process.execPath, ["run", "--allow-net", "--allow-env", "examples/deno-cron.ts"], {
         DATABASE_URL: f.url,
         KEYQ_SCHEMA: f.schema,
         KEYQ_ONCE: "1",
