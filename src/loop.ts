@@ -73,7 +73,6 @@ export async function workLoop(s: BatchSettings, run: () => Promise<RunReport>):
   while (!s.signal?.aborted) {
     const r = await run();
     addUp(total, r);
-    total.batches += r.batches - 1;
     if (r.events + r.dropped + r.deferred > 0) wait = s.minPollMs;
     else {
       await sleep(wait, s.signal);

@@ -243,7 +243,10 @@ describe("Tier B: ordered consumer", () => {
     test(`pause: K's head fails twice then ${ending} → K's later events wait, then arrive in order, once, retry 0; other keys flow`, { skip }, async () => {
       const f = await pgFixture();
       try {
-        await f.q.createQueue("files", { retryBase: 300, retryCap: 600, maxRetries: ending === "succeeds" ? 5 : 1 });
+        // A long backoff, so the checks below cannot race it; "later" is made by
+        // moving the head's retry due time to now, as time passing would.
+        await f.q.createQueue("files", { retryBase: "1h", retryCap: "1h", maxRetries: ending === "succeeds" ? 5 : 1 });
+        const later = () => f.raw(`update "${f.schema}".retry set due_at = now() where due_at <> 'infinity'`);
         const c = f.q.ordered<number>("files", "idx", { slots: 1, onFailure: "pause" });
         await c.subscribe();
         const seen: string[] = [];
@@ -268,8 +271,12 @@ describe("Tier B: ordered consumer", () => {
         await f.q.sendBatch("files", [{ type: "E", payload: 2, key: "K" }, { type: "E", payload: 2, key: "L" }]);
         await c.run({ handler });
         assert.deepEqual(seen, ["L0:0", "L1:0", "L2:0"], "K2 is held too; L2 is not delayed");
-        for (let i = 0; i < 60 && !seen.includes("K2:0"); i++) {
-          await sleep(50);
+        const [held] = await f.raw(
+          `select count(*)::int as n from "${f.schema}".retry where ev_key = 'K' and due_at = 'infinity' and retry = 0`,
+        );
+        assert.equal(held!.n, 2, "K1 and K2 are held, without spending retries");
+        for (let i = 0; i < 5 && !seen.includes("K2:0"); i++) {
+          await later();
           await c.run({ handler });
         }
         const k = seen.filter((s) => s.startsWith("K"));
