@@ -95,6 +95,11 @@ console.log(Object.keys(mods).length + " modules, latestVersion " + mods["keyq"]
 `,
   );
   step("node ESM imports", () => run("node", ["check.mjs"], app).trim());
+  step("keyq CLI (bin)", () => {
+    const script = run("node", [join(app, "node_modules/.bin/keyq"), "sql", "--schema", "pack_check"], app);
+    if (!script.includes(`create table "pack_check".queue`)) throw new Error("keyq sql did not print the engine");
+    return `keyq sql: ${script.split("\n").length} lines`;
+  });
   step("bun imports", () => run(bin("bun"), ["check.mjs"], app).trim());
   step("deno imports (npm package in node_modules)", () => run(bin("deno"), ["run", "--allow-read", "--allow-env", "check.mjs"], app).trim());
 
