@@ -195,16 +195,10 @@ export interface RunOptions<P = unknown> extends BatchOptions<P> {
   maxBatches?: number;
 }
 
-/** What `run` did. */
-export interface RunReport {
+/** What `run` did: its batches' counts added up. */
+export interface RunReport extends Omit<BatchReport, "busy"> {
   /** Batches that had something to do. */
   batches: number;
-  /** Events delivered to the handler. */
-  events: number;
-  retried: number;
-  deadLettered: number;
-  dropped: number;
-  deferred: number;
   /** Round trips keyq made, including the run's tick and maintenance calls. */
   roundTrips: number;
   /** True when the ticker wrote a tick. */

@@ -11,9 +11,9 @@ import { keyq } from "../mod.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { dbSkip } from "./helpers/db.ts";
 import { pgFixture } from "./helpers/keyq.ts";
+import { sleep } from "./helpers/sync.ts";
 
 const skip = await dbSkip();
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe("chaos", () => {
   for (const tier of ["exclusive", "ordered"] as const) {

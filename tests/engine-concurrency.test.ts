@@ -6,14 +6,10 @@ import type { Executor } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { connect, databaseUrl, dbSkip, dropSchema, freshSchema } from "./helpers/db.ts";
 import { drain, pgFixture } from "./helpers/keyq.ts";
+import { gate } from "./helpers/sync.ts";
 
 const skip = await dbSkip();
 
-function gate(): { wait: Promise<void>; open: () => void } {
-  let open!: () => void;
-  const wait = new Promise<void>((r) => (open = r));
-  return { wait, open };
-}
 
 describe("engine under concurrency", () => {
   test("out-of-order commits: a late commit lands in a later window, once", { skip }, async () => {

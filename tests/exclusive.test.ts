@@ -1,27 +1,16 @@
 // Tier A: mutual exclusion per key, shown with several real connections.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { type Keyq, keyq } from "../mod.ts";
+import { keyq } from "../mod.ts";
 import pg from "pg";
 import { fromPg } from "../src/drivers/pg.ts";
-import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
-import { connect, dbSkip, type Sql } from "./helpers/db.ts";
+import { dbSkip } from "./helpers/db.ts";
 import { pgFixture } from "./helpers/keyq.ts";
+import { gate, sleep, worker } from "./helpers/sync.ts";
 
 const skip = await dbSkip();
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function gate(): { wait: Promise<void>; open: () => void } {
-  let open!: () => void;
-  const wait = new Promise<void>((r) => (open = r));
-  return { wait, open };
-}
 
-/** A worker: its own connection and client, tagged for pg_stat_activity. */
-function worker(url: string, schema: string, i: number): { q: Keyq; sql: Sql } {
-  const sql = connect(`${url}${url.includes("?") ? "&" : "?"}application_name=kq-worker-${i}`);
-  return { q: keyq(fromPostgresJs(sql), { schema }), sql };
-}
 
 describe("Tier A: exclusive consumer", () => {
   test("G2: 8 workers on 8 connections, 200 keys, 5,000 events — no two intervals of a key overlap", { skip }, async () => {

@@ -2,25 +2,15 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import pg from "pg";
-import { type Keyq, keyq, KeyqError } from "../mod.ts";
+import { keyq, KeyqError } from "../mod.ts";
 import { fromPg } from "../src/drivers/pg.ts";
-import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
-import { connect, dbSkip, type Sql } from "./helpers/db.ts";
+import { dbSkip } from "./helpers/db.ts";
 import { type Fixture, pgFixture } from "./helpers/keyq.ts";
+import { gate, sleep, worker } from "./helpers/sync.ts";
 
 const skip = await dbSkip();
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function gate(): { wait: Promise<void>; open: () => void } {
-  let open!: () => void;
-  const wait = new Promise<void>((r) => (open = r));
-  return { wait, open };
-}
 
-function worker(url: string, schema: string, i: number): { q: Keyq; sql: Sql } {
-  const sql = connect(`${url}${url.includes("?") ? "&" : "?"}application_name=kq-ordered-${i}`);
-  return { q: keyq(fromPostgresJs(sql), { schema }), sql };
-}
 
 /** Rows read from the queue's event tables (sequential + index fetches), after stats are flushed. */
 async function rowsRead(f: Fixture): Promise<number> {
@@ -155,7 +145,7 @@ describe("Tier B: ordered consumer", () => {
       });
       await sleep(300);
       const [waiting] = await f.raw(
-        `select count(*)::int as n from pg_stat_activity where application_name = 'kq-ordered-2' and wait_event_type = 'Lock'`,
+        `select count(*)::int as n from pg_stat_activity where application_name = 'kq-worker-2' and wait_event_type = 'Lock'`,
       );
       assert.equal(waiting!.n, 1, "the bypassing client is blocked on the slot's cursor row");
       release.open();
