@@ -201,8 +201,9 @@ function settingsJson(settings: unknown, allowTables: boolean): Record<string, n
  * ```ts
  * import { keyq } from "keyq";
  * import { fromPGlite } from "keyq/pglite";
- * import { PGlite } from "@electric-sql/pglite";
  *
+ * // Any driver adapter works; here embedded PGlite (an optional peer).
+ * const { PGlite } = await import("@electric-sql/pglite");
  * const q = keyq(fromPGlite(new PGlite()));
  * await q.migrate();
  * await q.createQueue("files");
