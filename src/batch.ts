@@ -167,6 +167,7 @@ async function handleEvents(
   const deferred = target.contended === "defer" ? contended.map((w) => ({ id: w.id, txid: w.txid })) : [];
   const events: { w: WireEvent; ev: AnyEvent }[] = [];
   const slot = target.ordered ? target.slot : undefined;
+  const failedKeys = new Set<string>(); // pause: keys whose head failed in this batch
   for (const w of wire) {
     if (w.locked === false) continue;
     try {
@@ -174,11 +175,11 @@ async function handleEvents(
       events.push({ w, ev: toEvent(w, payload, slot) });
     } catch (err) {
       fail(w, toEvent(w, w.payload, slot), err);
+      if (w.key !== null) failedKeys.add(w.key);
     }
   }
   const scope = eventScope(tx);
   const held: { id: string; txid: string }[] = [];
-  const failedKeys = new Set<string>();
   if (s.handler) {
     for (const { w, ev } of events) {
       if (target.pause && w.key !== null && failedKeys.has(w.key)) {
@@ -216,7 +217,7 @@ async function handleEvents(
   const keep = new Set([...failed.keys(), ...deferred.map((d) => d.id), ...held.map((h) => h.id)]);
   const retried = wire.filter((w) => w.redelivered && !keep.has(w.id)).map((w) => w.id);
   const outcome: Outcome = {
-    events: events.length,
+    events: events.length - held.length,
     retried: 0,
     deadLettered: 0,
     dropped: target.contended === "drop" ? contended.length : 0,

@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import pg from "pg";
+import * as v from "valibot";
 import { keyq, KeyqError } from "../mod.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { dbSkip } from "./helpers/db.ts";
@@ -287,6 +288,30 @@ describe("Tier B: ordered consumer", () => {
       }
     });
   }
+
+  test("pause: a head dead-lettered on its first failure (bad payload, maxRetries 0) releases the events held behind it in the same batch", { skip }, async () => {
+    const f = await pgFixture({ payloads: { files: v.object({ n: v.number() }) } });
+    try {
+      await f.q.createQueue("files", { maxRetries: 0 });
+      const c = f.q.ordered<{ n: number }>("files", "idx", { slots: 1, onFailure: "pause" });
+      await c.subscribe();
+      // The head bypasses the send-side schema check (an older producer): it fails at receive.
+      await f.raw(`select "${f.schema}".send(queue => 'files', type => 'E', payload => '{"n": "bad"}'::jsonb, key => 'K')`);
+      await f.q.sendBatch("files", [{ type: "E", payload: { n: 1 }, key: "K" }, { type: "E", payload: { n: 0 }, key: "L" }]);
+      await f.q.tick("files");
+      const seen: string[] = [];
+      const first = await c.batch({ handler: (ev) => void seen.push(`${ev.key}${ev.payload.n}`) });
+      assert.deepEqual(seen, ["L0"], "K1 is held behind its failed head in the same batch");
+      assert.deepEqual([first.events, first.deadLettered], [1, 1]);
+      await c.run({ handler: (ev) => void seen.push(`${ev.key}${ev.payload.n}`) });
+      assert.deepEqual(seen, ["L0", "K1"], "then released: delivered once, after the head");
+      assert.deepEqual(await c.blockedKeys(), []);
+      const [left] = await f.raw(`select count(*)::int as n from "${f.schema}".retry`);
+      assert.equal(left!.n, 0);
+    } finally {
+      await f.close();
+    }
+  });
 
   test("N invariant: another slot count is rejected and nothing changes", { skip }, async () => {
     const f = await pgFixture();

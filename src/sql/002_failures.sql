@@ -217,6 +217,8 @@ begin
     -- An acked head releases its key's held events.
     perform :KEYQ_SCHEMA.release_heads(c, s, succeeded);
   end if;
+  -- Held first: a head dead-lettered below must find its key's held events.
+  perform :KEYQ_SCHEMA.park_events(c, s, outcome->'held', 'infinity');
   for f in select x from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x loop
     select * into r from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = (f->>'id')::bigint;
     if not found then
@@ -232,8 +234,8 @@ begin
               r.ev_data, r.retry + 1, f->'error');
       delete from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = r.ev_id;
       n_dead := n_dead + 1;
-      if pause then
-        perform :KEYQ_SCHEMA.release_heads(c, r.slot, array[r.ev_id]);
+      if pause and r.ev_key is not null then
+        perform :KEYQ_SCHEMA.release_key(c, r.slot, r.ev_key);
       end if;
     else
       insert into :KEYQ_SCHEMA.retry as t
@@ -247,7 +249,6 @@ begin
       end if;
     end if;
   end loop;
-  perform :KEYQ_SCHEMA.park_events(c, s, outcome->'held', 'infinity');
   return jsonb_build_object('retried', n_retry, 'deadLettered', n_dead,
     'deferred', :KEYQ_SCHEMA.park_events(c, s, outcome->'deferred',
       clock_timestamp() + make_interval(secs => coalesce((outcome->>'deferDelay')::float8, 1))));

@@ -190,6 +190,17 @@ begin
   return jsonb_build_object('busy', tried = 0 and cardinality(todo) > 0, 'slot', null, 'events', '[]'::jsonb);
 end $$;
 
+-- Releases key k of slot s outright (its head was dead-lettered, possibly in
+-- the same batch as its first failure, before any marker existed).
+create function :KEYQ_SCHEMA.release_key(c :KEYQ_SCHEMA.consumer, s int, k text) returns void
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+  delete from :KEYQ_SCHEMA.blocked where consumer_id = c.consumer_id and slot = s and ev_key = k;
+  update :KEYQ_SCHEMA.retry set due_at = now()
+   where consumer_id = c.consumer_id and slot = s and ev_key = k and due_at = 'infinity';
+$$;
+
 -- Keys currently blocked by a failed head (pause policy).
 create function :KEYQ_SCHEMA.blocked_keys(queue text, consumer text) returns jsonb
 language sql stable
