@@ -113,6 +113,7 @@ describe("Tier B: ordered consumer", () => {
     const a = worker(f.url, f.schema, 0);
     const b = worker(f.url, f.schema, 1);
     const c = worker(f.url, f.schema, 2);
+    const release = gate();
     try {
       await f.q.createQueue("files");
       const opts = { slots: 4, helpAfter: "1h" };
@@ -122,7 +123,6 @@ describe("Tier B: ordered consumer", () => {
       await f.q.sendBatch("files", Array.from({ length: 6 }, (_, i) => ({ type: "E", payload: i, key: "tenant-1" })));
       await f.q.tick("files");
       const inside = gate();
-      const release = gate();
       const aSeen: string[] = [];
       const aBatch = a.q.ordered("files", "idx", opts).batch({
         worker: 1,
@@ -144,11 +144,15 @@ describe("Tier B: ordered consumer", () => {
         );
         return JSON.parse(row!.r) as { events: { id: string }[] };
       });
-      await sleep(300);
-      const [waiting] = await f.raw(
-        `select count(*)::int as n from pg_stat_activity where application_name = 'kq-worker-2' and wait_event_type = 'Lock'`,
-      );
-      assert.equal(waiting!.n, 1, "the bypassing client is blocked on the slot's cursor row");
+      let waiting = 0;
+      for (let i = 0; i < 100 && waiting === 0; i++) {
+        await sleep(50);
+        const [w] = await f.raw(
+          `select count(*)::int as n from pg_stat_activity where application_name = 'kq-worker-2' and wait_event_type = 'Lock'`,
+        );
+        waiting = Number(w!.n);
+      }
+      assert.equal(waiting, 1, "the bypassing client is blocked on the slot's cursor row");
       release.open();
       await aBatch;
       const cEvents = (await cResult).events.map((e) => e.id);
@@ -156,6 +160,7 @@ describe("Tier B: ordered consumer", () => {
       assert.equal(cEvents.length, 3);
       assert.deepEqual(cEvents.filter((id) => aSeen.includes(id)), [], "no duplicate after the first committed");
     } finally {
+      release.open(); // never leave the first batch hanging when an assertion fails
       await Promise.all([a, b, c].map((w) => w.sql.end()));
       await f.close();
     }
@@ -165,7 +170,7 @@ describe("Tier B: ordered consumer", () => {
     const f = await pgFixture({ max: 2 });
     try {
       await f.q.createQueue("files");
-      const opts = { slots: 8, helpAfter: 300 };
+      const opts = { slots: 8, helpAfter: 1500 };
       const c = f.q.ordered<number>("files", "idx", opts);
       await c.subscribe();
       const keys = Array.from({ length: 64 }, (_, i) => `tenant-${i}`);
@@ -187,7 +192,7 @@ describe("Tier B: ordered consumer", () => {
       for (const w of [0, 2]) await c.run({ worker: w, workers: 3, handler: (ev) => void late.push(ev.payload) });
       const before = late.length;
       assert.ok(before < 64, "before the bound, nobody reads the absent worker's slots");
-      await sleep(400);
+      await sleep(1600);
       for (const w of [0, 2]) {
         await c.run({ worker: w, workers: 3, handler: (ev) => {
           late.push(ev.payload);
