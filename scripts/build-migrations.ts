@@ -42,8 +42,10 @@ export function renderMigrations(files: SqlFile[]): string {
       }.`);
     }
   });
+  // One template literal per file, line for line, so an engine change reads
+  // in review as the same diff as its .sql file.
   const entries = parsed.map(
-    (m) => `  { version: ${m.version}, name: ${JSON.stringify(m.name)}, sql: ${JSON.stringify(m.sql)} },\n`,
+    (m) => `  {\n    version: ${m.version},\n    name: ${JSON.stringify(m.name)},\n    sql: \`${templateText(m.sql)}\`,\n  },\n`,
   );
   return `${HEADER}
 
@@ -57,6 +59,11 @@ export interface Migration {
 /** The engine migrations, in order. */
 export const migrations: readonly Migration[] = [${entries.length ? `\n${entries.join("")}` : ""}];
 `;
+}
+
+/** Escapes what a template literal would interpret: backslashes, backticks and `${`. */
+function templateText(sql: string): string {
+  return sql.replace(/\\|`|\$\{/g, (m) => `\\${m}`);
 }
 
 /** Reads the `.sql` files of `dir` (ignoring other files), sorted by name; none if `dir` is missing. */

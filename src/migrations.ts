@@ -9,9 +9,1355 @@ export interface Migration {
 
 /** The engine migrations, in order. */
 export const migrations: readonly Migration[] = [
-  { version: 1, name: "engine", sql: "-- keyq engine, part 1: queues, the event log (a ring of tables per queue),\n-- ticks, consumers with cursors, the ticker, window reads, rotation.\n--\n-- :KEYQ_SCHEMA is replaced by the quoted, validated schema identifier and\n-- :KEYQ_SCHEMA_NAME by the same name as a string literal (for lock keys and\n-- dynamic DDL). Nothing else is ever spliced into this text.\n--\n-- Every function returns jsonb (read as text by the client), so driver type\n-- parsers never matter; errors use SQLSTATE KQ### with hint 'KEYQ:<CODE>'.\n\ncreate table :KEYQ_SCHEMA.queue (\n  queue_id         int primary key,\n  queue_name       text not null unique,\n  event_seq        regclass not null,\n  ntables          smallint not null default 3 check (ntables between 2 and 8),\n  cur_table        smallint not null default 0,\n  rotated_at       timestamptz not null default now(),\n  rotation_period  interval not null default '1 hour',\n  tick_max_count   int not null default 1000,\n  tick_max_lag     interval not null default '0 seconds',\n  tick_idle_period interval not null default '1 minute',\n  max_retries      int not null default 5,\n  retry_base       interval not null default '1 second',\n  retry_cap        interval not null default '1 hour',\n  created_at       timestamptz not null default now()\n);\ncreate sequence :KEYQ_SCHEMA.queue_id_seq as int;\ncreate sequence :KEYQ_SCHEMA.tick_id_seq;\n\n-- The log. Partitioned by queue, then by ring table; rows are never updated\n-- or deleted, only truncated a whole table at a time by rotation.\n-- ev_key is the partition key (PgQ's ev_extra1).\ncreate table :KEYQ_SCHEMA.event (\n  queue_id  int not null,\n  ev_table  smallint not null,\n  ev_id     bigint not null,\n  ev_txid   xid8 not null default pg_current_xact_id(),\n  ev_time   timestamptz not null default now(),\n  ev_type   text not null,\n  ev_key    text,\n  ev_data   jsonb not null\n) partition by list (queue_id);\n-- Windows are read in (txid, id) order: one producer's events keep their\n-- send order, and progress inside a window is a (txid, id) position.\ncreate index on :KEYQ_SCHEMA.event (ev_txid, ev_id);\n\ncreate table :KEYQ_SCHEMA.tick (\n  queue_id       int not null references :KEYQ_SCHEMA.queue on delete cascade,\n  tick_id        bigint not null,\n  tick_time      timestamptz not null default now(),\n  tick_snapshot  pg_snapshot not null,\n  tick_event_seq bigint not null,\n  primary key (queue_id, tick_id)\n);\n\n-- Producer dedup (the SQS/NATS model): one live event per (queue, key) until\n-- expires_at. Claimed with INSERT … ON CONFLICT in the sending transaction.\ncreate table :KEYQ_SCHEMA.dedup (\n  queue_id   int not null references :KEYQ_SCHEMA.queue on delete cascade,\n  dedup_key  text not null,\n  ev_id      bigint not null,\n  expires_at timestamptz not null,\n  primary key (queue_id, dedup_key)\n);\ncreate index on :KEYQ_SCHEMA.dedup (queue_id, expires_at);\n\ncreate table :KEYQ_SCHEMA.consumer (\n  consumer_id   int primary key generated always as identity,\n  queue_id      int not null references :KEYQ_SCHEMA.queue on delete cascade,\n  consumer_name text not null,\n  kind          text not null default 'plain' check (kind in ('plain', 'exclusive', 'ordered')),\n  slots         int not null default 1 check (slots between 1 and 1024),\n  settings      jsonb not null default '{}',\n  created_at    timestamptz not null default now(),\n  unique (queue_id, consumer_name)\n);\n\n-- One cursor per consumer (per slot for ordered consumers). tick_id is the\n-- last fully consumed tick; while a window is open, end_tick_id is its end\n-- and (last_txid, last_id) the durable position inside it. Updated once per\n-- batch (HOT: no indexed column changes), never per event.\ncreate table :KEYQ_SCHEMA.cursor (\n  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,\n  slot        int not null default 0,\n  tick_id     bigint not null,\n  end_tick_id bigint,\n  last_txid   xid8,\n  last_id     bigint,\n  polled_at   timestamptz,\n  batch_at    timestamptz,\n  primary key (consumer_id, slot)\n) with (fillfactor = 50);\n\n-- Helpers ---------------------------------------------------------------------\n\ncreate function :KEYQ_SCHEMA.lock_key(scope text, id bigint) returns bigint\nlanguage sql immutable parallel safe\nset search_path = pg_catalog, pg_temp\nas $$ select hashtextextended(:KEYQ_SCHEMA_NAME || ':' || scope || ':' || id::text, 0) $$;\n\ncreate function :KEYQ_SCHEMA.get_queue(queue text) returns :KEYQ_SCHEMA.queue\nlanguage plpgsql stable\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare q :KEYQ_SCHEMA.queue;\nbegin\n  select * into q from :KEYQ_SCHEMA.queue where queue_name = queue;\n  if not found then\n    raise exception 'Queue \"%\" does not exist; create it with createQueue(\"%\") first.', queue, queue\n      using errcode = 'KQ001', hint = 'KEYQ:QUEUE_NOT_FOUND';\n  end if;\n  return q;\nend $$;\n\ncreate function :KEYQ_SCHEMA.get_consumer(queue text, consumer text) returns :KEYQ_SCHEMA.consumer\nlanguage plpgsql stable\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare q :KEYQ_SCHEMA.queue; c :KEYQ_SCHEMA.consumer;\nbegin\n  q := :KEYQ_SCHEMA.get_queue(queue);\n  select * into c from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;\n  if not found then\n    raise exception 'Consumer \"%\" is not subscribed to queue \"%\"; call subscribe() first.', consumer, queue\n      using errcode = 'KQ002', hint = 'KEYQ:CONSUMER_NOT_FOUND';\n  end if;\n  return c;\nend $$;\n\ncreate function :KEYQ_SCHEMA.queue_json(q :KEYQ_SCHEMA.queue) returns jsonb\nlanguage sql stable\nset search_path = pg_catalog, pg_temp\nas $$\n  select jsonb_build_object(\n    'name', q.queue_name, 'tables', q.ntables, 'currentTable', q.cur_table,\n    'rotatedAt', q.rotated_at, 'rotationPeriod', extract(epoch from q.rotation_period),\n    'tickMaxCount', q.tick_max_count, 'tickMaxLag', extract(epoch from q.tick_max_lag),\n    'tickIdlePeriod', extract(epoch from q.tick_idle_period),\n    'maxRetries', q.max_retries, 'retryBase', extract(epoch from q.retry_base),\n    'retryCap', extract(epoch from q.retry_cap), 'createdAt', q.created_at)\n$$;\n\n-- Queues ----------------------------------------------------------------------\n\n-- Applies the settings present in s (seconds for intervals) to queue q.\ncreate function :KEYQ_SCHEMA.apply_queue_settings(qid int, s jsonb) returns void\nlanguage sql\nset search_path = pg_catalog, pg_temp\nas $$\n  update :KEYQ_SCHEMA.queue set\n    rotation_period  = coalesce(make_interval(secs => (s->>'rotationPeriod')::float8), rotation_period),\n    tick_max_count   = coalesce((s->>'tickMaxCount')::int, tick_max_count),\n    tick_max_lag     = coalesce(make_interval(secs => (s->>'tickMaxLag')::float8), tick_max_lag),\n    tick_idle_period = coalesce(make_interval(secs => (s->>'tickIdlePeriod')::float8), tick_idle_period),\n    max_retries      = coalesce((s->>'maxRetries')::int, max_retries),\n    retry_base       = coalesce(make_interval(secs => (s->>'retryBase')::float8), retry_base),\n    retry_cap        = coalesce(make_interval(secs => (s->>'retryCap')::float8), retry_cap)\n  where queue_id = qid\n$$;\n\ncreate function :KEYQ_SCHEMA.create_queue(queue text, settings jsonb default '{}') returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare\n  qid int;\n  n smallint := coalesce((settings->>'tables')::smallint, 3);\n  q :KEYQ_SCHEMA.queue;\n  parent text;\nbegin\n  -- DDL of concurrent creators is serialised; the loser sees the winner's row.\n  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('ddl', 0));\n  select * into q from :KEYQ_SCHEMA.queue where queue_name = queue;\n  if found then\n    return jsonb_build_object('created', false, 'queue', :KEYQ_SCHEMA.queue_json(q));\n  end if;\n  qid := nextval(':KEYQ_SCHEMA.queue_id_seq');\n  parent := 'event_' || qid;\n  execute format('create sequence %I.%I', :KEYQ_SCHEMA_NAME, parent || '_id_seq');\n  execute format('create table %I.%I partition of %I.event for values in (%s) partition by list (ev_table)',\n                 :KEYQ_SCHEMA_NAME, parent, :KEYQ_SCHEMA_NAME, qid);\n  for i in 0 .. n - 1 loop\n    execute format('create table %I.%I partition of %I.%I for values in (%s)',\n                   :KEYQ_SCHEMA_NAME, parent || '_' || i, :KEYQ_SCHEMA_NAME, parent, i);\n  end loop;\n  insert into :KEYQ_SCHEMA.queue (queue_id, queue_name, event_seq, ntables)\n  values (qid, queue, format('%I.%I', :KEYQ_SCHEMA_NAME, parent || '_id_seq')::regclass, n);\n  perform :KEYQ_SCHEMA.apply_queue_settings(qid, settings);\n  -- The first tick: consumers that subscribe now see every later event.\n  insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)\n  values (qid, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), 0);\n  select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;\n  return jsonb_build_object('created', true, 'queue', :KEYQ_SCHEMA.queue_json(q));\nend $$;\n\ncreate function :KEYQ_SCHEMA.update_queue(queue text, settings jsonb) returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);\nbegin\n  perform :KEYQ_SCHEMA.apply_queue_settings(q.queue_id, settings);\n  select * into q from :KEYQ_SCHEMA.queue where queue_id = q.queue_id;\n  return :KEYQ_SCHEMA.queue_json(q);\nend $$;\n\ncreate function :KEYQ_SCHEMA.drop_queue(queue text) returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare q :KEYQ_SCHEMA.queue;\nbegin\n  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('ddl', 0));\n  select * into q from :KEYQ_SCHEMA.queue where queue_name = queue;\n  if not found then return jsonb_build_object('dropped', false); end if;\n  execute format('drop table %I.%I', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id);\n  delete from :KEYQ_SCHEMA.queue where queue_id = q.queue_id;\n  execute format('drop sequence %s', q.event_seq);\n  return jsonb_build_object('dropped', true);\nend $$;\n\ncreate function :KEYQ_SCHEMA.list_queues() returns jsonb\nlanguage sql stable\nset search_path = pg_catalog, pg_temp\nas $$\n  select coalesce(jsonb_agg(:KEYQ_SCHEMA.queue_json(q) order by q.queue_name), '[]')\n  from :KEYQ_SCHEMA.queue q\n$$;\n\n-- Producer --------------------------------------------------------------------\n\n-- Claims dedup key k for ttl seconds: a new event id when the key is free or\n-- expired, else the live event's id. Concurrent claimers of one key wait on\n-- the first one's unique index entry, so exactly one of them inserts.\ncreate function :KEYQ_SCHEMA.claim_dedup(q :KEYQ_SCHEMA.queue, k text, ttl float8,\n                                         out id bigint, out deduped boolean)\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\nbegin\n  loop\n    insert into :KEYQ_SCHEMA.dedup as d (queue_id, dedup_key, ev_id, expires_at)\n    values (q.queue_id, k, nextval(q.event_seq), now() + make_interval(secs => coalesce(ttl, 300)))\n    on conflict (queue_id, dedup_key) do update\n       set ev_id = excluded.ev_id, expires_at = excluded.expires_at\n     where d.expires_at <= now()\n    returning d.ev_id into id;\n    if found then deduped := false; return; end if;\n    select d.ev_id into id from :KEYQ_SCHEMA.dedup d where d.queue_id = q.queue_id and d.dedup_key = k;\n    if found then deduped := true; return; end if;\n    -- The live row expired and was collected between the two statements: claim again.\n  end loop;\nend $$;\n\ncreate function :KEYQ_SCHEMA.send(queue text, type text, payload jsonb, key text default null,\n                                  dedup_key text default null, ttl float8 default null) returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); c record;\nbegin\n  if dedup_key is null then\n    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)\n    values (q.queue_id, q.cur_table, nextval(q.event_seq), type, key, payload)\n    returning ev_id into c;\n    return jsonb_build_object('id', c.ev_id::text, 'deduped', false);\n  end if;\n  c := :KEYQ_SCHEMA.claim_dedup(q, dedup_key, ttl);\n  if not c.deduped then\n    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)\n    values (q.queue_id, q.cur_table, c.id, type, key, payload);\n  end if;\n  return jsonb_build_object('id', c.id::text, 'deduped', c.deduped);\nend $$;\n\n-- events: a JSON array of {type, key, payload, dedupKey?, ttl?}. Ids are\n-- allocated in array order, so one call keeps its order inside the window.\ncreate function :KEYQ_SCHEMA.send_batch(queue text, events jsonb) returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); out jsonb := '[]'; e jsonb;\nbegin\n  if not jsonb_path_exists(events, '$[*].dedupKey') then\n    -- The common path: one set-based insert.\n    with ins as (\n      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)\n      select q.queue_id, q.cur_table, nextval(q.event_seq), x.v->>'type', x.v->>'key', x.v->'payload'\n      from jsonb_array_elements(events) with ordinality as x(v, ord)\n      returning ev_id\n    )\n    select coalesce(jsonb_agg(jsonb_build_object('id', ev_id::text, 'deduped', false) order by ev_id), '[]')\n      into out from ins;\n    return out;\n  end if;\n  for e in select x.v from jsonb_array_elements(events) with ordinality as x(v, ord) order by x.ord loop\n    out := out || :KEYQ_SCHEMA.send(queue, e->>'type', e->'payload', e->>'key',\n                                   e->>'dedupKey', (e->>'ttl')::float8);\n  end loop;\n  return out;\nend $$;\n\n-- Ticker ----------------------------------------------------------------------\n\n-- True when an event committed that the last tick does not cover. Only the\n-- txids the snapshot could not see are probed (>= its xmax, or in its xip),\n-- so a long transaction holding xmin back does not widen the scan. Sequential\n-- scans are off: with no statistics yet the planner may otherwise read the\n-- whole table to prove that nothing is pending, on every run.\ncreate function :KEYQ_SCHEMA.has_pending(qid int, snap pg_snapshot) returns boolean\nlanguage sql stable\nset search_path = pg_catalog, pg_temp\nset enable_seqscan = off\nas $$\n  select exists (select 1 from :KEYQ_SCHEMA.event\n                  where queue_id = qid and ev_txid >= pg_snapshot_xmax(snap))\n      or exists (select 1 from :KEYQ_SCHEMA.event\n                  where queue_id = qid\n                    and ev_txid = any (array(select pg_snapshot_xip(snap))))\n$$;\n\n-- Writes a tick when the policy says so and nobody else is ticking this queue.\n-- Returns {\"tick\": id} or {\"tick\": null, \"reason\": ...}. Must run in its own\n-- READ COMMITTED transaction: the snapshot is taken by a statement that starts\n-- after the lock is held, so it includes every earlier tick's commit.\ncreate function :KEYQ_SCHEMA.tick(queue text, force boolean default false) returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare\n  q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);\n  last :KEYQ_SCHEMA.tick;\n  seq bigint;\n  due boolean;\n  id bigint;\nbegin\n  if current_setting('transaction_isolation') <> 'read committed' then\n    raise exception 'The ticker must run in a READ COMMITTED transaction, not %.', current_setting('transaction_isolation')\n      using errcode = 'KQ010', hint = 'KEYQ:WRONG_ISOLATION';\n  end if;\n  if not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('tick', q.queue_id)) then\n    return jsonb_build_object('tick', null, 'reason', 'busy');\n  end if;\n  select * into last from :KEYQ_SCHEMA.tick where queue_id = q.queue_id order by tick_id desc limit 1;\n  seq := coalesce(pg_sequence_last_value(q.event_seq), 0);\n  due := force or last is null\n      or clock_timestamp() - last.tick_time >= q.tick_idle_period\n      or (:KEYQ_SCHEMA.has_pending(q.queue_id, last.tick_snapshot)\n          and (clock_timestamp() - last.tick_time >= q.tick_max_lag\n               or seq - last.tick_event_seq >= q.tick_max_count));\n  if not due then\n    return jsonb_build_object('tick', null, 'reason', 'idle');\n  end if;\n  insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)\n  values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), seq)\n  returning tick_id into id;\n  return jsonb_build_object('tick', id::text);\nend $$;\n\n-- Window reads ----------------------------------------------------------------\n\n-- The events of window (s1, s2] after position (a_txid, a_id), in (txid, id)\n-- order. Candidates are the txids s1 could not see: those in s1's xip that s2\n-- sees (stragglers that finished inside the window) and those in\n-- [xmax(s1), xmax(s2)); both are index range scans on (ev_txid, ev_id).\n-- Sorts and sequential scans are off so the plan is an ordered index scan\n-- that stops at the limit whatever the row estimates say: otherwise a big\n-- window could be re-read whole for every batch.\ncreate function :KEYQ_SCHEMA.window_events(\n  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int\n) returns setof :KEYQ_SCHEMA.event\nlanguage sql stable\nset search_path = pg_catalog, pg_temp\nset enable_sort = off\nset enable_seqscan = off\nas $$\n  select w.* from (\n    (select e.* from :KEYQ_SCHEMA.event e\n      where e.queue_id = qid\n        and e.ev_txid = any (array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2)))\n        and (e.ev_txid, e.ev_id) > (a_txid, a_id)\n      order by e.ev_txid, e.ev_id limit lim)\n    union all\n    (select e.* from :KEYQ_SCHEMA.event e\n      where e.queue_id = qid\n        and e.ev_txid >= pg_snapshot_xmax(s1) and e.ev_txid < pg_snapshot_xmax(s2)\n        and (e.ev_txid, e.ev_id) > (a_txid, a_id)\n        and pg_visible_in_snapshot(e.ev_txid, s2)\n      order by e.ev_txid, e.ev_id limit lim)\n  ) w\n  order by w.ev_txid, w.ev_id\n  limit lim\n$$;\n\ncreate function :KEYQ_SCHEMA.event_json(e :KEYQ_SCHEMA.event, retry int default 0) returns jsonb\nlanguage sql stable\nset search_path = pg_catalog, pg_temp\nas $$\n  select jsonb_build_object('id', e.ev_id::text, 'txid', e.ev_txid::text, 'type', e.ev_type,\n                            'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry)\n$$;\n\n-- Consumers -------------------------------------------------------------------\n\ncreate function :KEYQ_SCHEMA.subscribe(queue text, consumer text, kind text default 'plain',\n                                       slots int default 1, settings jsonb default '{}') returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare\n  q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);\n  c :KEYQ_SCHEMA.consumer;\n  t bigint;\nbegin\n  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('subscribe', q.queue_id));\n  select * into c from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;\n  if found then\n    if c.kind <> kind then\n      raise exception 'Consumer \"%\" of queue \"%\" is a % consumer, not %; use another consumer name.', consumer, queue, c.kind, kind\n        using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';\n    end if;\n    if c.settings is distinct from settings then\n      update :KEYQ_SCHEMA.consumer k set settings = subscribe.settings where k.consumer_id = c.consumer_id;\n    end if;\n    if c.slots <> slots then\n      raise exception 'Consumer \"%\" of queue \"%\" has % slots, persisted when it was created; pass slots: % or use another consumer name.', consumer, queue, c.slots, c.slots\n        using errcode = 'KQ004', hint = 'KEYQ:SLOT_COUNT_MISMATCH';\n    end if;\n    return jsonb_build_object('created', false);\n  end if;\n  select max(tick_id) into t from :KEYQ_SCHEMA.tick where queue_id = q.queue_id;\n  if kind = 'ordered' then\n    perform :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, slots);\n  end if;\n  insert into :KEYQ_SCHEMA.consumer (queue_id, consumer_name, kind, slots, settings)\n  values (q.queue_id, consumer, kind, slots, settings) returning * into c;\n  insert into :KEYQ_SCHEMA.cursor (consumer_id, slot, tick_id, polled_at)\n  select c.consumer_id, s, t, now() from generate_series(0, slots - 1) s;\n  return jsonb_build_object('created', true);\nend $$;\n\ncreate function :KEYQ_SCHEMA.unsubscribe(queue text, consumer text) returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); n int;\nbegin\n  delete from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;\n  get diagnostics n = row_count;\n  return jsonb_build_object('removed', n > 0);\nend $$;\n\n-- Maintenance -----------------------------------------------------------------\n\n-- Switches the queue to its next ring table after emptying it. Safe because:\n-- the ACCESS EXCLUSIVE lock waits out every transaction that inserted into\n-- that table (they hold ROW EXCLUSIVE until they end), and the table is only\n-- truncated when the least advanced cursor's snapshot sees all its rows.\ncreate function :KEYQ_SCHEMA.rotate(queue text, force boolean default false) returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare\n  q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);\n  nxt smallint := (q.cur_table + 1) % q.ntables;\n  oldest pg_snapshot;\n  prev_timeout text := current_setting('lock_timeout');\nbegin\n  if not force and now() - q.rotated_at < q.rotation_period then\n    return jsonb_build_object('rotated', false, 'reason', 'not due');\n  end if;\n  begin\n    perform set_config('lock_timeout', '1s', true);\n    execute format('lock table %I.%I in access exclusive mode', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || nxt);\n    perform set_config('lock_timeout', prev_timeout, true);\n  exception when lock_not_available then\n    return jsonb_build_object('rotated', false, 'reason', 'busy');\n  end;\n  select t.tick_snapshot into oldest\n    from :KEYQ_SCHEMA.cursor cu\n    join :KEYQ_SCHEMA.consumer k on k.consumer_id = cu.consumer_id\n    join :KEYQ_SCHEMA.tick t on t.queue_id = k.queue_id and t.tick_id = cu.tick_id\n   where k.queue_id = q.queue_id\n   order by cu.tick_id limit 1;\n  if oldest is not null and exists (\n      select 1 from :KEYQ_SCHEMA.event e\n       where e.queue_id = q.queue_id and e.ev_table = nxt\n         and (e.ev_txid >= pg_snapshot_xmax(oldest)\n              or e.ev_txid = any (array(select pg_snapshot_xip(oldest))))) then\n    return jsonb_build_object('rotated', false, 'reason', 'lagging consumer');\n  end if;\n  execute format('truncate %I.%I', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || nxt);\n  update :KEYQ_SCHEMA.queue set cur_table = nxt, rotated_at = now() where queue_id = q.queue_id;\n  return jsonb_build_object('rotated', true, 'table', nxt);\nend $$;\n\n-- Drops ticks no cursor needs any more (all but the newest one before the\n-- oldest cursor position, so a new subscriber still has a start).\ncreate function :KEYQ_SCHEMA.prune_ticks(qid int) returns int\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare keep bigint; n int;\nbegin\n  select min(cu.tick_id) into keep\n    from :KEYQ_SCHEMA.cursor cu join :KEYQ_SCHEMA.consumer k using (consumer_id)\n   where k.queue_id = qid;\n  if keep is null then\n    select max(tick_id) into keep from :KEYQ_SCHEMA.tick where queue_id = qid;\n  end if;\n  delete from :KEYQ_SCHEMA.tick where queue_id = qid and tick_id < keep;\n  get diagnostics n = row_count;\n  return n;\nend $$;\n" },
-  { version: 2, name: "failures", sql: "-- keyq engine, part 2: failures. Retries belong to one consumer (and slot),\n-- never to the queue, so a fan-out queue retries only where it failed. Rows\n-- copy the event, so a pending retry never pins rotation. The happy path\n-- writes nothing here: rows appear only when a handler fails.\n\ncreate table :KEYQ_SCHEMA.retry (\n  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,\n  slot        int not null default 0,\n  ev_id       bigint not null,\n  ev_txid     xid8 not null,\n  ev_time     timestamptz not null,\n  ev_type     text not null,\n  ev_key      text,\n  ev_data     jsonb not null,\n  retry       int not null,          -- failed deliveries so far\n  due_at      timestamptz not null,\n  last_error  jsonb,\n  primary key (consumer_id, ev_id)\n);\ncreate index on :KEYQ_SCHEMA.retry (consumer_id, slot, due_at, ev_txid, ev_id);\n\ncreate table :KEYQ_SCHEMA.dead_letter (\n  dl_id       bigint primary key generated always as identity,\n  queue_id    int not null references :KEYQ_SCHEMA.queue on delete cascade,\n  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,\n  slot        int not null,\n  ev_id       bigint not null,\n  ev_txid     xid8 not null,\n  ev_time     timestamptz not null,\n  ev_type     text not null,\n  ev_key      text,\n  ev_data     jsonb not null,\n  attempts    int not null,\n  error       jsonb,\n  dead_at     timestamptz not null default now()\n);\ncreate index on :KEYQ_SCHEMA.dead_letter (consumer_id, ev_key, ev_txid, ev_id);\ncreate index on :KEYQ_SCHEMA.dead_letter (queue_id, dead_at);\n\n-- Retry policy of a consumer: its own settings override the queue's.\ncreate function :KEYQ_SCHEMA.retry_policy(c :KEYQ_SCHEMA.consumer,\n  out max_retries int, out base float8, out cap float8)\nlanguage sql stable\nset search_path = pg_catalog, pg_temp\nas $$\n  select coalesce((c.settings->>'maxRetries')::int, q.max_retries),\n         coalesce((c.settings->>'retryBase')::float8, extract(epoch from q.retry_base)::float8),\n         coalesce((c.settings->>'retryCap')::float8, extract(epoch from q.retry_cap)::float8)\n  from :KEYQ_SCHEMA.queue q where q.queue_id = c.queue_id\n$$;\n\n-- Exponential backoff with \"equal jitter\": half of the delay is fixed and half\n-- random, so delays never shrink from one failure to the next.\ncreate function :KEYQ_SCHEMA.backoff(base float8, cap float8, failures int) returns interval\nlanguage sql volatile\nset search_path = pg_catalog, pg_temp\nas $$ select make_interval(secs => least(cap, base * 2 ^ least(failures - 1, 60)) * (0.5 + random() / 2)) $$;\n\n-- Due retries of one consumer slot, oldest due first, then original order;\n-- row-locked for the batch (other workers skip them).\ncreate function :KEYQ_SCHEMA.take_retries(cid int, s int, lim int) returns jsonb\nlanguage sql volatile\nset search_path = pg_catalog, pg_temp\nas $$\n  select coalesce(jsonb_agg(jsonb_build_object(\n           'id', r.ev_id::text, 'txid', r.ev_txid::text, 'type', r.ev_type, 'key', r.ev_key,\n           'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true)\n           order by r.due_at, r.ev_txid, r.ev_id), '[]')\n  from (select * from :KEYQ_SCHEMA.retry\n         where consumer_id = cid and slot = s and due_at <= clock_timestamp()\n         order by due_at, ev_txid, ev_id\n         limit lim\n         for update skip locked) r\n$$;\n\n-- The next events of cursor (c, s) after its durable position, at most lim\n-- (only the slot's own events for an ordered consumer);\n-- opens a window up to the newest tick when none is open and moves the\n-- position (or closes the window) in the caller's transaction.\ncreate function :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, lim int) returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare\n  s1 pg_snapshot;\n  s2 pg_snapshot;\n  evs :KEYQ_SCHEMA.event[];\n  n int;\n  last :KEYQ_SCHEMA.event;\nbegin\n  if lim <= 0 then return '[]'; end if;\n  if cur.end_tick_id is null then\n    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick\n     where queue_id = c.queue_id and tick_id > cur.tick_id;\n    if cur.end_tick_id is null then\n      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;\n      return '[]';\n    end if;\n  end if;\n  select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;\n  select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;\n  if c.kind = 'ordered' then\n    select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events_slot(\n      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1, c.slots, cur.slot) w;\n  else\n    select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events(\n      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1) w;\n  end if;\n  n := coalesce(array_length(evs, 1), 0);\n  if n > lim then\n    last := evs[lim];\n    update :KEYQ_SCHEMA.cursor set end_tick_id = cur.end_tick_id, last_txid = last.ev_txid,\n           last_id = last.ev_id, polled_at = now(), batch_at = now()\n     where consumer_id = c.consumer_id and slot = cur.slot;\n    evs := evs[1:lim];\n  else\n    update :KEYQ_SCHEMA.cursor set tick_id = cur.end_tick_id, end_tick_id = null, last_txid = null,\n           last_id = null, polled_at = now(), batch_at = now()\n     where consumer_id = c.consumer_id and slot = cur.slot;\n  end if;\n  return coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i)\n                     from generate_subscripts(evs, 1) i), '[]');\nend $$;\n\n-- One batch of a plain consumer: lock its cursor (skip when another batch\n-- holds it), take due retries first, then fill up from the window.\ncreate function :KEYQ_SCHEMA.receive(queue text, consumer text, max_events int) returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare\n  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);\n  cur :KEYQ_SCHEMA.cursor;\n  retries jsonb;\nbegin\n  if c.kind <> 'plain' then\n    raise exception 'Consumer \"%\" of queue \"%\" is a % consumer; read it with the matching API.', consumer, queue, c.kind\n      using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';\n  end if;\n  select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0\n    for update skip locked;\n  if not found then\n    return jsonb_build_object('busy', true, 'events', '[]'::jsonb);\n  end if;\n  retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);\n  return jsonb_build_object('busy', false, 'events',\n    retries || :KEYQ_SCHEMA.read_window(c, cur, max_events - jsonb_array_length(retries)));\nend $$;\n\n-- Parks events (JSON with id, txid) of consumer slot s in the retry rows\n-- until `due`, without spending a retry: existing retry rows move, events\n-- from the log are copied. Tier A defers a contended key's event a moment;\n-- Tier B's pause holds a blocked key's events until 'infinity' (released later).\ncreate function :KEYQ_SCHEMA.park_events(c :KEYQ_SCHEMA.consumer, s int, events jsonb, due timestamptz) returns int\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare d jsonb; e :KEYQ_SCHEMA.event; n int := 0;\nbegin\n  for d in select x from jsonb_array_elements(coalesce(events, '[]')) x loop\n    update :KEYQ_SCHEMA.retry set due_at = due\n     where consumer_id = c.consumer_id and ev_id = (d->>'id')::bigint;\n    if not found then\n      select * into e from :KEYQ_SCHEMA.event\n       where queue_id = c.queue_id and ev_txid = (d->>'txid')::xid8 and ev_id = (d->>'id')::bigint;\n      if not found then continue; end if;\n      insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,\n                                      retry, due_at, last_error)\n      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null)\n      on conflict (consumer_id, ev_id) do nothing;\n    end if;\n    n := n + 1;\n  end loop;\n  return n;\nend $$;\n\n-- Records a batch's outcome for consumer slot s: delivered retries that\n-- succeeded are deleted; each failure is scheduled again with backoff or,\n-- past max_retries, moved to the dead letters with its error.\n-- outcome: {\"retried\": [\"id\", …], \"failed\": [{\"id\", \"txid\", \"error\"}, …],\n--           \"deferred\": [{\"id\", \"txid\"}, …], \"deferDelay\": seconds,\n--           \"pause\": bool, \"held\": [{\"id\", \"txid\"}, …]}\n-- With pause, a failed keyed event blocks its key (it is the head) and an\n-- acked or dead-lettered head releases the key's held events.\ncreate function :KEYQ_SCHEMA.ack(queue text, consumer text, s int, outcome jsonb) returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare\n  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);\n  p record;\n  f jsonb;\n  r :KEYQ_SCHEMA.retry;\n  e :KEYQ_SCHEMA.event;\n  failed_ids bigint[];\n  n_retry int := 0;\n  n_dead int := 0;\n  pause boolean := coalesce((outcome->>'pause')::boolean, false);\n  succeeded bigint[];\nbegin\n  p := :KEYQ_SCHEMA.retry_policy(c);\n  select coalesce(array_agg((x->>'id')::bigint), '{}') into failed_ids\n    from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x;\n  with gone as (\n    delete from :KEYQ_SCHEMA.retry\n     where consumer_id = c.consumer_id and slot = s\n       and ev_id in (select (jsonb_array_elements_text(coalesce(outcome->'retried', '[]')))::bigint)\n       and ev_id <> all (failed_ids)\n    returning ev_id\n  )\n  select coalesce(array_agg(ev_id), '{}') into succeeded from gone;\n  if pause then\n    -- An acked head releases its key's held events.\n    perform :KEYQ_SCHEMA.release_heads(c, s, succeeded);\n  end if;\n  -- Held first: a head dead-lettered below must find its key's held events.\n  perform :KEYQ_SCHEMA.park_events(c, s, outcome->'held', 'infinity');\n  for f in select x from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x loop\n    select * into r from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = (f->>'id')::bigint;\n    if not found then\n      select * into e from :KEYQ_SCHEMA.event\n       where queue_id = c.queue_id and ev_txid = (f->>'txid')::xid8 and ev_id = (f->>'id')::bigint;\n      if not found then continue; end if;  -- rotated away meanwhile: nothing left to retry\n      r := row(c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null);\n    end if;\n    if r.retry + 1 > p.max_retries then\n      insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,\n                                            ev_key, ev_data, attempts, error)\n      values (c.queue_id, c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key,\n              r.ev_data, r.retry + 1, f->'error');\n      delete from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = r.ev_id;\n      n_dead := n_dead + 1;\n      if pause and r.ev_key is not null then\n        perform :KEYQ_SCHEMA.release_key(c, r.slot, r.ev_key);\n      end if;\n    else\n      insert into :KEYQ_SCHEMA.retry as t\n      values (c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key, r.ev_data,\n              r.retry + 1, clock_timestamp() + :KEYQ_SCHEMA.backoff(p.base, p.cap, r.retry + 1), f->'error')\n      on conflict (consumer_id, ev_id) do update\n        set retry = excluded.retry, due_at = excluded.due_at, last_error = excluded.last_error;\n      n_retry := n_retry + 1;\n      if pause and r.ev_key is not null then\n        perform :KEYQ_SCHEMA.block_key(c, r.slot, r.ev_key, r.ev_id);\n      end if;\n    end if;\n  end loop;\n  return jsonb_build_object('retried', n_retry, 'deadLettered', n_dead,\n    'deferred', :KEYQ_SCHEMA.park_events(c, s, outcome->'deferred',\n      clock_timestamp() + make_interval(secs => coalesce((outcome->>'deferDelay')::float8, 1))));\nend $$;\n\n-- Dead letters -------------------------------------------------------------\n\n-- Filters: queue, consumer, key, olderThan / newerThan (seconds), afterId.\ncreate function :KEYQ_SCHEMA.dlq_where(d :KEYQ_SCHEMA.dead_letter, f jsonb) returns boolean\nlanguage sql stable\nset search_path = pg_catalog, pg_temp\nas $$\n  select (f->>'queue' is null or d.queue_id = (select queue_id from :KEYQ_SCHEMA.queue where queue_name = f->>'queue'))\n     and (f->>'consumer' is null or d.consumer_id in (select consumer_id from :KEYQ_SCHEMA.consumer\n                                                       where consumer_name = f->>'consumer'))\n     and (f->>'key' is null or d.ev_key = f->>'key')\n     and (f->>'olderThan' is null or d.dead_at < now() - make_interval(secs => (f->>'olderThan')::float8))\n     and (f->>'newerThan' is null or d.dead_at >= now() - make_interval(secs => (f->>'newerThan')::float8))\n     and (f->>'afterId' is null or d.dl_id > (f->>'afterId')::bigint)\n$$;\n\ncreate function :KEYQ_SCHEMA.dlq_list(filter jsonb, lim int) returns jsonb\nlanguage sql stable\nset search_path = pg_catalog, pg_temp\nas $$\n  select coalesce(jsonb_agg(jsonb_build_object(\n           'id', d.dl_id::text, 'queue', q.queue_name, 'consumer', c.consumer_name, 'slot', d.slot,\n           'eventId', d.ev_id::text, 'type', d.ev_type, 'key', d.ev_key, 'payload', d.ev_data,\n           'time', d.ev_time, 'attempts', d.attempts, 'error', d.error, 'deadAt', d.dead_at)\n           order by d.dl_id), '[]')\n  from (select * from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)\n         order by x.dl_id limit lim) d\n  join :KEYQ_SCHEMA.queue q using (queue_id)\n  join :KEYQ_SCHEMA.consumer c using (consumer_id)\n$$;\n\ncreate function :KEYQ_SCHEMA.dlq_count(filter jsonb) returns jsonb\nlanguage sql stable\nset search_path = pg_catalog, pg_temp\nas $$\n  select to_jsonb(count(*)) from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)\n$$;\n\n-- Moves dead letters back to their own consumer's retries, due now, with a\n-- fresh retry budget. Same due time → delivered in original (txid, id) order.\ncreate function :KEYQ_SCHEMA.dlq_requeue(ids bigint[]) returns int\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare n int;\nbegin\n  with moved as (\n    delete from :KEYQ_SCHEMA.dead_letter where dl_id = any (ids) returning *\n  )\n  insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,\n                                  retry, due_at, last_error)\n  select consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, 0, now(), error\n    from moved\n  on conflict (consumer_id, ev_id) do update set due_at = excluded.due_at, retry = 0;\n  get diagnostics n = row_count;\n  return n;\nend $$;\n\n-- Replays the given dead letters; all must exist, or nothing changes.\ncreate function :KEYQ_SCHEMA.dlq_replay(ids jsonb) returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare wanted bigint[]; missing bigint;\nbegin\n  select coalesce(array_agg(x::bigint), '{}') into wanted from jsonb_array_elements_text(ids) x;\n  select w into missing from unnest(wanted) w\n   where not exists (select 1 from :KEYQ_SCHEMA.dead_letter where dl_id = w) limit 1;\n  if missing is not null then\n    raise exception 'Dead letter % does not exist (already replayed or purged?); list them with dlq.list().', missing\n      using errcode = 'KQ005', hint = 'KEYQ:DEAD_LETTER_NOT_FOUND';\n  end if;\n  return to_jsonb(:KEYQ_SCHEMA.dlq_requeue(wanted));\nend $$;\n\n-- Replays the dead letters matching a filter (e.g. one consumer's key K).\ncreate function :KEYQ_SCHEMA.dlq_replay_where(filter jsonb) returns jsonb\nlanguage sql\nset search_path = pg_catalog, pg_temp\nas $$\n  select to_jsonb(:KEYQ_SCHEMA.dlq_requeue(array(\n    select dl_id from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter))))\n$$;\n\ncreate function :KEYQ_SCHEMA.dlq_purge(filter jsonb) returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare n int;\nbegin\n  delete from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter);\n  get diagnostics n = row_count;\n  return to_jsonb(n);\nend $$;\n\n-- Expired dedup keys of one queue, at most lim per call (bounded work).\ncreate function :KEYQ_SCHEMA.dedup_gc(qid int, lim int) returns int\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare n int;\nbegin\n  delete from :KEYQ_SCHEMA.dedup\n   where ctid = any (array(select ctid from :KEYQ_SCHEMA.dedup\n                            where queue_id = qid and expires_at <= now() limit lim));\n  get diagnostics n = row_count;\n  return n;\nend $$;\n\n-- Rotation when due, tick pruning and one chunk of dedup GC for one queue;\n-- skips when another maintainer holds the queue.\ncreate function :KEYQ_SCHEMA.maintain(queue text, force_rotate boolean default false) returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); r jsonb;\nbegin\n  if not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id)) then\n    return jsonb_build_object('queue', queue, 'skipped', true);\n  end if;\n  r := :KEYQ_SCHEMA.rotate(queue, force_rotate);\n  return jsonb_build_object('queue', queue, 'skipped', false, 'rotation', r,\n                            'ticksPruned', :KEYQ_SCHEMA.prune_ticks(q.queue_id),\n                            'dedupExpired', :KEYQ_SCHEMA.dedup_gc(q.queue_id, 5000));\nend $$;\n" },
-  { version: 3, name: "exclusive", sql: "-- keyq engine, part 3: Tier A, the exclusive consumer. Many workers share one\n-- consumer; at most one of them processes a key at any instant; no order.\n--\n-- A planner (run in the ticker's short transaction, never in a batch) cuts\n-- each new window into chunks of at most chunk_size events, so one big window\n-- still feeds every worker. A batch claims one chunk with SKIP LOCKED (never\n-- waiting on another worker), reads it, and try-locks every key of the batch\n-- in the same statement. Deleting the claimed chunk row commits with the\n-- batch; a rollback or a killed backend puts it back at once.\n\ncreate table :KEYQ_SCHEMA.chunk (\n  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,\n  chunk_id    bigint not null,\n  start_tick  bigint not null,\n  end_tick    bigint not null,\n  after_txid  xid8 not null,   -- exclusive start position in the window\n  after_id    bigint not null,\n  n           int not null,    -- events left in the chunk\n  primary key (consumer_id, chunk_id)\n);\ncreate sequence :KEYQ_SCHEMA.chunk_id_seq;\n\n-- Cuts the windows after the consumer's planned frontier into chunks, and\n-- moves its cursor (used by rotation and tick pruning) to the oldest tick\n-- that still has unfinished chunks.\ncreate function :KEYQ_SCHEMA.plan_chunks(c :KEYQ_SCHEMA.consumer, chunk_size int) returns int\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare\n  cur :KEYQ_SCHEMA.cursor;\n  frontier bigint;\n  latest bigint;\n  s1 pg_snapshot;\n  s2 pg_snapshot;\n  n int := 0;\n  oldest bigint;\nbegin\n  -- Wait for a concurrent planner (a short transaction, never a batch): once\n  -- it commits, this caller sees its chunks instead of finding none.\n  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id));\n  select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0;\n  frontier := coalesce(cur.end_tick_id, cur.tick_id);\n  select max(tick_id) into latest from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id > frontier;\n  if latest is not null then\n    select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = frontier;\n    select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = latest;\n    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, n)\n    select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest,\n           coalesce(w.prev_txid, '0'::xid8), coalesce(w.prev_id, 0), least(chunk_size, w.total - w.rn)\n      from (select row_number() over o - 1 as rn, count(*) over () as total,\n                   lag(e.ev_txid) over o as prev_txid, lag(e.ev_id) over o as prev_id\n              from :KEYQ_SCHEMA.window_events(c.queue_id, s1, s2, '0'::xid8, 0, 2147483647) e\n            window o as (order by e.ev_txid, e.ev_id)) w\n     where w.rn % chunk_size = 0\n     order by w.rn;\n    get diagnostics n = row_count;\n    frontier := latest;\n  end if;\n  select min(start_tick) into oldest from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id;\n  oldest := coalesce(oldest, frontier);\n  if cur.tick_id is distinct from oldest or cur.end_tick_id is distinct from frontier then\n    update :KEYQ_SCHEMA.cursor set tick_id = oldest, end_tick_id = frontier, polled_at = now()\n     where consumer_id = c.consumer_id and slot = 0;\n  end if;\n  return n;\nend $$;\n\n-- The run's first call for an exclusive consumer: tick the queue, then plan\n-- chunks, in this short transaction of its own.\ncreate function :KEYQ_SCHEMA.prepare_exclusive(queue text, consumer text, chunk_size int) returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer); t jsonb;\nbegin\n  t := :KEYQ_SCHEMA.tick(queue);\n  return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size));\nend $$;\n\n-- Adds \"locked\" to each event: true when this transaction now holds the key\n-- (or the event has no key). One statement for the whole batch; the lock is\n-- namespaced by schema and consumer, and re-entrant inside the transaction.\ncreate function :KEYQ_SCHEMA.lock_keys(c :KEYQ_SCHEMA.consumer, events jsonb) returns jsonb\nlanguage sql volatile\nset search_path = pg_catalog, pg_temp\nas $$\n  select coalesce(jsonb_agg(x.e || jsonb_build_object('locked',\n           x.e->>'key' is null\n           or pg_try_advisory_xact_lock(hashtextextended(x.e->>'key', :KEYQ_SCHEMA.lock_key('xkey', c.consumer_id))))\n           order by x.ord), '[]')\n  from (select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord) order by ord) x\n$$;\n\n-- One batch of an exclusive consumer: due retries first, then one chunk\n-- claimed without waiting; per-key try-locks for all of them.\ncreate function :KEYQ_SCHEMA.receive_exclusive(queue text, consumer text, max_events int) returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare\n  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);\n  ch :KEYQ_SCHEMA.chunk;\n  evs :KEYQ_SCHEMA.event[];\n  take int;\n  last :KEYQ_SCHEMA.event;\n  out jsonb;\nbegin\n  if c.kind <> 'exclusive' then\n    raise exception 'Consumer \"%\" of queue \"%\" is a % consumer, not exclusive; use another consumer name.', consumer, queue, c.kind\n      using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';\n  end if;\n  out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);\n  take := max_events - jsonb_array_length(out);\n  if take > 0 then\n    select * into ch from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id\n     order by chunk_id limit 1 for update skip locked;\n    if found then\n      take := least(take, ch.n);\n      select array_agg(w order by w.ev_txid, w.ev_id) into evs\n        from :KEYQ_SCHEMA.window_events(c.queue_id,\n               (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),\n               (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),\n               ch.after_txid, ch.after_id, take) w;\n      take := coalesce(array_length(evs, 1), 0);\n      if take >= ch.n or take = 0 then\n        delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;\n      else\n        last := evs[take];\n        update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id, n = ch.n - take\n         where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;\n      end if;\n      out := out || coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i)\n                                from generate_subscripts(evs, 1) i), '[]');\n    end if;\n  end if;\n  return jsonb_build_object('busy', false, 'events', :KEYQ_SCHEMA.lock_keys(c, out));\nend $$;\n" },
-  { version: 4, name: "ordered", sql: "-- keyq engine, part 4: Tier B, the ordered consumer. N fixed slots per\n-- (queue, consumer); key K always maps to slot_of(K, N); each slot is its own\n-- cursor, read by one worker at a time, FIFO within a key.\n--\n-- Read amplification: an expression index on (slot_of(ev_key, N), ev_txid,\n-- ev_id) is built on the queue's log for each persisted N, so a slot reads\n-- its own rows only instead of the whole stream.\n\n-- (hashtextextended(K, 0) % N + N) % N, sign-safe; a null key goes to slot 0.\n-- Immutable and without a SET clause so it inlines and matches the index.\ncreate function :KEYQ_SCHEMA.slot_of(key text, n int) returns int\nlanguage sql immutable parallel safe\nas $$ select coalesce(((pg_catalog.hashtextextended(key, 0) % n + n) % n)::int, 0) $$;\n\n-- Builds the slot index for N on the queue's log unless it exists. Called\n-- only when an ordered consumer is created: CREATE INDEX takes a SHARE lock.\ncreate function :KEYQ_SCHEMA.ensure_slot_index(qid int, n int) returns void\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare idx text := 'event_' || qid || '_slots' || n;\nbegin\n  if to_regclass(format('%I.%I', :KEYQ_SCHEMA_NAME, idx)) is null then\n    execute format('create index %I on %I.%I (%I.slot_of(ev_key, %s), ev_txid, ev_id)',\n                   idx, :KEYQ_SCHEMA_NAME, 'event_' || qid, :KEYQ_SCHEMA_NAME, n);\n  end if;\nend $$;\n\n-- window_events restricted to slot k of n, reading only the slot's rows:\n-- the range is written as row comparisons led by the slot expression, which\n-- only the slot index can serve, and sorting is off so the plan is an\n-- ordered index scan that stops at the limit. Neither depends on row\n-- estimates (xid8 ranges are estimated badly, and fresh tables have no\n-- statistics). N is spliced as an integer literal so the index matches.\ncreate function :KEYQ_SCHEMA.window_events_slot(\n  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int, n int, k int\n) returns setof :KEYQ_SCHEMA.event\nlanguage plpgsql stable\nset search_path = pg_catalog, pg_temp\nset enable_sort = off\nset enable_seqscan = off\nas $$\n#variable_conflict use_variable\ndeclare\n  lo_txid xid8 := a_txid;\n  lo_id bigint := a_id;\n  -- Transactions in progress at s1 that finished by s2. On a busy database\n  -- most are unrelated to this queue: their branch must probe the txid index\n  -- (nothing found, nothing read), never walk the slot index filtering on the\n  -- list, so its slot test is written \"+ 0\" to keep it off the slot index.\n  -- With no stragglers the branch is left out.\n  strag xid8[] := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));\n  range_sql text;\nbegin\n  if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then\n    lo_txid := pg_snapshot_xmax(s1);\n    lo_id := 0;\n  end if;\n  range_sql := format($q$\n      (select e.* from %1$I.event e\n        where e.queue_id = $1\n          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)\n          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_snapshot_xmax($3), 0::bigint)\n          and pg_visible_in_snapshot(e.ev_txid, $3)\n        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6) $q$, :KEYQ_SCHEMA_NAME, n::int);\n  if cardinality(strag) = 0 then\n    return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;\n    return;\n  end if;\n  return query execute format($q$\n    select w.* from (\n      (select e.* from %1$I.event e\n        where e.queue_id = $1 and e.ev_txid = any ($10) and %1$I.slot_of(e.ev_key, %2$s) + 0 = $7\n          and (e.ev_txid, e.ev_id) > ($4, $5)\n        order by e.ev_txid, e.ev_id limit $6)\n      union all\n      %3$s\n    ) w order by w.ev_txid, w.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, n::int, range_sql)\n  using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id, strag;\nend $$;\n\n-- Pause policy (G3): a compact marker per blocked key. While it exists, later\n-- events of the key wait in the retry rows as held rows (due 'infinity',\n-- retry count untouched); acking or dead-lettering the head releases them.\ncreate table :KEYQ_SCHEMA.blocked (\n  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,\n  slot        int not null,\n  ev_key      text not null,\n  head_id     bigint not null,\n  since       timestamptz not null default now(),\n  primary key (consumer_id, slot, ev_key)\n);\n\n-- Blocks key k of slot s behind its failed head (pause); holds the key's other\n-- pending retry rows too, so nothing of the key overtakes the head.\ncreate function :KEYQ_SCHEMA.block_key(c :KEYQ_SCHEMA.consumer, s int, k text, head bigint) returns void\nlanguage sql\nset search_path = pg_catalog, pg_temp\nas $$\n  insert into :KEYQ_SCHEMA.blocked (consumer_id, slot, ev_key, head_id)\n  values (c.consumer_id, s, k, head)\n  on conflict (consumer_id, slot, ev_key) do update set head_id = excluded.head_id;\n  update :KEYQ_SCHEMA.retry set due_at = 'infinity'\n   where consumer_id = c.consumer_id and slot = s and ev_key = k and ev_id <> head and due_at <> 'infinity';\n$$;\n\n-- Releases the keys whose head is one of ids (acked or dead-lettered): their\n-- held rows become due now and go out in original (txid, id) order.\ncreate function :KEYQ_SCHEMA.release_heads(c :KEYQ_SCHEMA.consumer, s int, ids bigint[]) returns int\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare n int;\nbegin\n  with freed as (\n    delete from :KEYQ_SCHEMA.blocked b\n     where b.consumer_id = c.consumer_id and b.slot = s and b.head_id = any (ids)\n    returning b.ev_key\n  )\n  update :KEYQ_SCHEMA.retry r set due_at = now()\n    from freed\n   where r.consumer_id = c.consumer_id and r.slot = s and r.ev_key = freed.ev_key and r.due_at = 'infinity';\n  get diagnostics n = row_count;\n  return n;\nend $$;\n\n-- One batch of an ordered consumer. Tries the slots in `slots` order (then,\n-- when help_after is given, any slot not polled for that many seconds):\n-- try-lock (skip a slot another worker holds), then the cursor row lock —\n-- the backstop: a caller that skips the try-lock blocks, never duplicates.\n-- An empty slot still has its window closed, so no slot pins rotation. The\n-- first slot with events is returned; with pause, events of blocked keys are\n-- held instead of returned.\ncreate function :KEYQ_SCHEMA.receive_ordered(\n  queue text, consumer text, slots int[], max_events int,\n  help_after float8 default null, skip_try_lock boolean default false\n) returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare\n  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);\n  cur :KEYQ_SCHEMA.cursor;\n  k int;\n  todo int[];\n  evs jsonb;\n  blocked_keys text[];\n  held jsonb;\n  tried int := 0;\nbegin\n  if c.kind <> 'ordered' then\n    raise exception 'Consumer \"%\" of queue \"%\" is a % consumer, not ordered; use another consumer name.', consumer, queue, c.kind\n      using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';\n  end if;\n  todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);\n  if help_after is not null then\n    todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu\n                           where cu.consumer_id = c.consumer_id and cu.slot <> all (todo)\n                             and cu.polled_at < clock_timestamp() - make_interval(secs => help_after)\n                           order by cu.polled_at);\n  end if;\n  foreach k in array todo loop\n    if not skip_try_lock\n       and not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('slot', c.consumer_id::bigint * 4096 + k)) then\n      continue;\n    end if;\n    tried := tried + 1;\n    select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = k for update;\n    evs := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, max_events);\n    evs := evs || :KEYQ_SCHEMA.read_window(c, cur, max_events - jsonb_array_length(evs));\n    if c.settings->>'onFailure' = 'pause' then\n      blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);\n      if cardinality(blocked_keys) > 0 then\n        select coalesce(jsonb_agg(e order by o), '[]') into held\n          from jsonb_array_elements(evs) with ordinality as t(e, o)\n         where e->>'key' = any (blocked_keys) and not coalesce((e->>'redelivered')::boolean, false);\n        perform :KEYQ_SCHEMA.park_events(c, k, held, 'infinity');\n        select coalesce(jsonb_agg(e order by o), '[]') into evs\n          from jsonb_array_elements(evs) with ordinality as t(e, o)\n         where not (e->>'key' = any (blocked_keys) and not coalesce((e->>'redelivered')::boolean, false));\n      end if;\n    end if;\n    if jsonb_array_length(evs) > 0 then\n      return jsonb_build_object('busy', false, 'slot', k, 'events', evs);\n    end if;\n  end loop;\n  return jsonb_build_object('busy', tried = 0 and cardinality(todo) > 0, 'slot', null, 'events', '[]'::jsonb);\nend $$;\n\n-- Releases key k of slot s outright (its head was dead-lettered, possibly in\n-- the same batch as its first failure, before any marker existed).\ncreate function :KEYQ_SCHEMA.release_key(c :KEYQ_SCHEMA.consumer, s int, k text) returns void\nlanguage sql\nset search_path = pg_catalog, pg_temp\nas $$\n  delete from :KEYQ_SCHEMA.blocked where consumer_id = c.consumer_id and slot = s and ev_key = k;\n  update :KEYQ_SCHEMA.retry set due_at = now()\n   where consumer_id = c.consumer_id and slot = s and ev_key = k and due_at = 'infinity';\n$$;\n\n-- Keys currently blocked by a failed head (pause policy).\ncreate function :KEYQ_SCHEMA.blocked_keys(queue text, consumer text) returns jsonb\nlanguage sql stable\nset search_path = pg_catalog, pg_temp\nas $$\n  select coalesce(jsonb_agg(jsonb_build_object(\n           'slot', b.slot, 'key', b.ev_key, 'headId', b.head_id::text, 'since', b.since,\n           'held', (select count(*) from :KEYQ_SCHEMA.retry r\n                     where r.consumer_id = b.consumer_id and r.slot = b.slot and r.ev_key = b.ev_key\n                       and r.due_at = 'infinity'))\n           order by b.slot, b.ev_key), '[]')\n  from :KEYQ_SCHEMA.blocked b\n  where b.consumer_id = (:KEYQ_SCHEMA.get_consumer(queue, consumer)).consumer_id\n$$;\n" },
-  { version: 5, name: "status", sql: "-- keyq engine, part 5: status for operators and alerts, and a ticker for\n-- every queue (for a pg_cron schedule; never required).\n\n-- Per queue: tables and rotation, the last tick and its age, events appended\n-- since it; per consumer and slot: lag (events and seconds, from the tick\n-- marks, so no log scan), last poll, retries, dead letters, blocked keys.\n-- A slot not polled for stale_after seconds is flagged: it pins rotation.\ncreate function :KEYQ_SCHEMA.status(queue text default null, stale_after float8 default 300) returns jsonb\nlanguage sql stable\nset search_path = pg_catalog, pg_temp\nas $$\n  select coalesce(jsonb_agg(jsonb_build_object(\n    'queue', q.queue_name,\n    'tables', q.ntables, 'currentTable', q.cur_table, 'rotatedAt', q.rotated_at,\n    'lastTick', lt.tick_id::text, 'lastTickAge', extract(epoch from now() - lt.tick_time),\n    'eventsSinceTick', greatest(coalesce(pg_sequence_last_value(q.event_seq), 0) - lt.tick_event_seq, 0),\n    'consumers', coalesce((\n      select jsonb_agg(jsonb_build_object(\n        'name', c.consumer_name, 'kind', c.kind, 'slots', c.slots,\n        'retries', (select count(*) from :KEYQ_SCHEMA.retry r where r.consumer_id = c.consumer_id),\n        'deadLetters', (select count(*) from :KEYQ_SCHEMA.dead_letter d where d.consumer_id = c.consumer_id),\n        'blockedKeys', (select count(*) from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id),\n        'cursors', (select jsonb_agg(jsonb_build_object(\n            'slot', cu.slot,\n            'lagEvents', greatest(coalesce(pg_sequence_last_value(q.event_seq), 0) - t.tick_event_seq, 0),\n            'lagSeconds', extract(epoch from now() - t.tick_time),\n            'polledAgo', extract(epoch from now() - cu.polled_at),\n            'stale', cu.polled_at < now() - make_interval(secs => stale_after),\n            'windowOpen', cu.end_tick_id is not null) order by cu.slot)\n          from :KEYQ_SCHEMA.cursor cu\n          join :KEYQ_SCHEMA.tick t on t.queue_id = q.queue_id and t.tick_id = cu.tick_id\n          where cu.consumer_id = c.consumer_id)) order by c.consumer_name)\n      from :KEYQ_SCHEMA.consumer c where c.queue_id = q.queue_id), '[]')\n  ) order by q.queue_name), '[]')\n  from :KEYQ_SCHEMA.queue q\n  left join lateral (select * from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id\n                      order by t.tick_id desc limit 1) lt on true\n  where status.queue is null or q.queue_name = status.queue\n$$;\n\n-- Ticks every queue by its policy, for a pg_cron schedule (each call is its\n-- own transaction, as the ticker needs):\n--   select cron.schedule('keyq-ticker', '1 second', 'select keyq.tick_all()');\ncreate function :KEYQ_SCHEMA.tick_all() returns jsonb\nlanguage plpgsql\nset search_path = pg_catalog, pg_temp\nas $$\n#variable_conflict use_variable\ndeclare q text; out jsonb := '{}';\nbegin\n  for q in select queue_name from :KEYQ_SCHEMA.queue order by queue_name loop\n    out := out || jsonb_build_object(q, :KEYQ_SCHEMA.tick(q)->'tick');\n  end loop;\n  return out;\nend $$;\n" },
+  {
+    version: 1,
+    name: "engine",
+    sql: `-- keyq engine, part 1: queues, the event log (a ring of tables per queue),
+-- ticks, consumers with cursors, the ticker, window reads, rotation.
+--
+-- :KEYQ_SCHEMA is replaced by the quoted, validated schema identifier and
+-- :KEYQ_SCHEMA_NAME by the same name as a string literal (for lock keys and
+-- dynamic DDL). Nothing else is ever spliced into this text.
+--
+-- Every function returns jsonb (read as text by the client), so driver type
+-- parsers never matter; errors use SQLSTATE KQ### with hint 'KEYQ:<CODE>'.
+
+create table :KEYQ_SCHEMA.queue (
+  queue_id         int primary key,
+  queue_name       text not null unique,
+  event_seq        regclass not null,
+  ntables          smallint not null default 3 check (ntables between 2 and 8),
+  cur_table        smallint not null default 0,
+  rotated_at       timestamptz not null default now(),
+  rotation_period  interval not null default '1 hour',
+  tick_max_count   int not null default 1000,
+  tick_max_lag     interval not null default '0 seconds',
+  tick_idle_period interval not null default '1 minute',
+  max_retries      int not null default 5,
+  retry_base       interval not null default '1 second',
+  retry_cap        interval not null default '1 hour',
+  created_at       timestamptz not null default now()
+);
+create sequence :KEYQ_SCHEMA.queue_id_seq as int;
+create sequence :KEYQ_SCHEMA.tick_id_seq;
+
+-- The log. Partitioned by queue, then by ring table; rows are never updated
+-- or deleted, only truncated a whole table at a time by rotation.
+-- ev_key is the partition key (PgQ's ev_extra1).
+create table :KEYQ_SCHEMA.event (
+  queue_id  int not null,
+  ev_table  smallint not null,
+  ev_id     bigint not null,
+  ev_txid   xid8 not null default pg_current_xact_id(),
+  ev_time   timestamptz not null default now(),
+  ev_type   text not null,
+  ev_key    text,
+  ev_data   jsonb not null
+) partition by list (queue_id);
+-- Windows are read in (txid, id) order: one producer's events keep their
+-- send order, and progress inside a window is a (txid, id) position.
+create index on :KEYQ_SCHEMA.event (ev_txid, ev_id);
+
+create table :KEYQ_SCHEMA.tick (
+  queue_id       int not null references :KEYQ_SCHEMA.queue on delete cascade,
+  tick_id        bigint not null,
+  tick_time      timestamptz not null default now(),
+  tick_snapshot  pg_snapshot not null,
+  tick_event_seq bigint not null,
+  primary key (queue_id, tick_id)
+);
+
+-- Producer dedup (the SQS/NATS model): one live event per (queue, key) until
+-- expires_at. Claimed with INSERT … ON CONFLICT in the sending transaction.
+create table :KEYQ_SCHEMA.dedup (
+  queue_id   int not null references :KEYQ_SCHEMA.queue on delete cascade,
+  dedup_key  text not null,
+  ev_id      bigint not null,
+  expires_at timestamptz not null,
+  primary key (queue_id, dedup_key)
+);
+create index on :KEYQ_SCHEMA.dedup (queue_id, expires_at);
+
+create table :KEYQ_SCHEMA.consumer (
+  consumer_id   int primary key generated always as identity,
+  queue_id      int not null references :KEYQ_SCHEMA.queue on delete cascade,
+  consumer_name text not null,
+  kind          text not null default 'plain' check (kind in ('plain', 'exclusive', 'ordered')),
+  slots         int not null default 1 check (slots between 1 and 1024),
+  settings      jsonb not null default '{}',
+  created_at    timestamptz not null default now(),
+  unique (queue_id, consumer_name)
+);
+
+-- One cursor per consumer (per slot for ordered consumers). tick_id is the
+-- last fully consumed tick; while a window is open, end_tick_id is its end
+-- and (last_txid, last_id) the durable position inside it. Updated once per
+-- batch (HOT: no indexed column changes), never per event.
+create table :KEYQ_SCHEMA.cursor (
+  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,
+  slot        int not null default 0,
+  tick_id     bigint not null,
+  end_tick_id bigint,
+  last_txid   xid8,
+  last_id     bigint,
+  polled_at   timestamptz,
+  batch_at    timestamptz,
+  primary key (consumer_id, slot)
+) with (fillfactor = 50);
+
+-- Helpers ---------------------------------------------------------------------
+
+create function :KEYQ_SCHEMA.lock_key(scope text, id bigint) returns bigint
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$ select hashtextextended(:KEYQ_SCHEMA_NAME || ':' || scope || ':' || id::text, 0) $$;
+
+create function :KEYQ_SCHEMA.get_queue(queue text) returns :KEYQ_SCHEMA.queue
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue;
+begin
+  select * into q from :KEYQ_SCHEMA.queue where queue_name = queue;
+  if not found then
+    raise exception 'Queue "%" does not exist; create it with createQueue("%") first.', queue, queue
+      using errcode = 'KQ001', hint = 'KEYQ:QUEUE_NOT_FOUND';
+  end if;
+  return q;
+end $$;
+
+create function :KEYQ_SCHEMA.get_consumer(queue text, consumer text) returns :KEYQ_SCHEMA.consumer
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue; c :KEYQ_SCHEMA.consumer;
+begin
+  q := :KEYQ_SCHEMA.get_queue(queue);
+  select * into c from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;
+  if not found then
+    raise exception 'Consumer "%" is not subscribed to queue "%"; call subscribe() first.', consumer, queue
+      using errcode = 'KQ002', hint = 'KEYQ:CONSUMER_NOT_FOUND';
+  end if;
+  return c;
+end $$;
+
+create function :KEYQ_SCHEMA.queue_json(q :KEYQ_SCHEMA.queue) returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select jsonb_build_object(
+    'name', q.queue_name, 'tables', q.ntables, 'currentTable', q.cur_table,
+    'rotatedAt', q.rotated_at, 'rotationPeriod', extract(epoch from q.rotation_period),
+    'tickMaxCount', q.tick_max_count, 'tickMaxLag', extract(epoch from q.tick_max_lag),
+    'tickIdlePeriod', extract(epoch from q.tick_idle_period),
+    'maxRetries', q.max_retries, 'retryBase', extract(epoch from q.retry_base),
+    'retryCap', extract(epoch from q.retry_cap), 'createdAt', q.created_at)
+$$;
+
+-- Queues ----------------------------------------------------------------------
+
+-- Applies the settings present in s (seconds for intervals) to queue q.
+create function :KEYQ_SCHEMA.apply_queue_settings(qid int, s jsonb) returns void
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+  update :KEYQ_SCHEMA.queue set
+    rotation_period  = coalesce(make_interval(secs => (s->>'rotationPeriod')::float8), rotation_period),
+    tick_max_count   = coalesce((s->>'tickMaxCount')::int, tick_max_count),
+    tick_max_lag     = coalesce(make_interval(secs => (s->>'tickMaxLag')::float8), tick_max_lag),
+    tick_idle_period = coalesce(make_interval(secs => (s->>'tickIdlePeriod')::float8), tick_idle_period),
+    max_retries      = coalesce((s->>'maxRetries')::int, max_retries),
+    retry_base       = coalesce(make_interval(secs => (s->>'retryBase')::float8), retry_base),
+    retry_cap        = coalesce(make_interval(secs => (s->>'retryCap')::float8), retry_cap)
+  where queue_id = qid
+$$;
+
+create function :KEYQ_SCHEMA.create_queue(queue text, settings jsonb default '{}') returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  qid int;
+  n smallint := coalesce((settings->>'tables')::smallint, 3);
+  q :KEYQ_SCHEMA.queue;
+  parent text;
+begin
+  -- DDL of concurrent creators is serialised; the loser sees the winner's row.
+  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('ddl', 0));
+  select * into q from :KEYQ_SCHEMA.queue where queue_name = queue;
+  if found then
+    return jsonb_build_object('created', false, 'queue', :KEYQ_SCHEMA.queue_json(q));
+  end if;
+  qid := nextval(':KEYQ_SCHEMA.queue_id_seq');
+  parent := 'event_' || qid;
+  execute format('create sequence %I.%I', :KEYQ_SCHEMA_NAME, parent || '_id_seq');
+  execute format('create table %I.%I partition of %I.event for values in (%s) partition by list (ev_table)',
+                 :KEYQ_SCHEMA_NAME, parent, :KEYQ_SCHEMA_NAME, qid);
+  for i in 0 .. n - 1 loop
+    execute format('create table %I.%I partition of %I.%I for values in (%s)',
+                   :KEYQ_SCHEMA_NAME, parent || '_' || i, :KEYQ_SCHEMA_NAME, parent, i);
+  end loop;
+  insert into :KEYQ_SCHEMA.queue (queue_id, queue_name, event_seq, ntables)
+  values (qid, queue, format('%I.%I', :KEYQ_SCHEMA_NAME, parent || '_id_seq')::regclass, n);
+  perform :KEYQ_SCHEMA.apply_queue_settings(qid, settings);
+  -- The first tick: consumers that subscribe now see every later event.
+  insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)
+  values (qid, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), 0);
+  select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;
+  return jsonb_build_object('created', true, 'queue', :KEYQ_SCHEMA.queue_json(q));
+end $$;
+
+create function :KEYQ_SCHEMA.update_queue(queue text, settings jsonb) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
+begin
+  perform :KEYQ_SCHEMA.apply_queue_settings(q.queue_id, settings);
+  select * into q from :KEYQ_SCHEMA.queue where queue_id = q.queue_id;
+  return :KEYQ_SCHEMA.queue_json(q);
+end $$;
+
+create function :KEYQ_SCHEMA.drop_queue(queue text) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue;
+begin
+  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('ddl', 0));
+  select * into q from :KEYQ_SCHEMA.queue where queue_name = queue;
+  if not found then return jsonb_build_object('dropped', false); end if;
+  execute format('drop table %I.%I', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id);
+  delete from :KEYQ_SCHEMA.queue where queue_id = q.queue_id;
+  execute format('drop sequence %s', q.event_seq);
+  return jsonb_build_object('dropped', true);
+end $$;
+
+create function :KEYQ_SCHEMA.list_queues() returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce(jsonb_agg(:KEYQ_SCHEMA.queue_json(q) order by q.queue_name), '[]')
+  from :KEYQ_SCHEMA.queue q
+$$;
+
+-- Producer --------------------------------------------------------------------
+
+-- Claims dedup key k for ttl seconds: a new event id when the key is free or
+-- expired, else the live event's id. Concurrent claimers of one key wait on
+-- the first one's unique index entry, so exactly one of them inserts.
+create function :KEYQ_SCHEMA.claim_dedup(q :KEYQ_SCHEMA.queue, k text, ttl float8,
+                                         out id bigint, out deduped boolean)
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+begin
+  loop
+    insert into :KEYQ_SCHEMA.dedup as d (queue_id, dedup_key, ev_id, expires_at)
+    values (q.queue_id, k, nextval(q.event_seq), now() + make_interval(secs => coalesce(ttl, 300)))
+    on conflict (queue_id, dedup_key) do update
+       set ev_id = excluded.ev_id, expires_at = excluded.expires_at
+     where d.expires_at <= now()
+    returning d.ev_id into id;
+    if found then deduped := false; return; end if;
+    select d.ev_id into id from :KEYQ_SCHEMA.dedup d where d.queue_id = q.queue_id and d.dedup_key = k;
+    if found then deduped := true; return; end if;
+    -- The live row expired and was collected between the two statements: claim again.
+  end loop;
+end $$;
+
+create function :KEYQ_SCHEMA.send(queue text, type text, payload jsonb, key text default null,
+                                  dedup_key text default null, ttl float8 default null) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); c record;
+begin
+  if dedup_key is null then
+    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
+    values (q.queue_id, q.cur_table, nextval(q.event_seq), type, key, payload)
+    returning ev_id into c;
+    return jsonb_build_object('id', c.ev_id::text, 'deduped', false);
+  end if;
+  c := :KEYQ_SCHEMA.claim_dedup(q, dedup_key, ttl);
+  if not c.deduped then
+    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
+    values (q.queue_id, q.cur_table, c.id, type, key, payload);
+  end if;
+  return jsonb_build_object('id', c.id::text, 'deduped', c.deduped);
+end $$;
+
+-- events: a JSON array of {type, key, payload, dedupKey?, ttl?}. Ids are
+-- allocated in array order, so one call keeps its order inside the window.
+create function :KEYQ_SCHEMA.send_batch(queue text, events jsonb) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); out jsonb := '[]'; e jsonb;
+begin
+  if not jsonb_path_exists(events, '$[*].dedupKey') then
+    -- The common path: one set-based insert.
+    with ins as (
+      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
+      select q.queue_id, q.cur_table, nextval(q.event_seq), x.v->>'type', x.v->>'key', x.v->'payload'
+      from jsonb_array_elements(events) with ordinality as x(v, ord)
+      returning ev_id
+    )
+    select coalesce(jsonb_agg(jsonb_build_object('id', ev_id::text, 'deduped', false) order by ev_id), '[]')
+      into out from ins;
+    return out;
+  end if;
+  for e in select x.v from jsonb_array_elements(events) with ordinality as x(v, ord) order by x.ord loop
+    out := out || :KEYQ_SCHEMA.send(queue, e->>'type', e->'payload', e->>'key',
+                                   e->>'dedupKey', (e->>'ttl')::float8);
+  end loop;
+  return out;
+end $$;
+
+-- Ticker ----------------------------------------------------------------------
+
+-- True when an event committed that the last tick does not cover. Only the
+-- txids the snapshot could not see are probed (>= its xmax, or in its xip),
+-- so a long transaction holding xmin back does not widen the scan. Sequential
+-- scans are off: with no statistics yet the planner may otherwise read the
+-- whole table to prove that nothing is pending, on every run.
+create function :KEYQ_SCHEMA.has_pending(qid int, snap pg_snapshot) returns boolean
+language sql stable
+set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
+as $$
+  select exists (select 1 from :KEYQ_SCHEMA.event
+                  where queue_id = qid and ev_txid >= pg_snapshot_xmax(snap))
+      or exists (select 1 from :KEYQ_SCHEMA.event
+                  where queue_id = qid
+                    and ev_txid = any (array(select pg_snapshot_xip(snap))))
+$$;
+
+-- Writes a tick when the policy says so and nobody else is ticking this queue.
+-- Returns {"tick": id} or {"tick": null, "reason": ...}. Must run in its own
+-- READ COMMITTED transaction: the snapshot is taken by a statement that starts
+-- after the lock is held, so it includes every earlier tick's commit.
+create function :KEYQ_SCHEMA.tick(queue text, force boolean default false) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
+  last :KEYQ_SCHEMA.tick;
+  seq bigint;
+  due boolean;
+  id bigint;
+begin
+  if current_setting('transaction_isolation') <> 'read committed' then
+    raise exception 'The ticker must run in a READ COMMITTED transaction, not %.', current_setting('transaction_isolation')
+      using errcode = 'KQ010', hint = 'KEYQ:WRONG_ISOLATION';
+  end if;
+  if not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('tick', q.queue_id)) then
+    return jsonb_build_object('tick', null, 'reason', 'busy');
+  end if;
+  select * into last from :KEYQ_SCHEMA.tick where queue_id = q.queue_id order by tick_id desc limit 1;
+  seq := coalesce(pg_sequence_last_value(q.event_seq), 0);
+  due := force or last is null
+      or clock_timestamp() - last.tick_time >= q.tick_idle_period
+      or (:KEYQ_SCHEMA.has_pending(q.queue_id, last.tick_snapshot)
+          and (clock_timestamp() - last.tick_time >= q.tick_max_lag
+               or seq - last.tick_event_seq >= q.tick_max_count));
+  if not due then
+    return jsonb_build_object('tick', null, 'reason', 'idle');
+  end if;
+  insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)
+  values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), seq)
+  returning tick_id into id;
+  return jsonb_build_object('tick', id::text);
+end $$;
+
+-- Window reads ----------------------------------------------------------------
+
+-- The events of window (s1, s2] after position (a_txid, a_id), in (txid, id)
+-- order. Candidates are the txids s1 could not see: those in s1's xip that s2
+-- sees (stragglers that finished inside the window) and those in
+-- [xmax(s1), xmax(s2)); both are index range scans on (ev_txid, ev_id).
+-- Sorts and sequential scans are off so the plan is an ordered index scan
+-- that stops at the limit whatever the row estimates say: otherwise a big
+-- window could be re-read whole for every batch.
+create function :KEYQ_SCHEMA.window_events(
+  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int
+) returns setof :KEYQ_SCHEMA.event
+language sql stable
+set search_path = pg_catalog, pg_temp
+set enable_sort = off
+set enable_seqscan = off
+as $$
+  select w.* from (
+    (select e.* from :KEYQ_SCHEMA.event e
+      where e.queue_id = qid
+        and e.ev_txid = any (array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2)))
+        and (e.ev_txid, e.ev_id) > (a_txid, a_id)
+      order by e.ev_txid, e.ev_id limit lim)
+    union all
+    (select e.* from :KEYQ_SCHEMA.event e
+      where e.queue_id = qid
+        and e.ev_txid >= pg_snapshot_xmax(s1) and e.ev_txid < pg_snapshot_xmax(s2)
+        and (e.ev_txid, e.ev_id) > (a_txid, a_id)
+        and pg_visible_in_snapshot(e.ev_txid, s2)
+      order by e.ev_txid, e.ev_id limit lim)
+  ) w
+  order by w.ev_txid, w.ev_id
+  limit lim
+$$;
+
+create function :KEYQ_SCHEMA.event_json(e :KEYQ_SCHEMA.event, retry int default 0) returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select jsonb_build_object('id', e.ev_id::text, 'txid', e.ev_txid::text, 'type', e.ev_type,
+                            'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry)
+$$;
+
+-- Consumers -------------------------------------------------------------------
+
+create function :KEYQ_SCHEMA.subscribe(queue text, consumer text, kind text default 'plain',
+                                       slots int default 1, settings jsonb default '{}') returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
+  c :KEYQ_SCHEMA.consumer;
+  t bigint;
+begin
+  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('subscribe', q.queue_id));
+  select * into c from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;
+  if found then
+    if c.kind <> kind then
+      raise exception 'Consumer "%" of queue "%" is a % consumer, not %; use another consumer name.', consumer, queue, c.kind, kind
+        using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
+    end if;
+    if c.settings is distinct from settings then
+      update :KEYQ_SCHEMA.consumer k set settings = subscribe.settings where k.consumer_id = c.consumer_id;
+    end if;
+    if c.slots <> slots then
+      raise exception 'Consumer "%" of queue "%" has % slots, persisted when it was created; pass slots: % or use another consumer name.', consumer, queue, c.slots, c.slots
+        using errcode = 'KQ004', hint = 'KEYQ:SLOT_COUNT_MISMATCH';
+    end if;
+    return jsonb_build_object('created', false);
+  end if;
+  select max(tick_id) into t from :KEYQ_SCHEMA.tick where queue_id = q.queue_id;
+  if kind = 'ordered' then
+    perform :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, slots);
+  end if;
+  insert into :KEYQ_SCHEMA.consumer (queue_id, consumer_name, kind, slots, settings)
+  values (q.queue_id, consumer, kind, slots, settings) returning * into c;
+  insert into :KEYQ_SCHEMA.cursor (consumer_id, slot, tick_id, polled_at)
+  select c.consumer_id, s, t, now() from generate_series(0, slots - 1) s;
+  return jsonb_build_object('created', true);
+end $$;
+
+create function :KEYQ_SCHEMA.unsubscribe(queue text, consumer text) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); n int;
+begin
+  delete from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;
+  get diagnostics n = row_count;
+  return jsonb_build_object('removed', n > 0);
+end $$;
+
+-- Maintenance -----------------------------------------------------------------
+
+-- Switches the queue to its next ring table after emptying it. Safe because:
+-- the ACCESS EXCLUSIVE lock waits out every transaction that inserted into
+-- that table (they hold ROW EXCLUSIVE until they end), and the table is only
+-- truncated when the least advanced cursor's snapshot sees all its rows.
+create function :KEYQ_SCHEMA.rotate(queue text, force boolean default false) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
+  nxt smallint := (q.cur_table + 1) % q.ntables;
+  oldest pg_snapshot;
+  prev_timeout text := current_setting('lock_timeout');
+begin
+  if not force and now() - q.rotated_at < q.rotation_period then
+    return jsonb_build_object('rotated', false, 'reason', 'not due');
+  end if;
+  begin
+    perform set_config('lock_timeout', '1s', true);
+    execute format('lock table %I.%I in access exclusive mode', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || nxt);
+    perform set_config('lock_timeout', prev_timeout, true);
+  exception when lock_not_available then
+    return jsonb_build_object('rotated', false, 'reason', 'busy');
+  end;
+  select t.tick_snapshot into oldest
+    from :KEYQ_SCHEMA.cursor cu
+    join :KEYQ_SCHEMA.consumer k on k.consumer_id = cu.consumer_id
+    join :KEYQ_SCHEMA.tick t on t.queue_id = k.queue_id and t.tick_id = cu.tick_id
+   where k.queue_id = q.queue_id
+   order by cu.tick_id limit 1;
+  if oldest is not null and exists (
+      select 1 from :KEYQ_SCHEMA.event e
+       where e.queue_id = q.queue_id and e.ev_table = nxt
+         and (e.ev_txid >= pg_snapshot_xmax(oldest)
+              or e.ev_txid = any (array(select pg_snapshot_xip(oldest))))) then
+    return jsonb_build_object('rotated', false, 'reason', 'lagging consumer');
+  end if;
+  execute format('truncate %I.%I', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || nxt);
+  update :KEYQ_SCHEMA.queue set cur_table = nxt, rotated_at = now() where queue_id = q.queue_id;
+  return jsonb_build_object('rotated', true, 'table', nxt);
+end $$;
+
+-- Drops ticks no cursor needs any more (all but the newest one before the
+-- oldest cursor position, so a new subscriber still has a start).
+create function :KEYQ_SCHEMA.prune_ticks(qid int) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare keep bigint; n int;
+begin
+  select min(cu.tick_id) into keep
+    from :KEYQ_SCHEMA.cursor cu join :KEYQ_SCHEMA.consumer k using (consumer_id)
+   where k.queue_id = qid;
+  if keep is null then
+    select max(tick_id) into keep from :KEYQ_SCHEMA.tick where queue_id = qid;
+  end if;
+  delete from :KEYQ_SCHEMA.tick where queue_id = qid and tick_id < keep;
+  get diagnostics n = row_count;
+  return n;
+end $$;
+`,
+  },
+  {
+    version: 2,
+    name: "failures",
+    sql: `-- keyq engine, part 2: failures. Retries belong to one consumer (and slot),
+-- never to the queue, so a fan-out queue retries only where it failed. Rows
+-- copy the event, so a pending retry never pins rotation. The happy path
+-- writes nothing here: rows appear only when a handler fails.
+
+create table :KEYQ_SCHEMA.retry (
+  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,
+  slot        int not null default 0,
+  ev_id       bigint not null,
+  ev_txid     xid8 not null,
+  ev_time     timestamptz not null,
+  ev_type     text not null,
+  ev_key      text,
+  ev_data     jsonb not null,
+  retry       int not null,          -- failed deliveries so far
+  due_at      timestamptz not null,
+  last_error  jsonb,
+  primary key (consumer_id, ev_id)
+);
+create index on :KEYQ_SCHEMA.retry (consumer_id, slot, due_at, ev_txid, ev_id);
+
+create table :KEYQ_SCHEMA.dead_letter (
+  dl_id       bigint primary key generated always as identity,
+  queue_id    int not null references :KEYQ_SCHEMA.queue on delete cascade,
+  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,
+  slot        int not null,
+  ev_id       bigint not null,
+  ev_txid     xid8 not null,
+  ev_time     timestamptz not null,
+  ev_type     text not null,
+  ev_key      text,
+  ev_data     jsonb not null,
+  attempts    int not null,
+  error       jsonb,
+  dead_at     timestamptz not null default now()
+);
+create index on :KEYQ_SCHEMA.dead_letter (consumer_id, ev_key, ev_txid, ev_id);
+create index on :KEYQ_SCHEMA.dead_letter (queue_id, dead_at);
+
+-- Retry policy of a consumer: its own settings override the queue's.
+create function :KEYQ_SCHEMA.retry_policy(c :KEYQ_SCHEMA.consumer,
+  out max_retries int, out base float8, out cap float8)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce((c.settings->>'maxRetries')::int, q.max_retries),
+         coalesce((c.settings->>'retryBase')::float8, extract(epoch from q.retry_base)::float8),
+         coalesce((c.settings->>'retryCap')::float8, extract(epoch from q.retry_cap)::float8)
+  from :KEYQ_SCHEMA.queue q where q.queue_id = c.queue_id
+$$;
+
+-- Exponential backoff with "equal jitter": half of the delay is fixed and half
+-- random, so delays never shrink from one failure to the next.
+create function :KEYQ_SCHEMA.backoff(base float8, cap float8, failures int) returns interval
+language sql volatile
+set search_path = pg_catalog, pg_temp
+as $$ select make_interval(secs => least(cap, base * 2 ^ least(failures - 1, 60)) * (0.5 + random() / 2)) $$;
+
+-- Due retries of one consumer slot, oldest due first, then original order;
+-- row-locked for the batch (other workers skip them).
+create function :KEYQ_SCHEMA.take_retries(cid int, s int, lim int) returns jsonb
+language sql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce(jsonb_agg(jsonb_build_object(
+           'id', r.ev_id::text, 'txid', r.ev_txid::text, 'type', r.ev_type, 'key', r.ev_key,
+           'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true)
+           order by r.due_at, r.ev_txid, r.ev_id), '[]')
+  from (select * from :KEYQ_SCHEMA.retry
+         where consumer_id = cid and slot = s and due_at <= clock_timestamp()
+         order by due_at, ev_txid, ev_id
+         limit lim
+         for update skip locked) r
+$$;
+
+-- The next events of cursor (c, s) after its durable position, at most lim
+-- (only the slot's own events for an ordered consumer);
+-- opens a window up to the newest tick when none is open and moves the
+-- position (or closes the window) in the caller's transaction.
+create function :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, lim int) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  s1 pg_snapshot;
+  s2 pg_snapshot;
+  evs :KEYQ_SCHEMA.event[];
+  n int;
+  last :KEYQ_SCHEMA.event;
+begin
+  if lim <= 0 then return '[]'; end if;
+  if cur.end_tick_id is null then
+    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
+     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    if cur.end_tick_id is null then
+      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
+      return '[]';
+    end if;
+  end if;
+  select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
+  select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
+  if c.kind = 'ordered' then
+    select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events_slot(
+      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1, c.slots, cur.slot) w;
+  else
+    select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events(
+      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1) w;
+  end if;
+  n := coalesce(array_length(evs, 1), 0);
+  if n > lim then
+    last := evs[lim];
+    update :KEYQ_SCHEMA.cursor set end_tick_id = cur.end_tick_id, last_txid = last.ev_txid,
+           last_id = last.ev_id, polled_at = now(), batch_at = now()
+     where consumer_id = c.consumer_id and slot = cur.slot;
+    evs := evs[1:lim];
+  else
+    update :KEYQ_SCHEMA.cursor set tick_id = cur.end_tick_id, end_tick_id = null, last_txid = null,
+           last_id = null, polled_at = now(), batch_at = now()
+     where consumer_id = c.consumer_id and slot = cur.slot;
+  end if;
+  return coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i)
+                     from generate_subscripts(evs, 1) i), '[]');
+end $$;
+
+-- One batch of a plain consumer: lock its cursor (skip when another batch
+-- holds it), take due retries first, then fill up from the window.
+create function :KEYQ_SCHEMA.receive(queue text, consumer text, max_events int) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+  cur :KEYQ_SCHEMA.cursor;
+  retries jsonb;
+begin
+  if c.kind <> 'plain' then
+    raise exception 'Consumer "%" of queue "%" is a % consumer; read it with the matching API.', consumer, queue, c.kind
+      using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
+  end if;
+  select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0
+    for update skip locked;
+  if not found then
+    return jsonb_build_object('busy', true, 'events', '[]'::jsonb);
+  end if;
+  retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
+  return jsonb_build_object('busy', false, 'events',
+    retries || :KEYQ_SCHEMA.read_window(c, cur, max_events - jsonb_array_length(retries)));
+end $$;
+
+-- Parks events (JSON with id, txid) of consumer slot s in the retry rows
+-- until \`due\`, without spending a retry: existing retry rows move, events
+-- from the log are copied. Tier A defers a contended key's event a moment;
+-- Tier B's pause holds a blocked key's events until 'infinity' (released later).
+create function :KEYQ_SCHEMA.park_events(c :KEYQ_SCHEMA.consumer, s int, events jsonb, due timestamptz) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare d jsonb; e :KEYQ_SCHEMA.event; n int := 0;
+begin
+  for d in select x from jsonb_array_elements(coalesce(events, '[]')) x loop
+    update :KEYQ_SCHEMA.retry set due_at = due
+     where consumer_id = c.consumer_id and ev_id = (d->>'id')::bigint;
+    if not found then
+      select * into e from :KEYQ_SCHEMA.event
+       where queue_id = c.queue_id and ev_txid = (d->>'txid')::xid8 and ev_id = (d->>'id')::bigint;
+      if not found then continue; end if;
+      insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
+                                      retry, due_at, last_error)
+      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null)
+      on conflict (consumer_id, ev_id) do nothing;
+    end if;
+    n := n + 1;
+  end loop;
+  return n;
+end $$;
+
+-- Records a batch's outcome for consumer slot s: delivered retries that
+-- succeeded are deleted; each failure is scheduled again with backoff or,
+-- past max_retries, moved to the dead letters with its error.
+-- outcome: {"retried": ["id", …], "failed": [{"id", "txid", "error"}, …],
+--           "deferred": [{"id", "txid"}, …], "deferDelay": seconds,
+--           "pause": bool, "held": [{"id", "txid"}, …]}
+-- With pause, a failed keyed event blocks its key (it is the head) and an
+-- acked or dead-lettered head releases the key's held events.
+create function :KEYQ_SCHEMA.ack(queue text, consumer text, s int, outcome jsonb) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+  p record;
+  f jsonb;
+  r :KEYQ_SCHEMA.retry;
+  e :KEYQ_SCHEMA.event;
+  failed_ids bigint[];
+  n_retry int := 0;
+  n_dead int := 0;
+  pause boolean := coalesce((outcome->>'pause')::boolean, false);
+  succeeded bigint[];
+begin
+  p := :KEYQ_SCHEMA.retry_policy(c);
+  select coalesce(array_agg((x->>'id')::bigint), '{}') into failed_ids
+    from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x;
+  with gone as (
+    delete from :KEYQ_SCHEMA.retry
+     where consumer_id = c.consumer_id and slot = s
+       and ev_id in (select (jsonb_array_elements_text(coalesce(outcome->'retried', '[]')))::bigint)
+       and ev_id <> all (failed_ids)
+    returning ev_id
+  )
+  select coalesce(array_agg(ev_id), '{}') into succeeded from gone;
+  if pause then
+    -- An acked head releases its key's held events.
+    perform :KEYQ_SCHEMA.release_heads(c, s, succeeded);
+  end if;
+  -- Held first: a head dead-lettered below must find its key's held events.
+  perform :KEYQ_SCHEMA.park_events(c, s, outcome->'held', 'infinity');
+  for f in select x from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x loop
+    select * into r from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = (f->>'id')::bigint;
+    if not found then
+      select * into e from :KEYQ_SCHEMA.event
+       where queue_id = c.queue_id and ev_txid = (f->>'txid')::xid8 and ev_id = (f->>'id')::bigint;
+      if not found then continue; end if;  -- rotated away meanwhile: nothing left to retry
+      r := row(c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null);
+    end if;
+    if r.retry + 1 > p.max_retries then
+      insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
+                                            ev_key, ev_data, attempts, error)
+      values (c.queue_id, c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key,
+              r.ev_data, r.retry + 1, f->'error');
+      delete from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = r.ev_id;
+      n_dead := n_dead + 1;
+      if pause and r.ev_key is not null then
+        perform :KEYQ_SCHEMA.release_key(c, r.slot, r.ev_key);
+      end if;
+    else
+      insert into :KEYQ_SCHEMA.retry as t
+      values (c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key, r.ev_data,
+              r.retry + 1, clock_timestamp() + :KEYQ_SCHEMA.backoff(p.base, p.cap, r.retry + 1), f->'error')
+      on conflict (consumer_id, ev_id) do update
+        set retry = excluded.retry, due_at = excluded.due_at, last_error = excluded.last_error;
+      n_retry := n_retry + 1;
+      if pause and r.ev_key is not null then
+        perform :KEYQ_SCHEMA.block_key(c, r.slot, r.ev_key, r.ev_id);
+      end if;
+    end if;
+  end loop;
+  return jsonb_build_object('retried', n_retry, 'deadLettered', n_dead,
+    'deferred', :KEYQ_SCHEMA.park_events(c, s, outcome->'deferred',
+      clock_timestamp() + make_interval(secs => coalesce((outcome->>'deferDelay')::float8, 1))));
+end $$;
+
+-- Dead letters -------------------------------------------------------------
+
+-- Filters: queue, consumer, key, olderThan / newerThan (seconds), afterId.
+create function :KEYQ_SCHEMA.dlq_where(d :KEYQ_SCHEMA.dead_letter, f jsonb) returns boolean
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select (f->>'queue' is null or d.queue_id = (select queue_id from :KEYQ_SCHEMA.queue where queue_name = f->>'queue'))
+     and (f->>'consumer' is null or d.consumer_id in (select consumer_id from :KEYQ_SCHEMA.consumer
+                                                       where consumer_name = f->>'consumer'))
+     and (f->>'key' is null or d.ev_key = f->>'key')
+     and (f->>'olderThan' is null or d.dead_at < now() - make_interval(secs => (f->>'olderThan')::float8))
+     and (f->>'newerThan' is null or d.dead_at >= now() - make_interval(secs => (f->>'newerThan')::float8))
+     and (f->>'afterId' is null or d.dl_id > (f->>'afterId')::bigint)
+$$;
+
+create function :KEYQ_SCHEMA.dlq_list(filter jsonb, lim int) returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce(jsonb_agg(jsonb_build_object(
+           'id', d.dl_id::text, 'queue', q.queue_name, 'consumer', c.consumer_name, 'slot', d.slot,
+           'eventId', d.ev_id::text, 'type', d.ev_type, 'key', d.ev_key, 'payload', d.ev_data,
+           'time', d.ev_time, 'attempts', d.attempts, 'error', d.error, 'deadAt', d.dead_at)
+           order by d.dl_id), '[]')
+  from (select * from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)
+         order by x.dl_id limit lim) d
+  join :KEYQ_SCHEMA.queue q using (queue_id)
+  join :KEYQ_SCHEMA.consumer c using (consumer_id)
+$$;
+
+create function :KEYQ_SCHEMA.dlq_count(filter jsonb) returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select to_jsonb(count(*)) from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)
+$$;
+
+-- Moves dead letters back to their own consumer's retries, due now, with a
+-- fresh retry budget. Same due time → delivered in original (txid, id) order.
+create function :KEYQ_SCHEMA.dlq_requeue(ids bigint[]) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare n int;
+begin
+  with moved as (
+    delete from :KEYQ_SCHEMA.dead_letter where dl_id = any (ids) returning *
+  )
+  insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
+                                  retry, due_at, last_error)
+  select consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, 0, now(), error
+    from moved
+  on conflict (consumer_id, ev_id) do update set due_at = excluded.due_at, retry = 0;
+  get diagnostics n = row_count;
+  return n;
+end $$;
+
+-- Replays the given dead letters; all must exist, or nothing changes.
+create function :KEYQ_SCHEMA.dlq_replay(ids jsonb) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare wanted bigint[]; missing bigint;
+begin
+  select coalesce(array_agg(x::bigint), '{}') into wanted from jsonb_array_elements_text(ids) x;
+  select w into missing from unnest(wanted) w
+   where not exists (select 1 from :KEYQ_SCHEMA.dead_letter where dl_id = w) limit 1;
+  if missing is not null then
+    raise exception 'Dead letter % does not exist (already replayed or purged?); list them with dlq.list().', missing
+      using errcode = 'KQ005', hint = 'KEYQ:DEAD_LETTER_NOT_FOUND';
+  end if;
+  return to_jsonb(:KEYQ_SCHEMA.dlq_requeue(wanted));
+end $$;
+
+-- Replays the dead letters matching a filter (e.g. one consumer's key K).
+create function :KEYQ_SCHEMA.dlq_replay_where(filter jsonb) returns jsonb
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+  select to_jsonb(:KEYQ_SCHEMA.dlq_requeue(array(
+    select dl_id from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter))))
+$$;
+
+create function :KEYQ_SCHEMA.dlq_purge(filter jsonb) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare n int;
+begin
+  delete from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter);
+  get diagnostics n = row_count;
+  return to_jsonb(n);
+end $$;
+
+-- Expired dedup keys of one queue, at most lim per call (bounded work).
+create function :KEYQ_SCHEMA.dedup_gc(qid int, lim int) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare n int;
+begin
+  delete from :KEYQ_SCHEMA.dedup
+   where ctid = any (array(select ctid from :KEYQ_SCHEMA.dedup
+                            where queue_id = qid and expires_at <= now() limit lim));
+  get diagnostics n = row_count;
+  return n;
+end $$;
+
+-- Rotation when due, tick pruning and one chunk of dedup GC for one queue;
+-- skips when another maintainer holds the queue.
+create function :KEYQ_SCHEMA.maintain(queue text, force_rotate boolean default false) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); r jsonb;
+begin
+  if not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id)) then
+    return jsonb_build_object('queue', queue, 'skipped', true);
+  end if;
+  r := :KEYQ_SCHEMA.rotate(queue, force_rotate);
+  return jsonb_build_object('queue', queue, 'skipped', false, 'rotation', r,
+                            'ticksPruned', :KEYQ_SCHEMA.prune_ticks(q.queue_id),
+                            'dedupExpired', :KEYQ_SCHEMA.dedup_gc(q.queue_id, 5000));
+end $$;
+`,
+  },
+  {
+    version: 3,
+    name: "exclusive",
+    sql: `-- keyq engine, part 3: Tier A, the exclusive consumer. Many workers share one
+-- consumer; at most one of them processes a key at any instant; no order.
+--
+-- A planner (run in the ticker's short transaction, never in a batch) cuts
+-- each new window into chunks of at most chunk_size events, so one big window
+-- still feeds every worker. A batch claims one chunk with SKIP LOCKED (never
+-- waiting on another worker), reads it, and try-locks every key of the batch
+-- in the same statement. Deleting the claimed chunk row commits with the
+-- batch; a rollback or a killed backend puts it back at once.
+
+create table :KEYQ_SCHEMA.chunk (
+  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,
+  chunk_id    bigint not null,
+  start_tick  bigint not null,
+  end_tick    bigint not null,
+  after_txid  xid8 not null,   -- exclusive start position in the window
+  after_id    bigint not null,
+  n           int not null,    -- events left in the chunk
+  primary key (consumer_id, chunk_id)
+);
+create sequence :KEYQ_SCHEMA.chunk_id_seq;
+
+-- Cuts the windows after the consumer's planned frontier into chunks, and
+-- moves its cursor (used by rotation and tick pruning) to the oldest tick
+-- that still has unfinished chunks.
+create function :KEYQ_SCHEMA.plan_chunks(c :KEYQ_SCHEMA.consumer, chunk_size int) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  cur :KEYQ_SCHEMA.cursor;
+  frontier bigint;
+  latest bigint;
+  s1 pg_snapshot;
+  s2 pg_snapshot;
+  n int := 0;
+  oldest bigint;
+begin
+  -- Wait for a concurrent planner (a short transaction, never a batch): once
+  -- it commits, this caller sees its chunks instead of finding none.
+  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id));
+  select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0;
+  frontier := coalesce(cur.end_tick_id, cur.tick_id);
+  select max(tick_id) into latest from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id > frontier;
+  if latest is not null then
+    select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = frontier;
+    select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = latest;
+    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, n)
+    select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest,
+           coalesce(w.prev_txid, '0'::xid8), coalesce(w.prev_id, 0), least(chunk_size, w.total - w.rn)
+      from (select row_number() over o - 1 as rn, count(*) over () as total,
+                   lag(e.ev_txid) over o as prev_txid, lag(e.ev_id) over o as prev_id
+              from :KEYQ_SCHEMA.window_events(c.queue_id, s1, s2, '0'::xid8, 0, 2147483647) e
+            window o as (order by e.ev_txid, e.ev_id)) w
+     where w.rn % chunk_size = 0
+     order by w.rn;
+    get diagnostics n = row_count;
+    frontier := latest;
+  end if;
+  select min(start_tick) into oldest from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id;
+  oldest := coalesce(oldest, frontier);
+  if cur.tick_id is distinct from oldest or cur.end_tick_id is distinct from frontier then
+    update :KEYQ_SCHEMA.cursor set tick_id = oldest, end_tick_id = frontier, polled_at = now()
+     where consumer_id = c.consumer_id and slot = 0;
+  end if;
+  return n;
+end $$;
+
+-- The run's first call for an exclusive consumer: tick the queue, then plan
+-- chunks, in this short transaction of its own.
+create function :KEYQ_SCHEMA.prepare_exclusive(queue text, consumer text, chunk_size int) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer); t jsonb;
+begin
+  t := :KEYQ_SCHEMA.tick(queue);
+  return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size));
+end $$;
+
+-- Adds "locked" to each event: true when this transaction now holds the key
+-- (or the event has no key). One statement for the whole batch; the lock is
+-- namespaced by schema and consumer, and re-entrant inside the transaction.
+create function :KEYQ_SCHEMA.lock_keys(c :KEYQ_SCHEMA.consumer, events jsonb) returns jsonb
+language sql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce(jsonb_agg(x.e || jsonb_build_object('locked',
+           x.e->>'key' is null
+           or pg_try_advisory_xact_lock(hashtextextended(x.e->>'key', :KEYQ_SCHEMA.lock_key('xkey', c.consumer_id))))
+           order by x.ord), '[]')
+  from (select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord) order by ord) x
+$$;
+
+-- One batch of an exclusive consumer: due retries first, then one chunk
+-- claimed without waiting; per-key try-locks for all of them.
+create function :KEYQ_SCHEMA.receive_exclusive(queue text, consumer text, max_events int) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+  ch :KEYQ_SCHEMA.chunk;
+  evs :KEYQ_SCHEMA.event[];
+  take int;
+  last :KEYQ_SCHEMA.event;
+  out jsonb;
+begin
+  if c.kind <> 'exclusive' then
+    raise exception 'Consumer "%" of queue "%" is a % consumer, not exclusive; use another consumer name.', consumer, queue, c.kind
+      using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
+  end if;
+  out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
+  take := max_events - jsonb_array_length(out);
+  if take > 0 then
+    select * into ch from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id
+     order by chunk_id limit 1 for update skip locked;
+    if found then
+      take := least(take, ch.n);
+      select array_agg(w order by w.ev_txid, w.ev_id) into evs
+        from :KEYQ_SCHEMA.window_events(c.queue_id,
+               (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
+               (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
+               ch.after_txid, ch.after_id, take) w;
+      take := coalesce(array_length(evs, 1), 0);
+      if take >= ch.n or take = 0 then
+        delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+      else
+        last := evs[take];
+        update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id, n = ch.n - take
+         where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+      end if;
+      out := out || coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i)
+                                from generate_subscripts(evs, 1) i), '[]');
+    end if;
+  end if;
+  return jsonb_build_object('busy', false, 'events', :KEYQ_SCHEMA.lock_keys(c, out));
+end $$;
+`,
+  },
+  {
+    version: 4,
+    name: "ordered",
+    sql: `-- keyq engine, part 4: Tier B, the ordered consumer. N fixed slots per
+-- (queue, consumer); key K always maps to slot_of(K, N); each slot is its own
+-- cursor, read by one worker at a time, FIFO within a key.
+--
+-- Read amplification: an expression index on (slot_of(ev_key, N), ev_txid,
+-- ev_id) is built on the queue's log for each persisted N, so a slot reads
+-- its own rows only instead of the whole stream.
+
+-- (hashtextextended(K, 0) % N + N) % N, sign-safe; a null key goes to slot 0.
+-- Immutable and without a SET clause so it inlines and matches the index.
+create function :KEYQ_SCHEMA.slot_of(key text, n int) returns int
+language sql immutable parallel safe
+as $$ select coalesce(((pg_catalog.hashtextextended(key, 0) % n + n) % n)::int, 0) $$;
+
+-- Builds the slot index for N on the queue's log unless it exists. Called
+-- only when an ordered consumer is created: CREATE INDEX takes a SHARE lock.
+create function :KEYQ_SCHEMA.ensure_slot_index(qid int, n int) returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare idx text := 'event_' || qid || '_slots' || n;
+begin
+  if to_regclass(format('%I.%I', :KEYQ_SCHEMA_NAME, idx)) is null then
+    execute format('create index %I on %I.%I (%I.slot_of(ev_key, %s), ev_txid, ev_id)',
+                   idx, :KEYQ_SCHEMA_NAME, 'event_' || qid, :KEYQ_SCHEMA_NAME, n);
+  end if;
+end $$;
+
+-- window_events restricted to slot k of n, reading only the slot's rows:
+-- the range is written as row comparisons led by the slot expression, which
+-- only the slot index can serve, and sorting is off so the plan is an
+-- ordered index scan that stops at the limit. Neither depends on row
+-- estimates (xid8 ranges are estimated badly, and fresh tables have no
+-- statistics). N is spliced as an integer literal so the index matches.
+create function :KEYQ_SCHEMA.window_events_slot(
+  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int, n int, k int
+) returns setof :KEYQ_SCHEMA.event
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+set enable_sort = off
+set enable_seqscan = off
+as $$
+#variable_conflict use_variable
+declare
+  lo_txid xid8 := a_txid;
+  lo_id bigint := a_id;
+  -- Transactions in progress at s1 that finished by s2. On a busy database
+  -- most are unrelated to this queue: their branch must probe the txid index
+  -- (nothing found, nothing read), never walk the slot index filtering on the
+  -- list, so its slot test is written "+ 0" to keep it off the slot index.
+  -- With no stragglers the branch is left out.
+  strag xid8[] := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
+  range_sql text;
+begin
+  if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
+    lo_txid := pg_snapshot_xmax(s1);
+    lo_id := 0;
+  end if;
+  range_sql := format($q$
+      (select e.* from %1$I.event e
+        where e.queue_id = $1
+          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
+          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_snapshot_xmax($3), 0::bigint)
+          and pg_visible_in_snapshot(e.ev_txid, $3)
+        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6) $q$, :KEYQ_SCHEMA_NAME, n::int);
+  if cardinality(strag) = 0 then
+    return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
+    return;
+  end if;
+  return query execute format($q$
+    select w.* from (
+      (select e.* from %1$I.event e
+        where e.queue_id = $1 and e.ev_txid = any ($10) and %1$I.slot_of(e.ev_key, %2$s) + 0 = $7
+          and (e.ev_txid, e.ev_id) > ($4, $5)
+        order by e.ev_txid, e.ev_id limit $6)
+      union all
+      %3$s
+    ) w order by w.ev_txid, w.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, n::int, range_sql)
+  using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id, strag;
+end $$;
+
+-- Pause policy (G3): a compact marker per blocked key. While it exists, later
+-- events of the key wait in the retry rows as held rows (due 'infinity',
+-- retry count untouched); acking or dead-lettering the head releases them.
+create table :KEYQ_SCHEMA.blocked (
+  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,
+  slot        int not null,
+  ev_key      text not null,
+  head_id     bigint not null,
+  since       timestamptz not null default now(),
+  primary key (consumer_id, slot, ev_key)
+);
+
+-- Blocks key k of slot s behind its failed head (pause); holds the key's other
+-- pending retry rows too, so nothing of the key overtakes the head.
+create function :KEYQ_SCHEMA.block_key(c :KEYQ_SCHEMA.consumer, s int, k text, head bigint) returns void
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+  insert into :KEYQ_SCHEMA.blocked (consumer_id, slot, ev_key, head_id)
+  values (c.consumer_id, s, k, head)
+  on conflict (consumer_id, slot, ev_key) do update set head_id = excluded.head_id;
+  update :KEYQ_SCHEMA.retry set due_at = 'infinity'
+   where consumer_id = c.consumer_id and slot = s and ev_key = k and ev_id <> head and due_at <> 'infinity';
+$$;
+
+-- Releases the keys whose head is one of ids (acked or dead-lettered): their
+-- held rows become due now and go out in original (txid, id) order.
+create function :KEYQ_SCHEMA.release_heads(c :KEYQ_SCHEMA.consumer, s int, ids bigint[]) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare n int;
+begin
+  with freed as (
+    delete from :KEYQ_SCHEMA.blocked b
+     where b.consumer_id = c.consumer_id and b.slot = s and b.head_id = any (ids)
+    returning b.ev_key
+  )
+  update :KEYQ_SCHEMA.retry r set due_at = now()
+    from freed
+   where r.consumer_id = c.consumer_id and r.slot = s and r.ev_key = freed.ev_key and r.due_at = 'infinity';
+  get diagnostics n = row_count;
+  return n;
+end $$;
+
+-- One batch of an ordered consumer. Tries the slots in \`slots\` order (then,
+-- when help_after is given, any slot not polled for that many seconds):
+-- try-lock (skip a slot another worker holds), then the cursor row lock —
+-- the backstop: a caller that skips the try-lock blocks, never duplicates.
+-- An empty slot still has its window closed, so no slot pins rotation. The
+-- first slot with events is returned; with pause, events of blocked keys are
+-- held instead of returned.
+create function :KEYQ_SCHEMA.receive_ordered(
+  queue text, consumer text, slots int[], max_events int,
+  help_after float8 default null, skip_try_lock boolean default false
+) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+  cur :KEYQ_SCHEMA.cursor;
+  k int;
+  todo int[];
+  evs jsonb;
+  blocked_keys text[];
+  held jsonb;
+  tried int := 0;
+begin
+  if c.kind <> 'ordered' then
+    raise exception 'Consumer "%" of queue "%" is a % consumer, not ordered; use another consumer name.', consumer, queue, c.kind
+      using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
+  end if;
+  todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);
+  if help_after is not null then
+    todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu
+                           where cu.consumer_id = c.consumer_id and cu.slot <> all (todo)
+                             and cu.polled_at < clock_timestamp() - make_interval(secs => help_after)
+                           order by cu.polled_at);
+  end if;
+  foreach k in array todo loop
+    if not skip_try_lock
+       and not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('slot', c.consumer_id::bigint * 4096 + k)) then
+      continue;
+    end if;
+    tried := tried + 1;
+    select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = k for update;
+    evs := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, max_events);
+    evs := evs || :KEYQ_SCHEMA.read_window(c, cur, max_events - jsonb_array_length(evs));
+    if c.settings->>'onFailure' = 'pause' then
+      blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
+      if cardinality(blocked_keys) > 0 then
+        select coalesce(jsonb_agg(e order by o), '[]') into held
+          from jsonb_array_elements(evs) with ordinality as t(e, o)
+         where e->>'key' = any (blocked_keys) and not coalesce((e->>'redelivered')::boolean, false);
+        perform :KEYQ_SCHEMA.park_events(c, k, held, 'infinity');
+        select coalesce(jsonb_agg(e order by o), '[]') into evs
+          from jsonb_array_elements(evs) with ordinality as t(e, o)
+         where not (e->>'key' = any (blocked_keys) and not coalesce((e->>'redelivered')::boolean, false));
+      end if;
+    end if;
+    if jsonb_array_length(evs) > 0 then
+      return jsonb_build_object('busy', false, 'slot', k, 'events', evs);
+    end if;
+  end loop;
+  return jsonb_build_object('busy', tried = 0 and cardinality(todo) > 0, 'slot', null, 'events', '[]'::jsonb);
+end $$;
+
+-- Releases key k of slot s outright (its head was dead-lettered, possibly in
+-- the same batch as its first failure, before any marker existed).
+create function :KEYQ_SCHEMA.release_key(c :KEYQ_SCHEMA.consumer, s int, k text) returns void
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+  delete from :KEYQ_SCHEMA.blocked where consumer_id = c.consumer_id and slot = s and ev_key = k;
+  update :KEYQ_SCHEMA.retry set due_at = now()
+   where consumer_id = c.consumer_id and slot = s and ev_key = k and due_at = 'infinity';
+$$;
+
+-- Keys currently blocked by a failed head (pause policy).
+create function :KEYQ_SCHEMA.blocked_keys(queue text, consumer text) returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce(jsonb_agg(jsonb_build_object(
+           'slot', b.slot, 'key', b.ev_key, 'headId', b.head_id::text, 'since', b.since,
+           'held', (select count(*) from :KEYQ_SCHEMA.retry r
+                     where r.consumer_id = b.consumer_id and r.slot = b.slot and r.ev_key = b.ev_key
+                       and r.due_at = 'infinity'))
+           order by b.slot, b.ev_key), '[]')
+  from :KEYQ_SCHEMA.blocked b
+  where b.consumer_id = (:KEYQ_SCHEMA.get_consumer(queue, consumer)).consumer_id
+$$;
+`,
+  },
+  {
+    version: 5,
+    name: "status",
+    sql: `-- keyq engine, part 5: status for operators and alerts, and a ticker for
+-- every queue (for a pg_cron schedule; never required).
+
+-- Per queue: tables and rotation, the last tick and its age, events appended
+-- since it; per consumer and slot: lag (events and seconds, from the tick
+-- marks, so no log scan), last poll, retries, dead letters, blocked keys.
+-- A slot not polled for stale_after seconds is flagged: it pins rotation.
+create function :KEYQ_SCHEMA.status(queue text default null, stale_after float8 default 300) returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce(jsonb_agg(jsonb_build_object(
+    'queue', q.queue_name,
+    'tables', q.ntables, 'currentTable', q.cur_table, 'rotatedAt', q.rotated_at,
+    'lastTick', lt.tick_id::text, 'lastTickAge', extract(epoch from now() - lt.tick_time),
+    'eventsSinceTick', greatest(coalesce(pg_sequence_last_value(q.event_seq), 0) - lt.tick_event_seq, 0),
+    'consumers', coalesce((
+      select jsonb_agg(jsonb_build_object(
+        'name', c.consumer_name, 'kind', c.kind, 'slots', c.slots,
+        'retries', (select count(*) from :KEYQ_SCHEMA.retry r where r.consumer_id = c.consumer_id),
+        'deadLetters', (select count(*) from :KEYQ_SCHEMA.dead_letter d where d.consumer_id = c.consumer_id),
+        'blockedKeys', (select count(*) from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id),
+        'cursors', (select jsonb_agg(jsonb_build_object(
+            'slot', cu.slot,
+            'lagEvents', greatest(coalesce(pg_sequence_last_value(q.event_seq), 0) - t.tick_event_seq, 0),
+            'lagSeconds', extract(epoch from now() - t.tick_time),
+            'polledAgo', extract(epoch from now() - cu.polled_at),
+            'stale', cu.polled_at < now() - make_interval(secs => stale_after),
+            'windowOpen', cu.end_tick_id is not null) order by cu.slot)
+          from :KEYQ_SCHEMA.cursor cu
+          join :KEYQ_SCHEMA.tick t on t.queue_id = q.queue_id and t.tick_id = cu.tick_id
+          where cu.consumer_id = c.consumer_id)) order by c.consumer_name)
+      from :KEYQ_SCHEMA.consumer c where c.queue_id = q.queue_id), '[]')
+  ) order by q.queue_name), '[]')
+  from :KEYQ_SCHEMA.queue q
+  left join lateral (select * from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id
+                      order by t.tick_id desc limit 1) lt on true
+  where status.queue is null or q.queue_name = status.queue
+$$;
+
+-- Ticks every queue by its policy, for a pg_cron schedule (each call is its
+-- own transaction, as the ticker needs):
+--   select cron.schedule('keyq-ticker', '1 second', 'select keyq.tick_all()');
+create function :KEYQ_SCHEMA.tick_all() returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q text; out jsonb := '{}';
+begin
+  for q in select queue_name from :KEYQ_SCHEMA.queue order by queue_name loop
+    out := out || jsonb_build_object(q, :KEYQ_SCHEMA.tick(q)->'tick');
+  end loop;
+  return out;
+end $$;
+`,
+  },
 ];
