@@ -339,4 +339,83 @@ describe("reliability", () => {
       await f.close();
     }
   });
+  /**
+   * Worker 1 (its own pool) starts a batch of key "k" whose handler ignores
+   * its signal and sleeps 2 s; its session is killed meanwhile; worker 2
+   * keeps polling the same consumer. Returns the calls of both.
+   */
+  async function zombie(tier: "A" | "B", fenced: boolean): Promise<{ calls: Call[]; killAt: number }> {
+    const f = await pgFixture();
+    const sql1 = connect(f.url, { max: 2 });
+    const w1 = keyq(fromPostgresJs(sql1), { schema: f.schema });
+    const consumer = (q: Keyq) =>
+      tier === "A" ? q.exclusive<number>("jobs", "f", { fenced }) : q.ordered<number>("jobs", "f", { slots: 1, fenced });
+    try {
+      await f.q.createQueue("jobs");
+      await consumer(f.q).subscribe();
+      await f.q.sendBatch("jobs", Array.from({ length: 4 }, (_, i) => ({ type: "E", payload: i, key: "k" })));
+      const calls: Call[] = [];
+      let pid = "";
+      let inHandler!: () => void;
+      const sleeping = new Promise<void>((r) => (inHandler = r));
+      const first = consumer(w1).run({
+        maxBatches: 1,
+        batchTimeout: 3000,
+        handler: async (ev, tx) => {
+          const rec: Call = { who: "w1", key: ev.key, id: ev.id, start: performance.now(), end: Number.POSITIVE_INFINITY };
+          calls.push(rec);
+          if (!pid) {
+            const [row] = await tx.query("select pg_backend_pid()::text as pid");
+            pid = String(row!.pid);
+            inHandler();
+            await sleep(2000); // ignores its signal
+          }
+          rec.end = performance.now();
+        },
+      });
+      first.catch(() => {});
+      await sleeping;
+      const killAt = performance.now();
+      await f.raw("select pg_terminate_backend($1::int)", [pid]);
+      const c2 = consumer(f.q);
+      const until = Date.now() + 20_000;
+      while (calls.filter((x) => x.who === "w2").length < 4 && Date.now() < until) {
+        await c2.run({
+          budgetMs: 500,
+          handler: async (ev) => {
+            const rec: Call = { who: "w2", key: ev.key, id: ev.id, start: performance.now(), end: Number.POSITIVE_INFINITY };
+            calls.push(rec);
+            await sleep(20);
+            rec.end = performance.now();
+          },
+        });
+        await sleep(50);
+      }
+      await assert.rejects(first, { code: "BATCH_ABORTED" });
+      assert.equal(calls.filter((x) => x.who === "w2").length, 4, "worker 2 handled every event once the fence ended");
+      return { calls, killAt };
+    } finally {
+      await sql1.end({ timeout: 1 }).catch(() => {});
+      await f.close();
+    }
+  }
+
+  for (const tier of ["A", "B"] as const) {
+    test(`Tier ${tier} fenced: a handler that ignores its signal while its session is killed never overlaps another call of its key`, {
+      skip,
+    }, async () => {
+      const { calls, killAt } = await zombie(tier, true);
+      const n = overlaps(calls);
+      const w2First = Math.min(...calls.filter((x) => x.who === "w2").map((x) => x.start));
+      console.log(`Tier ${tier}, fenced, session killed, handler ignoring its signal: overlapping calls of one key = ${n}; takeover ${Math.round(w2First - killAt)} ms after the kill`);
+      assert.equal(n, 0);
+    });
+  }
+
+  test("control: without fenced, the same zombie handler overlaps the next worker (what fenced mode prevents)", { skip }, async () => {
+    const { calls } = await zombie("A", false);
+    const n = overlaps(calls);
+    console.log(`Tier A, not fenced: overlapping calls of one key = ${n}`);
+    assert.ok(n > 0, "the scenario does produce a zombie overlap when not fenced");
+  });
 });
