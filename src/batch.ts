@@ -269,7 +269,13 @@ async function handleEvents(
         continue;
       }
       scope.next();
-      const r = await callHandler(s, br, (hc) => s.handler!(ev, scope.exec, hc));
+      let current = true; // a call left behind (eventTimeout) must not write into later events
+      const exec: Executor = {
+        query: (text, params) =>
+          current ? scope.exec.query(text, params) : Promise.reject(eventTimedOut(s.eventTimeoutMs)),
+      };
+      const r = await callHandler(s, br, (hc) => s.handler!(ev, exec, hc));
+      current = false;
       if (life.dead()) throw life.error();
       handled++;
       if (!("error" in r)) {
@@ -288,6 +294,7 @@ async function handleEvents(
     }
   } else {
     const byEvent = new Map(events.map(({ w, ev }) => [ev, w] as const));
+    if (life.signal.aborted) throw life.error(); // stopped before it began: nothing done, nothing lost
     const r = await callHandler(s, br, (hc) =>
       s.handleBatch!(events.map((e) => e.ev), {
         tx,
@@ -301,7 +308,8 @@ async function handleEvents(
       }));
     if (life.dead()) throw life.error();
     if ("error" in r) {
-      if (r.timedOut || life.reason() === "stopped") throw life.reason() === "stopped" ? life.error() : r.error;
+      if (r.timedOut) life.abort("deadline", r.error); // one call is the whole batch
+      if (r.timedOut || life.reason() === "stopped") throw life.error();
       throw r.error; // the whole batch rolls back; the same events come again
     }
     handled = events.length;

@@ -233,6 +233,46 @@ describe("reliability", () => {
     }
   });
 
+  test("eventTimeout fails the hung event, starts no further event of its batch, and its late writes are refused", { skip }, async () => {
+    const f = await pgFixture();
+    try {
+      await f.q.createQueue("jobs", { retryBase: "1h" });
+      await f.raw(`create table "${f.schema}".marks (n int)`);
+      await f.q.sendBatch("jobs", [1, 2, 3].map((i) => ({ type: "E", payload: i, key: `k${i}` })));
+      const c = f.q.exclusive<number>("jobs", "e");
+      const started: number[] = [];
+      let lateWrite: unknown;
+      let release!: () => void;
+      const lateDone = new Promise<void>((r) => (release = r));
+      const r = await c.run({
+        eventTimeout: 200,
+        handler: async (ev, tx, { signal }) => {
+          started.push(ev.payload);
+          if (ev.payload === 2) {
+            await sleep(700); // ignores its signal
+            assert.ok(signal.aborted, "its signal fired at the event timeout");
+            await tx.query(`insert into "${f.schema}".marks values (2)`).catch((e) => (lateWrite = e));
+            release();
+            return;
+          }
+          await tx.query(`insert into "${f.schema}".marks values ($1::int)`, [String(ev.payload)]);
+        },
+      });
+      await lateDone;
+      assert.deepEqual(started, [1, 2, 3]);
+      assert.equal(r.batches, 2, "event 3 was released by the timed-out batch and came in the next one");
+      assert.equal(r.retried, 1, "the hung event failed");
+      assert.equal(r.events, 3);
+      assert.ok(lateWrite instanceof Error, "the late write was refused");
+      const marks = await f.raw(`select n from "${f.schema}".marks order by n`);
+      assert.deepEqual(marks.map((m) => m.n), [1, 3], "nothing of the timed-out call was written");
+      const [row] = await f.raw(`select last_error->>'name' as name from "${f.schema}".retry`);
+      assert.equal(row!.name, "TimeoutError");
+    } finally {
+      await f.close();
+    }
+  });
+
   for (const driverName of ["postgres-js", "pg"] as const) {
     test(`${driverName}: session killed while a handler sleeps: no handler of the dead batch starts after, the handler stops, no overlap`, {
       skip,
