@@ -125,6 +125,46 @@ describe("reliability", () => {
     }
   });
 
+  test("work() stops promptly while a batch is in flight: the handler's signal fires and its event is not lost", { skip }, async () => {
+    const f = await pgFixture();
+    try {
+      await f.q.createQueue("jobs");
+      const c = f.q.exclusive<number>("jobs", "p");
+      await c.subscribe();
+      await f.q.sendBatch("jobs", [1, 2].map((i) => ({ type: "E", payload: i, key: `k${i}` })));
+      const ctl = new AbortController();
+      let started!: () => void;
+      const inHandler = new Promise<void>((r) => (started = r));
+      const calls: number[] = [];
+      const working = c.work({
+        signal: ctl.signal,
+        handler: async (ev, _tx, { signal }) => {
+          calls.push(ev.payload);
+          started();
+          await sleep(5000, signal);
+          if (signal.aborted) throw signal.reason;
+        },
+      });
+      await inHandler;
+      const t0 = Date.now();
+      ctl.abort();
+      const report = await working;
+      const took = Date.now() - t0;
+      console.log(`work() stopped ${took} ms after its signal aborted inside a handler`);
+      assert.ok(took < 1500, `stopped promptly (${took} ms)`);
+      assert.equal(calls.length, 1, "no further handler started");
+      assert.equal(report.events, 0, "the interrupted call is not counted as handled");
+      const [row] = await f.raw(`select count(*)::int as n, max(retry)::int as r from "${f.schema}".retry`);
+      assert.equal(row!.n, 2, "both events come again");
+      assert.equal(row!.r, 0, "without spending a retry");
+      const seen: number[] = [];
+      await c.run({ handler: (ev) => void seen.push(ev.payload) });
+      assert.deepEqual(seen.sort(), [1, 2]);
+    } finally {
+      await f.close();
+    }
+  });
+
   test("budgetMs bounds run(): it stops starting events, commits what finished, the rest come again in order", { skip }, async () => {
     const f = await pgFixture();
     try {
