@@ -9,6 +9,7 @@ import pg from "pg";
 import { type Driver, type Keyq, keyq, KeyqError } from "../mod.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
+import { backoffMs, classify } from "../src/faults.ts";
 import { call } from "../src/sql.ts";
 import { connect, dbSkip } from "./helpers/db.ts";
 import { pgFixture } from "./helpers/keyq.ts";
@@ -75,6 +76,24 @@ describe("reliability", () => {
     await assert.rejects(q.tick("jobs"), { name: "KeyqError", code: "BAD_REPLY" });
     const odd = keyq({ name: "odd", query: () => Promise.resolve([{ r: '{"unexpected": 1}' }]) });
     await assert.rejects(odd.tick("jobs"), { code: "BAD_REPLY" }, "a reply of the wrong shape");
+  });
+
+  test("the fault table: lost connections and refusals are retried, the rest is permanent", () => {
+    const err = (code: string, message = "x") => Object.assign(new Error(message), { code });
+    for (const code of ["57P01", "57P02", "57P03", "08006", "08001", "53300", "40001", "40P01", "ECONNREFUSED", "ECONNRESET", "CONNECTION_CLOSED"]) {
+      assert.notEqual(classify(err(code)), "permanent", code);
+    }
+    for (const code of ["42P01", "23505", "CONNECTION_ENDED", "22P02"]) assert.equal(classify(err(code)), "permanent", code);
+    assert.equal(classify(new Error("Connection terminated unexpectedly")), "connection", "pg says it in words");
+    assert.equal(classify(new Error("boom", { cause: err("57P01") })), "connection", "causes are followed");
+    assert.equal(classify(new KeyqError("QUEUE_NOT_FOUND", "no")), "permanent");
+    assert.equal(classify(new KeyqError("NOT_MIGRATED", "no")), "permanent");
+    assert.equal(classify(new KeyqError("BAD_REPLY", "no")), "connection");
+    assert.equal(classify(new KeyqError("BATCH_ABORTED", "no", { reason: "connection" })), "connection");
+    assert.equal(classify(new KeyqError("BATCH_ABORTED", "no", { reason: "deadline" })), "transient");
+    const b = { baseMs: 100, capMs: 1000 };
+    assert.deepEqual([1, 2, 3, 4, 5, 9].map((a) => backoffMs(a, b, () => 1)), [100, 200, 400, 800, 1000, 1000], "capped doubling");
+    assert.deepEqual([1, 2, 5].map((a) => backoffMs(a, b, () => 0)), [50, 100, 500], "equal jitter: never below half");
   });
 
   test("work() retries transient faults with backoff, reports them, and stops promptly while backing off", async () => {
