@@ -263,7 +263,9 @@ async function handleEvents(
         continue;
       }
       if (life.dead()) throw life.error();
-      ended ||= life.signal.aborted || Date.now() >= br.until;
+      // Out of budget: stop, but only after one call, so a run slowed down
+      // before its first event still makes progress.
+      ended ||= life.signal.aborted || (handled > 0 && Date.now() >= br.until);
       if (ended) {
         released.push({ id: w.id, txid: w.txid });
         continue;
