@@ -1,8 +1,9 @@
 /**
  * Node: a long-running worker on a pg Pool. `work({ signal })` loops runs of a
  * Tier A exclusive consumer, backing off while the queue is idle; SIGINT or
- * SIGTERM aborts the signal, the current batch finishes (or rolls back), and
- * the process exits cleanly. Start as many as you like: at most one of them
+ * SIGTERM aborts the signal, the current batch commits what finished, and
+ * the process exits cleanly. Lost connections and server restarts are
+ * retried by work() itself. Start as many as you like: at most one of them
  * handles a given key at any instant.
  *
  *   DATABASE_URL=postgres://… node --import tsx examples/node-worker.ts
@@ -17,6 +18,9 @@ import { fromPg } from "keyq/pg";
 
 const name = process.env.WORKER ?? `worker-${process.pid}`;
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test", max: 4 });
+// An idle client whose connection drops (server restart, failover) emits
+// `error` on the pool; unheard, Node exits. The pool replaces the client.
+pool.on("error", (err) => console.warn(`${name}: idle connection lost: ${err.message}`));
 const q = keyq(fromPg(pool), { schema: process.env.KEYQ_SCHEMA ?? "keyq" });
 await q.migrate(); // idempotent; in production, migrate once at deploy time
 await q.createQueue("jobs");
@@ -33,6 +37,8 @@ console.log(`${name}: working`);
 const total = await q.exclusive("jobs", "node-worker").work({
   signal: stop.signal,
   maxPollMs: 500,
+  // Transient faults (lost connection, server restarting…) are retried with backoff.
+  onRetry: ({ error, attempt, delayMs }) => console.warn(`${name}: retry ${attempt} in ${delayMs} ms: ${String(error)}`),
   handler: (ev) => console.log(`${name}: consumed ${ev.id} ${ev.type} key=${ev.key} payload=${JSON.stringify(ev.payload)}`),
 });
 await pool.end();

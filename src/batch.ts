@@ -9,10 +9,12 @@
 import * as v from "valibot";
 import type { Driver, Executor } from "./driver.ts";
 import { KeyqError } from "./errors.ts";
+import { classify } from "./faults.ts";
 import { checkPayload, type PayloadSchema } from "./payload.ts";
+import { type BatchLife, batchLife, timer } from "./life.ts";
 import { eventScope } from "./savepoint.ts";
-import { type Arg, call, callText, mapError, param } from "./sql.ts";
-import type { BatchContext, BatchReport, KeyqEvent } from "./types.ts";
+import { type Arg, call, callText, fields, mapError, param, reply } from "./sql.ts";
+import type { BatchContext, BatchReport, HandlerContext, KeyqEvent } from "./types.ts";
 import { duration, durationMs, int, parse } from "./validate.ts";
 
 /** What a consumer needs from its client. */
@@ -27,12 +29,16 @@ export interface ConsumerContext {
 }
 
 const batchSchema = v.object({
-  handler: v.optional(v.function("expected a function (event, tx) => …")),
-  handleBatch: v.optional(v.function("expected a function (events, { tx, fail }) => …")),
+  handler: v.optional(v.function("expected a function (event, tx, { signal, deadline }) => …")),
+  handleBatch: v.optional(v.function("expected a function (events, { tx, fail, signal, deadline }) => …")),
   onError: v.optional(v.function("expected a function (error, event) => …")),
   maxEvents: v.optional(int(1, 10_000)),
   statementTimeout: v.optional(duration),
   idleTimeout: v.optional(duration),
+  batchTimeout: v.optional(duration),
+  eventTimeout: v.optional(duration),
+  onRetry: v.optional(v.function("expected a function ({ error, attempt, delayMs }) => …")),
+  retryBackoff: v.optional(v.object({ baseMs: int(1, 3_600_000), capMs: int(1, 86_400_000) })),
   budgetMs: v.optional(int(1, 86_400_000)),
   maxBatches: v.optional(int(1, Number.MAX_SAFE_INTEGER)),
   signal: v.optional(v.instance(AbortSignal, "expected an AbortSignal")),
@@ -47,12 +53,17 @@ export type AnyEvent = KeyqEvent<never>;
 
 /** Checked batch settings with defaults applied. */
 export interface BatchSettings {
-  handler: ((event: AnyEvent, tx: Executor) => Promise<void> | void) | undefined;
+  handler: ((event: AnyEvent, tx: Executor, ctx: HandlerContext) => Promise<void> | void) | undefined;
   handleBatch: ((events: AnyEvent[], ctx: BatchContext) => Promise<void> | void) | undefined;
   onError: ((error: unknown, event: AnyEvent) => void) | undefined;
   maxEvents: number;
   statementTimeoutMs: number;
+  /** The user's idle timeout: a floor; keyq keeps the server's idle timeout past the deadline. */
   idleTimeoutMs: number;
+  batchTimeoutMs: number;
+  eventTimeoutMs: number;
+  onRetry: ((info: { error: unknown; attempt: number; delayMs: number }) => void) | undefined;
+  retryBackoff: { baseMs: number; capMs: number };
   budgetMs: number;
   maxBatches: number;
   signal: AbortSignal | undefined;
@@ -83,7 +94,11 @@ export function batchSettings(options: unknown, what: string): BatchSettings {
     onError: o.onError as BatchSettings["onError"],
     maxEvents: o.maxEvents ?? 100,
     statementTimeoutMs: durationMs("statementTimeout", o.statementTimeout, 1) ?? 30_000,
-    idleTimeoutMs: durationMs("idleTimeout", o.idleTimeout, 1) ?? 60_000,
+    idleTimeoutMs: durationMs("idleTimeout", o.idleTimeout, 1) ?? 0,
+    batchTimeoutMs: durationMs("batchTimeout", o.batchTimeout, 1) ?? 60_000,
+    eventTimeoutMs: durationMs("eventTimeout", o.eventTimeout, 1) ?? Number.POSITIVE_INFINITY,
+    onRetry: o.onRetry as BatchSettings["onRetry"],
+    retryBackoff: o.retryBackoff ?? { baseMs: 200, capMs: 10_000 },
     budgetMs: o.budgetMs ?? 10_000,
     maxBatches: o.maxBatches ?? Number.MAX_SAFE_INTEGER,
     signal: o.signal,
@@ -144,10 +159,64 @@ export interface Target {
 /** What handling a received batch did, before the receive itself is counted. */
 type Outcome = Omit<BatchReport, "busy" | "events"> & { events: number };
 
+/** Where a batch stands while it runs: its life, and when it should stop starting events. */
+export interface BatchRun {
+  life: BatchLife;
+  /** Epoch ms after which no further event starts (the run's budget); Infinity for none. */
+  until: number;
+  /** The handler call in progress (settled when none). */
+  inflight: Promise<unknown>;
+}
+
+/** A handler call that ran past eventTimeout. */
+function eventTimedOut(ms: number): Error {
+  const e = new Error(`The handler ran past eventTimeout (${ms} ms); the event fails and the batch ends early.`);
+  e.name = "TimeoutError";
+  return e;
+}
+
+/**
+ * Calls one handler with its own signal (the batch's, plus eventTimeout).
+ * Resolves to the handler's error (undefined when it succeeded), or
+ * "timeout"; rejects with BATCH_ABORTED when the batch dies meanwhile. A
+ * handler still running then is left behind, its rejection observed.
+ */
+async function callHandler(
+  s: BatchSettings,
+  br: BatchRun,
+  fn: (ctx: HandlerContext) => Promise<void> | void,
+): Promise<{ error?: unknown; timedOut?: boolean }> {
+  const life = br.life;
+  const ctl = new AbortController();
+  const relay = () => ctl.abort(life.signal.reason);
+  if (life.signal.aborted) relay();
+  else life.signal.addEventListener("abort", relay, { once: true });
+  const limit = Math.min(life.deadline.getTime(), Date.now() + s.eventTimeoutMs);
+  const t = timer(Number.isFinite(s.eventTimeoutMs) ? s.eventTimeoutMs : Number.POSITIVE_INFINITY);
+  try {
+    const run = Promise.resolve().then(() => fn({ signal: ctl.signal, deadline: new Date(limit) }));
+    br.inflight = run.catch(() => {}); // a handler left behind must not become an unhandled rejection
+    return await Promise.race([
+      run.then(() => ({}), (error) => ({ error })),
+      t.done.then(() => {
+        ctl.abort(eventTimedOut(s.eventTimeoutMs));
+        return { timedOut: true, error: eventTimedOut(s.eventTimeoutMs) };
+      }),
+      life.died,
+    ]);
+  } finally {
+    t.cancel();
+    life.signal.removeEventListener("abort", relay);
+  }
+}
+
 /**
  * Runs the handler over a received batch inside `tx` and records failures
- * (retry or dead letter) and deferrals in the same transaction. A payload
- * that fails the queue's schema is a failure of that event, not a crash.
+ * (retry or dead letter), deferrals and events it did not start (released:
+ * they come again, in order) in the same transaction. A payload that fails
+ * the queue's schema is a failure of that event, not a crash. Once the batch
+ * is stopped, out of budget or past an event timeout, no further event
+ * starts and what finished commits; once it is dead it throws BATCH_ABORTED.
  */
 async function handleEvents(
   ctx: ConsumerContext,
@@ -155,7 +224,9 @@ async function handleEvents(
   target: Target,
   wire: WireEvent[],
   tx: Executor,
+  br: BatchRun,
 ): Promise<Outcome> {
+  const { life } = br;
   const failed = new Map<string, { id: string; txid: string; error: unknown }>();
   const fail = (w: WireEvent, ev: AnyEvent, err: unknown) => {
     failed.set(w.id, { id: w.id, txid: w.txid, error: describe(err) });
@@ -180,51 +251,73 @@ async function handleEvents(
   }
   const scope = eventScope(tx);
   const held: { id: string; txid: string }[] = [];
+  const released: { id: string; txid: string }[] = [];
+  let handled = 0;
   if (s.handler) {
+    let ended = false; // stopped, out of budget, or an event timed out: start nothing more
     for (const { w, ev } of events) {
       if (target.pause && w.key !== null && failedKeys.has(w.key)) {
         held.push({ id: w.id, txid: w.txid }); // nothing of a failed key may overtake its head
         continue;
       }
-      scope.next();
-      let error: unknown;
-      let ok = false;
-      try {
-        await s.handler(ev, scope.exec);
-        ok = true;
-      } catch (err) {
-        error = err;
+      if (life.dead()) throw life.error();
+      ended ||= life.signal.aborted || Date.now() >= br.until;
+      if (ended) {
+        released.push({ id: w.id, txid: w.txid });
+        continue;
       }
-      if (ok) {
+      scope.next();
+      const r = await callHandler(s, br, (hc) => s.handler!(ev, scope.exec, hc));
+      if (life.dead()) throw life.error();
+      handled++;
+      if (!("error" in r)) {
         await scope.commit();
+      } else if (!r.timedOut && life.reason() === "stopped") {
+        // It gave up because the worker is stopping: not a failure, it comes again.
+        await scope.rollback(r.error);
+        handled--;
+        released.push({ id: w.id, txid: w.txid });
       } else {
-        await scope.rollback(error);
-        fail(w, ev, error);
+        await scope.rollback(r.error);
+        fail(w, ev, r.error);
         if (w.key !== null) failedKeys.add(w.key);
+        ended ||= r.timedOut === true;
       }
     }
   } else {
     const byEvent = new Map(events.map(({ w, ev }) => [ev, w] as const));
-    await s.handleBatch!(events.map((e) => e.ev), {
-      tx,
-      fail: (ev, err) => {
-        const w = byEvent.get(ev as AnyEvent);
-        if (!w) throw new KeyqError("INVALID_INPUT", "fail() takes one of the events of this batch.", { field: "event" });
-        fail(w, ev as AnyEvent, err);
-      },
-    });
+    const r = await callHandler(s, br, (hc) =>
+      s.handleBatch!(events.map((e) => e.ev), {
+        tx,
+        signal: hc.signal,
+        deadline: hc.deadline,
+        fail: (ev, err) => {
+          const w = byEvent.get(ev as AnyEvent);
+          if (!w) throw new KeyqError("INVALID_INPUT", "fail() takes one of the events of this batch.", { field: "event" });
+          fail(w, ev as AnyEvent, err);
+        },
+      }));
+    if (life.dead()) throw life.error();
+    if ("error" in r) {
+      if (r.timedOut || life.reason() === "stopped") throw life.reason() === "stopped" ? life.error() : r.error;
+      throw r.error; // the whole batch rolls back; the same events come again
+    }
+    handled = events.length;
   }
-  const keep = new Set([...failed.keys(), ...deferred.map((d) => d.id), ...held.map((h) => h.id)]);
+  if (life.dead()) throw life.error();
+  const keep = new Set([...failed.keys(), ...deferred.map((d) => d.id), ...held.map((h) => h.id), ...released.map((r) => r.id)]);
   const retried = wire.filter((w) => w.redelivered && !keep.has(w.id)).map((w) => w.id);
   const outcome: Outcome = {
-    events: events.length - held.length,
+    events: s.handler ? handled : events.length - held.length,
     retried: 0,
     deadLettered: 0,
     dropped: target.contended === "drop" ? contended.length : 0,
     deferred: 0,
     roundTrips: scope.statements(),
   };
-  if (failed.size === 0 && retried.length === 0 && deferred.length === 0 && held.length === 0) return outcome;
+  if (failed.size === 0 && retried.length === 0 && deferred.length === 0 && held.length === 0 && released.length === 0) {
+    return outcome;
+  }
   const r = await call<{ retried: number; deadLettered: number; deferred: number }>(tx, ctx.schema, "ack", [
     ["queue", "text", target.queue],
     ["consumer", "text", target.consumer],
@@ -236,8 +329,9 @@ async function handleEvents(
       deferDelay: target.deferDelay ?? 1,
       pause: target.pause ?? false,
       held,
+      released,
     }],
-  ]);
+  ], fields({ retried: "number", deadLettered: "number", deferred: "number" }));
   return { ...outcome, ...r, roundTrips: outcome.roundTrips + 1 };
 }
 
@@ -249,11 +343,25 @@ export interface Received {
   slot?: number;
 }
 
+const receivedShape = fields({ busy: "boolean", events: "array" });
+
+/** Extra work a consumer kind does around the batch (fenced leases). */
+export interface BatchHooks {
+  /**
+   * After the receive, inside the batch: may mark events contended or end
+   * the batch as busy (return false); runs before any handler.
+   */
+  afterReceive?(received: Received, tx: Executor, life: BatchLife): Promise<boolean>;
+}
+
+/** Margin past the deadline for the server-side backstops. */
+const MARGIN_MS = 2_000;
+
 /**
  * One batch in one transaction. The receive statement also sets the batch's
- * local timeouts, so a hung worker cannot hold its keys or slot forever.
- * Round trips: BEGIN, receive, [ack], COMMIT, plus one per event whose
- * handler uses the database (its savepoint).
+ * local timeouts from its deadline (the server's idle and statement timeouts
+ * stay backstops that fire only after keyq's deadline). Round trips: BEGIN,
+ * receive, [ack], COMMIT, plus one per event whose handler uses the database.
  */
 export async function runBatch(
   ctx: ConsumerContext,
@@ -261,6 +369,7 @@ export async function runBatch(
   fn: string,
   args: readonly Arg[],
   target: (r: Received) => Target,
+  opts: { until?: number; hooks?: BatchHooks } = {},
 ): Promise<BatchReport> {
   const driver = ctx.driver;
   if (!driver.transaction) {
@@ -275,16 +384,54 @@ export async function runBatch(
     `select set_config('statement_timeout', $${n + 1}::text, true), ` +
       `set_config('idle_in_transaction_session_timeout', $${n + 2}::text, true), `,
   );
-  const params = [...args.map((a) => param(a[2])), `${Math.ceil(s.statementTimeoutMs)}ms`, `${Math.ceil(s.idleTimeoutMs)}ms`];
+  const backstop = s.batchTimeoutMs + MARGIN_MS;
+  const params = [
+    ...args.map((a) => param(a[2])),
+    `${Math.ceil(Math.min(s.statementTimeoutMs, backstop))}ms`,
+    `${Math.ceil(Math.max(s.idleTimeoutMs, backstop))}ms`,
+  ];
+  const life = batchLife(s.batchTimeoutMs, s.signal);
+  const br: BatchRun = { life, until: opts.until ?? Number.POSITIVE_INFINITY, inflight: Promise.resolve() };
   try {
-    return await driver.transaction(async (tx) => {
-      const rows = await tx.query(text, params);
-      const raw = rows[0]?.r;
-      const received = (typeof raw === "string" ? JSON.parse(raw) : raw) as Received;
-      const out = await handleEvents(ctx, s, target(received), received.events, tx);
-      return { ...out, busy: received.busy, roundTrips: out.roundTrips + 3 };
+    const work = driver.transaction(async (raw) => {
+      const lost = () => life.abort("connection", raw.signal?.reason);
+      if (raw.signal?.aborted) lost();
+      else raw.signal?.addEventListener("abort", lost, { once: true });
+      const tx = life.guard(raw);
+      const inner = (async () => {
+        const received = reply<Received>(await tx.query(text, params), fn, receivedShape);
+        if (opts.hooks?.afterReceive && !(await opts.hooks.afterReceive(received, tx, life))) {
+          throw BUSY; // rolled back: another worker's fenced batch still owns it
+        }
+        const out = await handleEvents(ctx, s, target(received), received.events, tx, br);
+        if (life.dead()) throw life.error();
+        return { ...out, busy: received.busy, roundTrips: out.roundTrips + 3 };
+      })();
+      inner.catch(() => {}); // observed by the race; may settle after it
+      try {
+        return await Promise.race([inner, life.died]);
+      } finally {
+        raw.signal?.removeEventListener("abort", lost);
+      }
     });
+    // A driver may end the transaction early (postgres.js rejects begin() when
+    // its connection closes) while a handler still runs; and a hung ROLLBACK
+    // must not hold run() past the deadline.
+    work.catch(() => {}); // it may settle after we gave up on it
+    return await Promise.race([work, life.died]);
   } catch (err) {
+    if (err === BUSY) return { events: 0, retried: 0, deadLettered: 0, dropped: 0, deferred: 0, roundTrips: 3, busy: true };
+    if (!(err instanceof KeyqError) && classify(err) === "connection") life.abort("connection", err);
+    if (life.reason() === "connection") {
+      // Wait for the handler in flight (it got the signal), bounded by the deadline.
+      await Promise.race([br.inflight, life.expired]);
+      throw life.error();
+    }
+    if (life.dead()) throw life.error();
     throw mapError(err, ctx.schema);
+  } finally {
+    life.dispose();
   }
 }
+
+const BUSY: unique symbol = Symbol("busy");

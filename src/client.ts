@@ -22,7 +22,7 @@ import { KeyqError } from "./errors.ts";
 import { migrate, migrationSql } from "./migrate.ts";
 import type { PayloadSchema } from "./payload.ts";
 import { send, sendBatch } from "./producer.ts";
-import { call } from "./sql.ts";
+import { call, fields } from "./sql.ts";
 import type {
   Duration,
   MaintainReport,
@@ -228,14 +228,14 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
     const r = await call<{ tick: string | null }>(driver, schema, "tick", [
       ["queue", "text", queue],
       ["force", "boolean", force],
-    ]);
+    ], fields({ tick: "string|null" }));
     return r.tick;
   };
   const maintainOne = (queue: string, forceRotate: boolean): Promise<MaintainReport> =>
     call<MaintainReport>(driver, schema, "maintain", [
       ["queue", "text", queue],
       ["force_rotate", "boolean", forceRotate],
-    ]);
+    ], fields({ queue: "string", skipped: "boolean" }));
   const ctx = (queue: string): ConsumerContext => ({
     driver,
     schema,

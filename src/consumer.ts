@@ -9,7 +9,7 @@
 import { type BatchSettings, batchSettings, type ConsumerContext, runBatch, type Target } from "./batch.ts";
 import { KeyqError } from "./errors.ts";
 import { runLoop, workLoop } from "./loop.ts";
-import { call } from "./sql.ts";
+import { call, fields } from "./sql.ts";
 import type { BatchOptions, BatchReport, BlockedKey, RunOptions, RunReport, WorkOptions } from "./types.ts";
 import { checkName } from "./validate.ts";
 
@@ -50,8 +50,8 @@ export interface ConsumerKind {
   settings: Record<string, unknown>;
   /** Ticks (and plans); true when a tick was written. */
   prepare(s: BatchSettings): Promise<boolean>;
-  /** One batch. */
-  batch(s: BatchSettings): Promise<BatchReport>;
+  /** One batch; no event starts after `until` (epoch ms). */
+  batch(s: BatchSettings, until?: number): Promise<BatchReport>;
 }
 
 /** Builds the shared consumer surface around one kind. */
@@ -71,14 +71,14 @@ export function makeConsumer<P>(
       ["kind", "text", k.kind],
       ["slots", "int", k.slots ?? 1],
       ["settings", "jsonb", k.settings],
-    ]);
+    ], fields({ created: "boolean" }));
     subscribed = true;
     return r.created;
   };
   const k = kind(subscribe);
   const run = async (s: BatchSettings): Promise<RunReport> => {
     if (!subscribed) await subscribe();
-    return await runLoop(s, () => k.prepare(s), () => ctx.maintain(queue), () => k.batch(s));
+    return await runLoop(s, () => k.prepare(s), () => ctx.maintain(queue), (until) => k.batch(s, until));
   };
   return {
     queue,
@@ -108,8 +108,10 @@ export function plainKind(ctx: ConsumerContext, queue: string, name: string, set
     kind: "plain",
     settings,
     prepare: () => ctx.tick(queue),
-    batch: (s) =>
-      runBatch(ctx, s, "receive", [["queue", "text", queue], ["consumer", "text", name], ["max_events", "int", s.maxEvents]], () => target),
+    batch: (s, until) =>
+      runBatch(ctx, s, "receive", [["queue", "text", queue], ["consumer", "text", name], ["max_events", "int", s.maxEvents]], () => target, {
+        until,
+      }),
   };
 }
 
@@ -135,15 +137,15 @@ export function exclusiveKind(
         ["queue", "text", queue],
         ["consumer", "text", name],
         ["chunk_size", "int", s.maxEvents],
-      ]);
+      ], fields({ tick: "string|null" }));
       return r.tick !== null;
     },
-    batch: (s) =>
+    batch: (s, until) =>
       runBatch(ctx, s, "receive_exclusive", [
         ["queue", "text", queue],
         ["consumer", "text", name],
         ["max_events", "int", s.maxEvents],
-      ], () => target),
+      ], () => target, { until }),
   };
 }
 
@@ -184,7 +186,7 @@ export function orderedKind(
     slots: o.slots,
     settings,
     prepare: () => ctx.tick(queue),
-    batch(s) {
+    batch(s, until) {
       if (o.pause && s.handleBatch) {
         throw new KeyqError("INVALID_INPUT", 'The pause policy needs a per-event "handler" (events after a failed head are held back); use handler instead of handleBatch.', {
           field: "handleBatch",
@@ -197,7 +199,7 @@ export function orderedKind(
         ["slots", "int[]", `{${slots.join(",")}}`],
         ["max_events", "int", s.maxEvents],
         ["help_after", "float8", helpAfter],
-      ], (r) => ({ queue, consumer: name, slot: r.slot ?? 0, pause: o.pause, ordered: true }));
+      ], (r) => ({ queue, consumer: name, slot: r.slot ?? 0, pause: o.pause, ordered: true }), { until });
     },
   };
 }

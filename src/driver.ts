@@ -45,6 +45,13 @@ export interface Executor {
    * statements itself.
    */
   savepoint?<T>(fn: (sp: Executor) => Promise<T>): Promise<T>;
+  /**
+   * Optional, inside a transaction: aborts when the driver learns that the
+   * transaction's connection is lost (pg emits `error` on the client,
+   * postgres.js ends `begin()`), so keyq stops the batch at once instead of
+   * at its next query.
+   */
+  readonly signal?: AbortSignal;
 }
 
 /**

@@ -19,7 +19,10 @@ export type KeyqErrorCode =
   | "NOT_MIGRATED"
   | "SCHEMA_TOO_NEW"
   | "TRANSACTIONS_UNSUPPORTED"
-  | "WRONG_ISOLATION";
+  | "WRONG_ISOLATION"
+  | "BATCH_ABORTED"
+  | "BAD_REPLY"
+  | "PREPARED_STATEMENTS_UNSUPPORTED";
 
 /**
  * The error keyq throws for bad input and engine refusals. Driver and network

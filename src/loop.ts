@@ -5,6 +5,8 @@
  */
 
 import type { BatchSettings } from "./batch.ts";
+import { KeyqError } from "./errors.ts";
+import { backoffMs, classify } from "./faults.ts";
 import type { BatchReport, RunReport } from "./types.ts";
 
 /** Sleeps `ms`, waking early when `signal` aborts. */
@@ -38,23 +40,37 @@ export function addUp(total: RunReport, b: Omit<BatchReport, "busy"> & { batches
   total.ticked ||= b.ticked ?? false;
 }
 
+/** True for the rejection of a batch that the worker's own signal stopped. */
+function stoppedBy(err: unknown, s: BatchSettings): boolean {
+  return s.signal?.aborted === true && err instanceof KeyqError && err.code === "BATCH_ABORTED" && err.details.reason === "stopped";
+}
+
 /**
  * One run: `prepare` (tick, plan), maintenance, then batches until the budget,
- * the batch limit, the signal, or a batch that finds nothing to do.
+ * the batch limit, the signal, or a batch that finds nothing to do. Each
+ * batch gets the budget's end: it starts no event after it. A fault rejects
+ * the run (a cron caller sees it; `work()` retries it).
  */
 export async function runLoop(
   s: BatchSettings,
   prepare: () => Promise<boolean>,
   maintain: () => Promise<unknown>,
-  batch: () => Promise<BatchReport>,
+  batch: (until: number) => Promise<BatchReport>,
 ): Promise<RunReport> {
   const started = Date.now();
+  const until = started + s.budgetMs;
   const report = emptyReport();
   report.ticked = await prepare();
   await maintain();
   report.roundTrips += 2;
-  while (report.batches < s.maxBatches && Date.now() - started < s.budgetMs && !s.signal?.aborted) {
-    const b = await batch();
+  while (report.batches < s.maxBatches && Date.now() < until && !s.signal?.aborted) {
+    let b: BatchReport;
+    try {
+      b = await batch(until);
+    } catch (err) {
+      if (stoppedBy(err, s)) break;
+      throw err;
+    }
     if (b.busy || b.events + b.dropped + b.deferred + b.retried + b.deadLettered === 0) {
       report.roundTrips += b.roundTrips; // the empty look still cost its round trips
       break;
@@ -65,13 +81,33 @@ export async function runLoop(
   return report;
 }
 
-/** Loops `run` until the signal aborts, backing off while idle. */
+/**
+ * Loops `run` until the signal aborts, backing off while idle. Transient
+ * failures (see faults.ts) are reported to `onRetry` and retried after a
+ * capped, jittered backoff; a permanent one rejects at once.
+ */
 export async function workLoop(s: BatchSettings, run: () => Promise<RunReport>): Promise<RunReport> {
   const total = emptyReport();
   const started = Date.now();
   let wait = s.minPollMs;
+  let attempt = 0;
   while (!s.signal?.aborted) {
-    const r = await run();
+    let r: RunReport;
+    try {
+      r = await run();
+      attempt = 0;
+    } catch (err) {
+      if (stoppedBy(err, s)) break;
+      if (classify(err) === "permanent") throw err;
+      if (s.signal?.aborted) break;
+      attempt++;
+      const delayMs = backoffMs(attempt, s.retryBackoff);
+      try {
+        s.onRetry?.({ error: err, attempt, delayMs });
+      } catch { /* a reporting hook must not stop the worker */ }
+      await sleep(delayMs, s.signal);
+      continue;
+    }
     addUp(total, r);
     if (r.events + r.dropped + r.deferred > 0) wait = s.minPollMs;
     else {

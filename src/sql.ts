@@ -30,16 +30,66 @@ export function callText(schema: string, fn: string, args: readonly Arg[]): stri
   return `select "${schema}".${fn}(${list})::text as r`;
 }
 
-/** Runs an engine function on `exec` and returns its parsed JSON result. */
-export async function call<T>(exec: Executor, schema: string, fn: string, args: readonly Arg[] = []): Promise<T> {
+/** Checks the shape of a parsed engine reply; true when it is what was asked for. */
+export type Shape = (value: unknown) => boolean;
+
+/** Any JSON value but a missing one. */
+const present: Shape = (x) => x !== undefined;
+
+/** An object whose listed fields have the given `typeof`s ("array" for arrays). */
+export function fields(spec: Record<string, string>): Shape {
+  return (x) => {
+    if (typeof x !== "object" || x === null || Array.isArray(x)) return false;
+    const o = x as Record<string, unknown>;
+    return Object.entries(spec).every(([k, t]) => {
+      const alts = t.split("|");
+      const v = o[k];
+      const kind = Array.isArray(v) ? "array" : v === null ? "null" : typeof v;
+      return alts.includes(kind);
+    });
+  };
+}
+
+/**
+ * Parses the `r` column of an engine reply and checks it, so a confused
+ * connection (postgres.js can hand a stale COMMIT result to the next query
+ * after a connection died) is a typed error instead of a crash further on.
+ */
+export function reply<T>(rows: unknown, fn: string, shape: Shape = present): T {
+  const row = Array.isArray(rows) ? (rows[0] as Record<string, unknown> | undefined) : undefined;
+  const text = row?.r;
+  let value: unknown;
+  try {
+    value = typeof text === "string" ? JSON.parse(text) : text;
+  } catch {
+    value = undefined;
+  }
+  if (typeof row !== "object" || row === null || !("r" in row) || !shape(value)) {
+    throw new KeyqError(
+      "BAD_REPLY",
+      `The engine call ${fn}() got a reply that is not its own (${describeRows(rows)}); the connection is confused or was lost. The call was not applied or is rolled back; retry it.`,
+      { fn },
+    );
+  }
+  return value as T;
+}
+
+function describeRows(rows: unknown): string {
+  if (!Array.isArray(rows)) return `not rows but ${typeof rows}`;
+  if (rows.length === 0) return "no rows";
+  const row = rows[0];
+  return typeof row === "object" && row !== null ? `a row with columns ${Object.keys(row).join(", ") || "none"}` : `a ${typeof row}`;
+}
+
+/** Runs an engine function on `exec` and returns its parsed JSON result, checked by `shape`. */
+export async function call<T>(exec: Executor, schema: string, fn: string, args: readonly Arg[] = [], shape?: Shape): Promise<T> {
   let rows;
   try {
     rows = await exec.query(callText(schema, fn, args), args.map((a) => param(a[2])));
   } catch (err) {
     throw mapError(err, schema);
   }
-  const text = rows[0]?.r;
-  return (typeof text === "string" ? JSON.parse(text) : text) as T;
+  return reply<T>(rows, fn, shape);
 }
 
 /** Maps engine errors to KeyqError, and a missing schema or function to NOT_MIGRATED. */

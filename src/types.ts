@@ -129,14 +129,37 @@ export interface QueueInfo {
 }
 
 /**
+ * What a handler call gets besides the event: a signal and a deadline.
+ * The signal fires when the batch's deadline passes, when its connection is
+ * lost (the batch rolls back, and its key locks or slot are gone), when the
+ * worker is stopped, or when the call runs past `eventTimeout`. Pass it on to
+ * `fetch` and friends and stop when it fires: keyq cannot stop a call that
+ * ignores it.
+ */
+export interface HandlerContext {
+  /** Fires when this call should stop; `signal.reason` is a `KeyqError` "BATCH_ABORTED" or a TimeoutError. */
+  signal: AbortSignal;
+  /** When the batch (or this call, with `eventTimeout`) runs out of time. */
+  deadline: Date;
+}
+
+/**
  * Handles one event inside the batch transaction `tx`. Throwing fails this
  * event only: its writes through `tx` roll back (a savepoint), it is retried
  * with backoff, and the batch goes on.
+ *
+ * @example
+ * ```ts
+ * import type { EventHandler } from "keyq";
+ * const handler: EventHandler<{ url: string }> = async (ev, _tx, { signal }) => {
+ *   await fetch(ev.payload.url, { method: "POST", signal }); // stops when the batch is lost
+ * };
+ * ```
  */
-export type EventHandler<P = unknown> = (event: KeyqEvent<P>, tx: Executor) => Promise<void> | void;
+export type EventHandler<P = unknown> = (event: KeyqEvent<P>, tx: Executor, ctx: HandlerContext) => Promise<void> | void;
 
 /** What a batch handler gets besides the events. */
-export interface BatchContext {
+export interface BatchContext extends HandlerContext {
   /** The batch transaction. */
   tx: Executor;
   /** Marks one event failed (retried with backoff, or dead-lettered). */
@@ -159,9 +182,27 @@ export interface BatchOptions<P = unknown> {
   onError?: (error: unknown, event: KeyqEvent<P>) => void;
   /** Most events in one batch (1–10,000, default 100). */
   maxEvents?: number;
-  /** `statement_timeout` of the batch transaction (default 30 s). */
+  /**
+   * Hard deadline of one batch (default 60 s). When it passes, the handlers'
+   * signal fires, no further handler starts, the batch rolls back and the
+   * call rejects with `KeyqError` "BATCH_ABORTED" (`details.reason`
+   * "deadline"). The server's idle and statement timeouts of the batch are
+   * set just past it, so keyq's deadline decides, not the server.
+   */
+  batchTimeout?: Duration;
+  /**
+   * Longest one handler call may take (default: only the batch deadline).
+   * A call past it gets its signal aborted and its event fails (retried with
+   * backoff); no further event of the batch starts and what finished commits.
+   */
+  eventTimeout?: Duration;
+  /** `statement_timeout` of the batch transaction (default 30 s, never past the batch deadline). */
   statementTimeout?: Duration;
-  /** `idle_in_transaction_session_timeout` of the batch (default 60 s). */
+  /**
+   * The server-side backstop `idle_in_transaction_session_timeout` of the
+   * batch: keyq sets it to the larger of this and the batch deadline plus a
+   * margin, so a handler that is silent within the deadline is never cut off.
+   */
   idleTimeout?: Duration;
   /** Tier B static assignment: this worker's index, 0 ≤ worker < workers. */
   worker?: number;
@@ -189,7 +230,12 @@ export interface BatchReport {
 
 /** Options of `run`: a bounded invocation for cron and edge functions. */
 export interface RunOptions<P = unknown> extends BatchOptions<P> {
-  /** Stop starting batches after this long (default 10 s). */
+  /**
+   * Stop starting events after this long (default 10 s): the batch in
+   * progress commits what finished and its other events come again (in
+   * order); `run()` returns within the budget plus the one handler call in
+   * progress.
+   */
   budgetMs?: number;
   /** Stop after this many batches (default unlimited). */
   maxBatches?: number;
@@ -209,12 +255,34 @@ export interface RunReport extends Omit<BatchReport, "busy"> {
 
 /** Options of `work`: `run` in a loop until the signal aborts. */
 export interface WorkOptions<P = unknown> extends RunOptions<P> {
-  /** Stops the loop cleanly after the current batch. */
+  /**
+   * Stops the loop promptly in any state: while polling, while backing off,
+   * and in a batch (its handlers' signal fires, no further handler starts,
+   * what finished commits).
+   */
   signal?: AbortSignal;
   /** Shortest idle wait between polls (default 100 ms). */
   minPollMs?: number;
   /** Longest idle wait between polls (default 5 s). */
   maxPollMs?: number;
+  /**
+   * Called before each retry after a transient failure (a lost connection,
+   * a restarting server, too many connections, a serialization failure…);
+   * `work()` itself only rejects for errors that retrying cannot fix.
+   */
+  onRetry?: (info: RetryInfo) => void;
+  /** Backoff between retries: `baseMs` doubling per attempt up to `capMs`, with jitter (default 200 ms to 10 s). */
+  retryBackoff?: { baseMs: number; capMs: number };
+}
+
+/** What `onRetry` hears. */
+export interface RetryInfo {
+  /** The failure (a driver error or a `KeyqError` such as "BATCH_ABORTED"). */
+  error: unknown;
+  /** Consecutive failures so far (1 for the first). */
+  attempt: number;
+  /** How long the worker waits before the next try. */
+  delayMs: number;
 }
 
 /** Result of `migrate()`. */

@@ -16,6 +16,7 @@ describe("run and work", () => {
       await f.q.exclusive("jobs", "m").run({
         statementTimeout: "2s",
         idleTimeout: "5s",
+        batchTimeout: "3s", // the idle backstop is the larger of idleTimeout and the deadline plus 2 s
         handler: async (_ev, tx) => {
           const [r] = await tx.query(
             "select current_setting('statement_timeout') as s, current_setting('idle_in_transaction_session_timeout') as i",

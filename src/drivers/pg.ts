@@ -26,6 +26,10 @@ export interface PgPoolLike extends PgClientLike {
   connect(): Promise<PgPoolClientLike>;
   /** The number of connections. */
   readonly totalCount: number;
+  /** An idle client that loses its connection emits `error` on the pool: unheard, it crashes Node. */
+  on?(event: "error", listener: (err: Error) => void): unknown;
+  /** How many listeners an event has. */
+  listenerCount?(event: "error"): number;
 }
 
 async function run(c: PgClientLike, text: string, params?: readonly SqlParam[]): Promise<Row[]> {
@@ -33,11 +37,20 @@ async function run(c: PgClientLike, text: string, params?: readonly SqlParam[]):
   return Array.isArray(res) ? (res.at(-1)?.rows ?? []) : res.rows; // several statements: the last one's rows
 }
 
-/** BEGIN … COMMIT on `c`; ROLLBACK when anything throws; `broken` hears of a failed ROLLBACK. */
-async function inTx<T>(c: PgClientLike, fn: (tx: Executor) => Promise<T>, broken: (e: Error) => void): Promise<T> {
+/**
+ * BEGIN … COMMIT on `c`; ROLLBACK when anything throws; `broken` hears of a
+ * failed ROLLBACK. `signal` (aborted when the connection is lost) is handed
+ * to the transaction's executor.
+ */
+async function inTx<T>(
+  c: PgClientLike,
+  fn: (tx: Executor) => Promise<T>,
+  broken: (e: Error) => void,
+  signal?: AbortSignal,
+): Promise<T> {
   try {
     await c.query("begin");
-    const out = await fn({ query: (text, params) => run(c, text, params) });
+    const out = await fn({ query: (text, params) => run(c, text, params), ...(signal ? { signal } : {}) });
     await c.query("commit");
     return out;
   } catch (e) {
@@ -46,17 +59,27 @@ async function inTx<T>(c: PgClientLike, fn: (tx: Executor) => Promise<T>, broken
   }
 }
 
+/** Reports an idle pool client's lost connection instead of letting it crash the process. */
+function idleError(err: Error): void {
+  console.warn(`keyq/pg: an idle pool connection was lost (${err.message}); the pool replaces it.`);
+}
+
 function poolDriver(pool: PgPoolLike): Driver {
+  if (pool.on && pool.listenerCount && pool.listenerCount("error") === 0) pool.on("error", idleError);
   return {
     name: "pg",
     query: (text, params) => run(pool, text, params),
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
       const client = await pool.connect();
       let failure: Error | undefined;
-      const broken = (e: Error) => void (failure ??= e);
+      const lost = new AbortController();
+      const broken = (e: Error) => {
+        failure ??= e;
+        lost.abort(e);
+      };
       client.on("error", broken);
       try {
-        return await inTx(client, fn, broken);
+        return await inTx(client, fn, broken, lost.signal);
       } finally {
         client.removeListener("error", broken);
         client.release(failure);
@@ -81,7 +104,10 @@ function clientDriver(client: PgClientLike): Driver {
 
 /**
  * Wraps a node-postgres `Pool` or connected `Client`. With a `Pool` each
- * transaction runs on one checked-out client, and a broken one is discarded.
+ * transaction runs on one checked-out client, and a broken one is discarded;
+ * a client lost mid-transaction aborts the transaction's `signal` at once.
+ * When the pool has no `error` listener, one is added that logs a warning:
+ * without it an idle client that loses its connection crashes Node.
  * A `Client` is one connection: the driver serialises its queries and
  * transactions (inside `transaction(fn)` use only `tx`); its owner handles its `error` events.
  *

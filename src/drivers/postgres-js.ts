@@ -38,7 +38,47 @@ async function run(sql: PostgresJsTxLike, text: string, params?: readonly SqlPar
   return Array.from(Array.isArray(res[0]) ? (res.at(-1) as Row[]) : (res as Row[]));
 }
 
-const wrap = (sql: PostgresJsTxLike): Executor => ({ query: (text, params) => run(sql, text, params) });
+/** postgres.js error codes for a connection that is gone. */
+const GONE = new Set(["CONNECTION_CLOSED", "CONNECTION_DESTROYED", "CONNECT_TIMEOUT", "57P01", "57P02", "57P03", "25P03", "57P05"]);
+
+function gone(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === "string" && (GONE.has(code) || code.startsWith("08") || /^E(CONNRESET|PIPE|CONNREFUSED)$/.test(code));
+}
+
+/** A transaction's connection state, shared by its executors. */
+interface TxState {
+  dead: boolean;
+  ctl: AbortController;
+}
+
+function deadError(cause: unknown): Error {
+  return Object.assign(new Error("The transaction's connection was lost; no further query is sent on it.", { cause }), {
+    code: "CONNECTION_CLOSED",
+  });
+}
+
+/**
+ * Queries on a transaction whose connection died are refused here, never
+ * handed to postgres.js: it would write them to a closed socket (a crash in
+ * `nextWrite`, porsager/postgres#1154) or to the connection's next session
+ * (a stale COMMIT result for the next query).
+ */
+async function guarded(st: TxState, sql: PostgresJsTxLike, text: string, params?: readonly SqlParam[]): Promise<Row[]> {
+  if (st.dead) throw deadError(st.ctl.signal.reason);
+  try {
+    return await run(sql, text, params);
+  } catch (err) {
+    if (gone(err)) kill(st, err);
+    throw err;
+  }
+}
+
+function kill(st: TxState, err: unknown): void {
+  if (st.dead) return;
+  st.dead = true;
+  st.ctl.abort(err);
+}
 
 /**
  * The transaction executor. postgres.js refuses to commit a transaction in
@@ -48,35 +88,52 @@ const wrap = (sql: PostgresJsTxLike): Executor => ({ query: (text, params) => ru
  * the adapter release each one, so a long batch does not pile up
  * subtransactions.
  */
-function wrapTransaction(tx: PostgresJsTransactionLike): Executor {
+function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState): Executor {
   let made = 0;
   return {
-    query: (text, params) => run(tx, text, params),
+    signal: st.ctl.signal,
+    query: (text, params) => guarded(st, tx, text, params),
     async savepoint<T>(fn: (sp: Executor) => Promise<T>): Promise<T> {
+      if (st.dead) throw deadError(st.ctl.signal.reason);
       const name = `s${made++}_keyq`;
       let failed = false;
       try {
         return (await tx.savepoint("keyq", async (sp) => {
           try {
-            return await fn(wrap(sp));
+            return await fn({ query: (text, params) => guarded(st, sp, text, params) });
           } catch (err) {
             failed = true;
+            if (st.dead) await never; // no ROLLBACK TO on a dead connection
             throw err;
           }
         })) as T;
       } finally {
-        await Promise.resolve(tx.unsafe(`release savepoint "${name}"`)).catch(() => {
-          if (!failed) throw new Error(`keyq: could not release savepoint ${name}`);
-        });
+        if (!st.dead) {
+          await Promise.resolve(tx.unsafe(`release savepoint "${name}"`)).catch((err) => {
+            if (gone(err)) kill(st, err);
+            if (!failed) throw new Error(`keyq: could not release savepoint ${name}`);
+          });
+        }
       }
     },
   };
 }
 
+/** Never settles: handed to postgres.js so it sends no COMMIT/ROLLBACK on a dead connection. */
+const never: Promise<never> = new Promise<never>(() => {});
+
 /**
  * Wraps a postgres.js `sql` instance. `query` without params uses the simple
  * protocol, so the text may hold several statements (the rows of the last
  * statement that returns rows come back); `transaction` uses `sql.begin`.
+ *
+ * When the server ends a transaction's session (a kill, a restart, an idle
+ * timeout), postgres.js rejects `begin()` at once while the callback may
+ * still run. The adapter then refuses every further query of that
+ * transaction, aborts the executor's `signal`, and leaves postgres.js's
+ * callback unsettled so it never writes COMMIT or ROLLBACK to the dead
+ * connection: the transaction rejects with the connection error, and the
+ * process does not crash.
  *
  * @example
  * ```ts
@@ -92,7 +149,22 @@ export function fromPostgresJs(sql: PostgresJsLike): Driver {
   return {
     name: "postgres-js",
     query: (text, params) => run(sql, text, params),
-    transaction: async <T>(fn: (tx: Executor) => Promise<T>): Promise<T> =>
-      (await sql.begin((tx) => fn(wrapTransaction(tx)))) as T,
+    async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
+      const st: TxState = { dead: false, ctl: new AbortController() };
+      try {
+        return (await sql.begin(async (tx) => {
+          try {
+            const out = await fn(wrapTransaction(tx, st));
+            return st.dead ? await never : out;
+          } catch (err) {
+            if (st.dead) return await never;
+            throw err;
+          }
+        })) as T;
+      } catch (err) {
+        if (gone(err)) kill(st, err);
+        throw err;
+      }
+    },
   };
 }

@@ -182,7 +182,7 @@ end $$;
 -- past max_retries, moved to the dead letters with its error.
 -- outcome: {"retried": ["id", …], "failed": [{"id", "txid", "error"}, …],
 --           "deferred": [{"id", "txid"}, …], "deferDelay": seconds,
---           "pause": bool, "held": [{"id", "txid"}, …]}
+--           "pause": bool, "held": [{"id", "txid"}, …], "released": [{"id", "txid"}, …]}
 -- With pause, a failed keyed event blocks its key (it is the head) and an
 -- acked or dead-lettered head releases the key's held events.
 create function :KEYQ_SCHEMA.ack(queue text, consumer text, s int, outcome jsonb) returns jsonb
@@ -219,6 +219,9 @@ begin
   end if;
   -- Held first: a head dead-lettered below must find its key's held events.
   perform :KEYQ_SCHEMA.park_events(c, s, outcome->'held', 'infinity');
+  -- Released: read but not started (budget spent, worker stopping); due now,
+  -- so they come first next time, in (txid, id) order, no retry spent.
+  perform :KEYQ_SCHEMA.park_events(c, s, outcome->'released', clock_timestamp());
   for f in select x from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x loop
     select * into r from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = (f->>'id')::bigint;
     if not found then

@@ -1,0 +1,132 @@
+/**
+ * The life of one batch: its deadline, the signal its handlers get, and why
+ * it ended early. A batch is dead when its deadline passes or its
+ * connection is lost: then no further handler starts and it rolls back.
+ * A stopped batch (the worker's signal) starts no further handler either,
+ * but commits what finished.
+ *
+ * @module
+ */
+
+import type { Executor } from "./driver.ts";
+import { KeyqError } from "./errors.ts";
+import { classify } from "./faults.ts";
+
+/** Why a batch ended early. */
+export type AbortReason = "deadline" | "stopped" | "connection";
+
+/** A batch's lifetime controls (internal). */
+export interface BatchLife {
+  /** Fires on any reason; handlers get it. */
+  readonly signal: AbortSignal;
+  /** The hard deadline. */
+  readonly deadline: Date;
+  /** Why it ended early, if it did. */
+  reason(): AbortReason | undefined;
+  /** True once the deadline passed or the connection was lost. */
+  dead(): boolean;
+  /** Ends the batch early; the first reason wins. */
+  abort(reason: AbortReason, cause?: unknown): void;
+  /** Rejects with `error()` once the batch is dead; never resolves. */
+  readonly died: Promise<never>;
+  /** Resolves when the deadline passes (or the batch is disposed). */
+  readonly expired: Promise<void>;
+  /** The BATCH_ABORTED error for the reason. */
+  error(): KeyqError;
+  /**
+   * Wraps an executor: once the batch is dead it refuses queries (a dead
+   * connection must not be written to), and a query failing with a
+   * connection error kills the batch.
+   */
+  guard(exec: Executor): Executor;
+  /** Clears the timer and listeners. */
+  dispose(): void;
+}
+
+/** Starts a batch's life: deadline in `timeoutMs`, stopped when `stop` aborts. */
+export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): BatchLife {
+  const ctl = new AbortController();
+  const deadline = new Date(Date.now() + timeoutMs);
+  let why: AbortReason | undefined;
+  let cause: unknown;
+  let die!: (e: KeyqError) => void;
+  const died = new Promise<never>((_, reject) => (die = reject));
+  died.catch(() => {}); // observed through race() only
+  const error = (): KeyqError => {
+    const text = why === "deadline"
+      ? `The batch ran past its deadline (batchTimeout, ${deadline.toISOString()}) and was rolled back; its events come again. Make handlers honour their signal, or raise batchTimeout.`
+      : why === "connection"
+      ? `The batch's connection was lost and the batch was rolled back; its events come again (${describe(cause)}).`
+      : "The batch was stopped by the worker's signal and was rolled back; its events come again.";
+    return new KeyqError("BATCH_ABORTED", text, { reason: why, cause });
+  };
+  const abort = (reason: AbortReason, c?: unknown): void => {
+    if (why !== undefined && !(why === "stopped" && reason !== "stopped")) return;
+    const first = why === undefined;
+    why = reason;
+    cause = c;
+    if (reason !== "stopped") die(error());
+    if (first) ctl.abort(error());
+  };
+  let expire!: () => void;
+  const expired = new Promise<void>((resolve) => (expire = resolve));
+  const timer = setTimeout(() => {
+    expire();
+    abort("deadline");
+  }, timeoutMs);
+  const onStop = () => abort("stopped", stop?.reason);
+  if (stop?.aborted) onStop();
+  else stop?.addEventListener("abort", onStop, { once: true });
+  const dead = () => why === "deadline" || why === "connection";
+  const guard = (exec: Executor): Executor => {
+    const query: Executor["query"] = async (text, params) => {
+      if (dead()) throw error();
+      try {
+        return await exec.query(text, params);
+      } catch (err) {
+        if (classify(err) === "connection") abort("connection", err);
+        throw err;
+      }
+    };
+    if (!exec.savepoint) return { query };
+    const savepoint = exec.savepoint.bind(exec);
+    return {
+      query,
+      savepoint: <T>(fn: (sp: Executor) => Promise<T>): Promise<T> => {
+        if (dead()) return Promise.reject(error());
+        return savepoint((sp) => fn(guard(sp)));
+      },
+    };
+  };
+  return {
+    signal: ctl.signal,
+    deadline,
+    reason: () => why,
+    dead,
+    abort,
+    died,
+    expired,
+    error,
+    guard,
+    dispose() {
+      clearTimeout(timer);
+      expire();
+      stop?.removeEventListener("abort", onStop);
+    },
+  };
+}
+
+function describe(err: unknown): string {
+  const e = err as { message?: unknown; code?: unknown } | null;
+  const msg = typeof e?.message === "string" ? e.message : String(err);
+  return typeof e?.code === "string" ? `${e.code}: ${msg}` : msg;
+}
+
+/** Settles after `ms` (or never when `ms` is Infinity), unref-free and cancellable. */
+export function timer(ms: number): { done: Promise<void>; cancel(): void } {
+  let id: ReturnType<typeof setTimeout> | undefined;
+  const done = new Promise<void>((resolve) => {
+    if (Number.isFinite(ms)) id = setTimeout(resolve, Math.max(0, ms));
+  });
+  return { done, cancel: () => clearTimeout(id) };
+}
