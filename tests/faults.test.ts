@@ -305,7 +305,14 @@ for (const d of drivers) {
             },
           })
         );
-        const settled = loops.map((p) => p.then(() => "resolved", (err: unknown) => `rejected: ${String(err)}`));
+        const early: string[] = [];
+        const settled = loops.map((p) =>
+          p.then(() => "resolved", (err: unknown) => {
+            const e = err as { code?: unknown };
+            early.push(`rejected: ${String(err)} (code ${String(e?.code)})`);
+            return early.at(-1)!;
+          })
+        );
         for (let i = 0; (await doneStats(schema)).d < 15; i++) {
           assert.ok(i < 200, "the loops started handling");
           await sleep(50);
@@ -325,6 +332,7 @@ for (const d of drivers) {
           }
         })()));
         for (let i = 0; (await doneStats(schema)).d < ids.length; i++) {
+          assert.deepEqual(early, [], "no work() loop gave up");
           assert.ok(i < 600, `only ${(await doneStats(schema)).d} of ${ids.length} handled 60 s after the restart (retries: ${JSON.stringify(retries.slice(-5))})`);
           await sleep(100);
         }
