@@ -122,6 +122,8 @@ export interface WireEvent {
   redelivered?: boolean;
   /** Tier A: false when another worker holds the key. */
   locked?: boolean;
+  /** Set by a fenced batch: another batch's lease still fences the key (always deferred). */
+  fenced?: boolean;
 }
 
 function toEvent(w: WireEvent, payload: unknown, slot?: number): AnyEvent {
@@ -235,7 +237,7 @@ async function handleEvents(
     } catch { /* logging must not break the batch */ }
   };
   const contended = wire.filter((w) => w.locked === false);
-  const deferred = target.contended === "defer" ? contended.map((w) => ({ id: w.id, txid: w.txid })) : [];
+  const deferred = contended.filter((w) => target.contended === "defer" || w.fenced).map((w) => ({ id: w.id, txid: w.txid }));
   const events: { w: WireEvent; ev: AnyEvent }[] = [];
   const slot = target.ordered ? target.slot : undefined;
   const failedKeys = new Set<string>(); // pause: keys whose head failed in this batch
@@ -267,7 +269,13 @@ async function handleEvents(
         continue;
       }
       scope.next();
-      const r = await callHandler(s, br, (hc) => s.handler!(ev, scope.exec, hc));
+      let current = true; // a call left behind (eventTimeout) must not write into later events
+      const exec: Executor = {
+        query: (text, params) =>
+          current ? scope.exec.query(text, params) : Promise.reject(eventTimedOut(s.eventTimeoutMs)),
+      };
+      const r = await callHandler(s, br, (hc) => s.handler!(ev, exec, hc));
+      current = false;
       if (life.dead()) throw life.error();
       handled++;
       if (!("error" in r)) {
@@ -286,6 +294,7 @@ async function handleEvents(
     }
   } else {
     const byEvent = new Map(events.map(({ w, ev }) => [ev, w] as const));
+    if (life.signal.aborted) throw life.error(); // stopped before it began: nothing done, nothing lost
     const r = await callHandler(s, br, (hc) =>
       s.handleBatch!(events.map((e) => e.ev), {
         tx,
@@ -299,7 +308,8 @@ async function handleEvents(
       }));
     if (life.dead()) throw life.error();
     if ("error" in r) {
-      if (r.timedOut || life.reason() === "stopped") throw life.reason() === "stopped" ? life.error() : r.error;
+      if (r.timedOut) life.abort("deadline", r.error); // one call is the whole batch
+      if (r.timedOut || life.reason() === "stopped") throw life.error();
       throw r.error; // the whole batch rolls back; the same events come again
     }
     handled = events.length;
@@ -311,7 +321,7 @@ async function handleEvents(
     events: s.handler ? handled : events.length - held.length,
     retried: 0,
     deadLettered: 0,
-    dropped: target.contended === "drop" ? contended.length : 0,
+    dropped: target.contended === "drop" ? contended.length - deferred.length : 0,
     deferred: 0,
     roundTrips: scope.statements(),
   };
@@ -352,6 +362,8 @@ export interface BatchHooks {
    * the batch as busy (return false); runs before any handler.
    */
   afterReceive?(received: Received, tx: Executor, life: BatchLife): Promise<boolean>;
+  /** Inside the batch, after the handlers and the ack, before COMMIT. */
+  beforeCommit?(tx: Executor): Promise<void>;
 }
 
 /** Margin past the deadline for the server-side backstops. */
@@ -405,6 +417,7 @@ export async function runBatch(
         }
         const out = await handleEvents(ctx, s, target(received), received.events, tx, br);
         if (life.dead()) throw life.error();
+        await opts.hooks?.beforeCommit?.(tx);
         return { ...out, busy: received.busy, roundTrips: out.roundTrips + 3 };
       })();
       inner.catch(() => {}); // observed by the race; may settle after it

@@ -115,6 +115,14 @@ export interface OrderedOptions extends ConsumerOptions {
   onFailure?: "skip" | "pause";
   /** A static worker also reads any slot not polled for this long (default 30 s). */
   helpAfter?: Duration;
+  /**
+   * Lease each batch's slot until the batch's deadline, committed outside
+   * the batch: when a batch's session dies while a handler still runs, no
+   * other worker reads the slot before that deadline (takeover waits for it
+   * instead of being instant). Give it to every worker of the consumer; it
+   * needs a pool of at least 2 connections. Default false.
+   */
+  fenced?: boolean;
 }
 
 /** Options of a Tier A exclusive consumer. */
@@ -127,6 +135,16 @@ export interface ExclusiveOptions extends ConsumerOptions {
   idempotent?: boolean;
   /** How long a deferred event waits before it is offered again (default 1 s). */
   deferDelay?: Duration;
+  /**
+   * Lease each batch's keys until the batch's deadline, committed outside
+   * the batch: when a batch's session dies while a handler still runs (an
+   * admin kill, a failover), no other worker takes those keys before that
+   * deadline, so calls of one key never overlap even for handlers that
+   * ignore their signal. Takeover waits for the deadline instead of being
+   * instant. Give it to every worker of the consumer; it needs a pool of at
+   * least 2 connections. Default false.
+   */
+  fenced?: boolean;
 }
 
 const optionsSchema = v.strictObject({
@@ -158,12 +176,14 @@ const orderedSchema = v.strictObject({
   slots: int(1, 1024),
   onFailure: v.optional(v.picklist(["skip", "pause"], 'expected "skip" or "pause"')),
   helpAfter: v.optional(duration),
+  fenced: v.optional(v.boolean("expected true or false")),
 });
 
 const exclusiveSchema = v.strictObject({
   ...consumerSchema.entries,
   idempotent: v.optional(v.boolean("expected true or false")),
   deferDelay: v.optional(duration),
+  fenced: v.optional(v.boolean("expected true or false")),
 });
 
 /** Validates consumer overrides; durations in seconds for the engine. */
@@ -289,7 +309,7 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
       const settings = consumerSettings(opts ?? {}, exclusiveSchema);
       const o = parse(exclusiveSchema, opts ?? {}, "exclusive consumer options");
       const deferMs = durationMs("deferDelay", o.deferDelay ?? 1000, 1)!;
-      return makeConsumer(c, queue, name, () => exclusiveKind(c, queue, name, settings, o.idempotent ?? false, deferMs / 1000));
+      return makeConsumer(c, queue, name, () => exclusiveKind(c, queue, name, settings, o.idempotent ?? false, deferMs / 1000, o.fenced ?? false));
     },
     ordered: (queue, name, opts) => {
       const c = ctx(queue);
@@ -299,6 +319,7 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
         slots: o.slots,
         pause: o.onFailure === "pause",
         helpAfterS: durationMs("helpAfter", o.helpAfter ?? 30_000, 1)! / 1000,
+        fenced: o.fenced ?? false,
       };
       return withSlots(c, makeConsumer(c, queue, name, () => orderedKind(c, queue, name, settings, kind)), o.slots);
     },

@@ -8,6 +8,7 @@
 
 import { type BatchSettings, batchSettings, type ConsumerContext, runBatch, type Target } from "./batch.ts";
 import { KeyqError } from "./errors.ts";
+import { fenceHooks } from "./fence.ts";
 import { runLoop, workLoop } from "./loop.ts";
 import { call, fields } from "./sql.ts";
 import type { BatchOptions, BatchReport, BlockedKey, RunOptions, RunReport, WorkOptions } from "./types.ts";
@@ -127,6 +128,7 @@ export function exclusiveKind(
   settings: Record<string, unknown>,
   idempotent: boolean,
   deferDelayS: number,
+  fenced = false,
 ): ConsumerKind {
   const target: Target = { queue, consumer: name, slot: 0, contended: idempotent ? "drop" : "defer", deferDelay: deferDelayS };
   return {
@@ -145,7 +147,7 @@ export function exclusiveKind(
         ["queue", "text", queue],
         ["consumer", "text", name],
         ["max_events", "int", s.maxEvents],
-      ], () => target, { until }),
+      ], () => target, { until, hooks: fenced ? fenceHooks(ctx, queue, name, "keys") : undefined }),
   };
 }
 
@@ -155,6 +157,8 @@ export interface OrderedSettings {
   pause: boolean;
   /** Seconds after which a static worker helps on a slot nobody polled. */
   helpAfterS: number;
+  /** Lease the slot past the batch's session (see fence.ts). */
+  fenced?: boolean;
 }
 
 /**
@@ -199,7 +203,10 @@ export function orderedKind(
         ["slots", "int[]", `{${slots.join(",")}}`],
         ["max_events", "int", s.maxEvents],
         ["help_after", "float8", helpAfter],
-      ], (r) => ({ queue, consumer: name, slot: r.slot ?? 0, pause: o.pause, ordered: true }), { until });
+      ], (r) => ({ queue, consumer: name, slot: r.slot ?? 0, pause: o.pause, ordered: true }), {
+        until,
+        hooks: o.fenced ? fenceHooks(ctx, queue, name, "slot") : undefined,
+      });
     },
   };
 }

@@ -77,10 +77,12 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): Bat
   const onStop = () => abort("stopped", stop?.reason);
   if (stop?.aborted) onStop();
   else stop?.addEventListener("abort", onStop, { once: true });
+  let over = false; // disposed: a handler left behind must not reach a connection back in the pool
   const dead = () => why === "deadline" || why === "connection";
   const guard = (exec: Executor): Executor => {
     const query: Executor["query"] = async (text, params) => {
       if (dead()) throw error();
+      if (over) throw overError();
       try {
         return await exec.query(text, params);
       } catch (err) {
@@ -94,6 +96,7 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): Bat
       query,
       savepoint: <T>(fn: (sp: Executor) => Promise<T>): Promise<T> => {
         if (dead()) return Promise.reject(error());
+        if (over) return Promise.reject(overError());
         return savepoint((sp) => fn(guard(sp)));
       },
     };
@@ -109,11 +112,18 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): Bat
     error,
     guard,
     dispose() {
+      over = true;
       clearTimeout(timer);
       expire();
       stop?.removeEventListener("abort", onStop);
     },
   };
+}
+
+function overError(): KeyqError {
+  return new KeyqError("BATCH_ABORTED", "This batch is over; a handler cannot use its transaction after the batch ended.", {
+    reason: "stopped",
+  });
 }
 
 function describe(err: unknown): string {

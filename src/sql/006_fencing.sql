@@ -1,0 +1,55 @@
+-- keyq engine, part 6: fencing (consumer option `fenced`). A fenced batch
+-- takes a lease on its keys (Tier A) or its slot (Tier B) in a short
+-- transaction of its own, committed before any handler starts, so the lease
+-- outlives the batch's session: when that session dies while a handler still
+-- runs, no other worker takes the key or slot before the lease's end (the
+-- batch's deadline). The batch's commit clears it. Consumers that are not
+-- fenced never read or write this table.
+
+create table :KEYQ_SCHEMA.lease (
+  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,
+  slot        int not null,
+  key_hash    bigint not null,   -- hashtextextended(key, 0); Tier B leases the slot as key ''
+  holder      text not null,     -- the batch's random token
+  until       timestamptz not null,
+  primary key (consumer_id, slot, key_hash)
+);
+
+-- Leases keys of consumer slot s to holder for ms milliseconds, in the
+-- caller's own (autocommit) transaction. Returns the keys another holder's
+-- live lease still fences; those are not leased and must not be handled.
+create function :KEYQ_SCHEMA.fence(queue text, consumer text, s int, keys text[], holder text, ms float8) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+  taken text[];
+begin
+  -- A key is taken when its lease could be neither inserted nor renewed.
+  with want as (select k, hashtextextended(k, 0) as h from unnest(keys) k),
+  got as (
+    insert into :KEYQ_SCHEMA.lease as l (consumer_id, slot, key_hash, holder, until)
+    select distinct c.consumer_id, s, w.h, holder, clock_timestamp() + make_interval(secs => ms / 1000) from want w
+    on conflict (consumer_id, slot, key_hash) do update set holder = excluded.holder, until = excluded.until
+     where l.until <= clock_timestamp() or l.holder = excluded.holder
+    returning l.key_hash
+  )
+  select coalesce(array_agg(distinct w.k), '{}') into taken
+    from want w where w.h not in (select key_hash from got);
+  return to_jsonb(taken);
+end $$;
+
+-- Clears holder's leases; called inside the batch, so they end with its commit.
+create function :KEYQ_SCHEMA.unfence(queue text, consumer text, holder text) returns jsonb
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+  with gone as (
+    delete from :KEYQ_SCHEMA.lease
+     where consumer_id = (:KEYQ_SCHEMA.get_consumer(queue, consumer)).consumer_id and lease.holder = unfence.holder
+    returning 1
+  )
+  select to_jsonb(count(*)::int) from gone
+$$;
