@@ -175,6 +175,14 @@ const never: Promise<never> = new Promise<never>(() => {});
  * connection: the transaction rejects with the connection error, and the
  * process does not crash.
  *
+ * Behind a transaction-mode pooler (PgBouncer, Supavisor, a pooled serverless
+ * endpoint) create the client with `prepare: false`. With the default
+ * `prepare: true`, postgres.js's own SAVEPOINT and COMMIT statements go
+ * astray there (a COMMIT can silently roll back); the adapter detects it
+ * (the server's 26000/42P05/08P01, and `pg_xact_status` of the first 100
+ * transactions' COMMITs) and the batch fails with `KeyqError`
+ * "PREPARED_STATEMENTS_UNSUPPORTED", whose message says to pass `prepare: false`.
+ *
  * @example
  * ```ts
  * import postgres from "postgres";
