@@ -24,14 +24,21 @@ if (noBouncer && process.env.CI) throw new Error(`CI must not skip the pooler te
 const skip = noDb || noBouncer;
 const url = skip ? "" : await requireDatabase();
 
-const cases: Case[] = [migrateCase, ...basicCases, ...failureCases, ...tierACases, ...tierBCases];
+// The single-connection cases go through the pooler on Node only: what they
+// test of the pooler (statements, savepoints, one transaction at a time) does
+// not depend on the runtime, and they are most of this file's time.
+const singleSkip: string | false = runtimeName() === "node" ? false : "single-connection cases through PgBouncer run under Node only (the pooler's behaviour does not depend on the runtime)";
+const cases: { c: Case; skip: string | false }[] = [
+  ...[migrateCase, ...tierACases, ...tierBCases].map((c) => ({ c, skip: false as const })),
+  ...[...basicCases, ...failureCases].map((c) => ({ c, skip: singleSkip })),
+];
 
 after(closeShared);
 
 for (const spec of poolerSpecs) {
   describe(`pooler: ${spec.label} (transaction mode) on ${runtimeName()}`, () => {
-    for (const c of cases) {
-      test(c.name, { skip }, async () => {
+    for (const { c, skip: only } of cases) {
+      test(c.name, { skip: skip || only }, async () => {
         const { max: _max, ...options } = c.options ?? {};
         const f = await fixtureFor(spec, url, options);
         try {
