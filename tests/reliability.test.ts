@@ -308,6 +308,7 @@ describe("reliability", () => {
             if (signal.aborted) throw signal.reason;
           },
         });
+        dead.catch(() => {}); // it may reject before the assertion below is attached
         await sleeping;
         killAt = performance.now();
         await f.raw("select pg_terminate_backend($1::int)", [pid]);
@@ -447,7 +448,13 @@ describe("reliability", () => {
       const { calls, killAt } = await zombie(tier, true);
       const n = overlaps(calls);
       const w2First = Math.min(...calls.filter((x) => x.who === "w2").map((x) => x.start));
-      console.log(`Tier ${tier}, fenced, session killed, handler ignoring its signal: overlapping calls of one key = ${n}; takeover ${Math.round(w2First - killAt)} ms after the kill`);
+      const w1Start = calls.find((x) => x.who === "w1")!.start;
+      console.log(
+        `Tier ${tier}, fenced, session killed, handler ignoring its signal: overlapping calls of one key = ${n}; ` +
+          `takeover ${Math.round(w2First - killAt)} ms after the kill, ${Math.round(w2First - w1Start)} ms after the fenced batch's ` +
+          `handler started (batchTimeout 3000 + 2000 lease margin)`,
+      );
+      assert.ok(w2First - w1Start >= 3000, "no takeover before the fenced batch's deadline");
       assert.equal(n, 0);
     });
   }
