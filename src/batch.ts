@@ -263,7 +263,9 @@ async function handleEvents(
         continue;
       }
       if (life.dead()) throw life.error();
-      ended ||= life.signal.aborted || Date.now() >= br.until;
+      // Out of budget: stop, but only after one call, so a run slowed down
+      // before its first event still makes progress.
+      ended ||= life.signal.aborted || (handled > 0 && Date.now() >= br.until);
       if (ended) {
         released.push({ id: w.id, txid: w.txid });
         continue;
@@ -404,6 +406,7 @@ export async function runBatch(
   ];
   const life = batchLife(s.batchTimeoutMs, s.signal);
   const br: BatchRun = { life, until: opts.until ?? Number.POSITIVE_INFINITY, inflight: Promise.resolve() };
+  let committing = false; // past the handlers: a deadline now must not misreport a COMMIT in flight
   try {
     const work = driver.transaction(async (raw) => {
       const lost = () => life.abort("connection", raw.signal?.reason);
@@ -418,6 +421,7 @@ export async function runBatch(
         const out = await handleEvents(ctx, s, target(received), received.events, tx, br);
         if (life.dead()) throw life.error();
         await opts.hooks?.beforeCommit?.(tx);
+        committing = true;
         return { ...out, busy: received.busy, roundTrips: out.roundTrips + 3 };
       })();
       inner.catch(() => {}); // observed by the race; may settle after it
@@ -431,7 +435,7 @@ export async function runBatch(
     // its connection closes) while a handler still runs; and a hung ROLLBACK
     // must not hold run() past the deadline.
     work.catch(() => {}); // it may settle after we gave up on it
-    return await Promise.race([work, life.died]);
+    return await Promise.race([work, life.died.catch((e) => (committing ? work : Promise.reject(e)))]);
   } catch (err) {
     if (err === BUSY) return { events: 0, retried: 0, deadLettered: 0, dropped: 0, deferred: 0, roundTrips: 3, busy: true };
     if (!(err instanceof KeyqError) && classify(err) === "connection") life.abort("connection", err);

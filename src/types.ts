@@ -232,9 +232,9 @@ export interface BatchReport {
 export interface RunOptions<P = unknown> extends BatchOptions<P> {
   /**
    * Stop starting events after this long (default 10 s): the batch in
-   * progress commits what finished and its other events come again (in
-   * order); `run()` returns within the budget plus the one handler call in
-   * progress.
+   * progress (once it has handled one event) commits what finished and its
+   * other events come again (in order); `run()` returns within the budget
+   * plus the one handler call in progress.
    */
   budgetMs?: number;
   /** Stop after this many batches (default unlimited). */

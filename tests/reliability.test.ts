@@ -9,6 +9,7 @@ import pg from "pg";
 import { type Driver, type Keyq, keyq, KeyqError } from "../mod.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
+import { backoffMs, classify } from "../src/faults.ts";
 import { call } from "../src/sql.ts";
 import { connect, dbSkip } from "./helpers/db.ts";
 import { pgFixture } from "./helpers/keyq.ts";
@@ -77,6 +78,24 @@ describe("reliability", () => {
     await assert.rejects(odd.tick("jobs"), { code: "BAD_REPLY" }, "a reply of the wrong shape");
   });
 
+  test("the fault table: lost connections and refusals are retried, the rest is permanent", () => {
+    const err = (code: string, message = "x") => Object.assign(new Error(message), { code });
+    for (const code of ["57P01", "57P02", "57P03", "08006", "08001", "53300", "40001", "40P01", "ECONNREFUSED", "ECONNRESET", "CONNECTION_CLOSED"]) {
+      assert.notEqual(classify(err(code)), "permanent", code);
+    }
+    for (const code of ["42P01", "23505", "CONNECTION_ENDED", "22P02"]) assert.equal(classify(err(code)), "permanent", code);
+    assert.equal(classify(new Error("Connection terminated unexpectedly")), "connection", "pg says it in words");
+    assert.equal(classify(new Error("boom", { cause: err("57P01") })), "connection", "causes are followed");
+    assert.equal(classify(new KeyqError("QUEUE_NOT_FOUND", "no")), "permanent");
+    assert.equal(classify(new KeyqError("NOT_MIGRATED", "no")), "permanent");
+    assert.equal(classify(new KeyqError("BAD_REPLY", "no")), "connection");
+    assert.equal(classify(new KeyqError("BATCH_ABORTED", "no", { reason: "connection" })), "connection");
+    assert.equal(classify(new KeyqError("BATCH_ABORTED", "no", { reason: "deadline" })), "transient");
+    const b = { baseMs: 100, capMs: 1000 };
+    assert.deepEqual([1, 2, 3, 4, 5, 9].map((a) => backoffMs(a, b, () => 1)), [100, 200, 400, 800, 1000, 1000], "capped doubling");
+    assert.deepEqual([1, 2, 5].map((a) => backoffMs(a, b, () => 0)), [50, 100, 500], "equal jitter: never below half");
+  });
+
   test("work() retries transient faults with backoff, reports them, and stops promptly while backing off", async () => {
     const d = downDriver();
     const q = keyq(d, { schema: "nowhere" });
@@ -120,6 +139,46 @@ describe("reliability", () => {
         code: "NOT_MIGRATED",
       });
       assert.equal(retried.length, 0, "permanent errors are not retried");
+    } finally {
+      await f.close();
+    }
+  });
+
+  test("work() stops promptly while a batch is in flight: the handler's signal fires and its event is not lost", { skip }, async () => {
+    const f = await pgFixture();
+    try {
+      await f.q.createQueue("jobs");
+      const c = f.q.exclusive<number>("jobs", "p");
+      await c.subscribe();
+      await f.q.sendBatch("jobs", [1, 2].map((i) => ({ type: "E", payload: i, key: `k${i}` })));
+      const ctl = new AbortController();
+      let started!: () => void;
+      const inHandler = new Promise<void>((r) => (started = r));
+      const calls: number[] = [];
+      const working = c.work({
+        signal: ctl.signal,
+        handler: async (ev, _tx, { signal }) => {
+          calls.push(ev.payload);
+          started();
+          await sleep(5000, signal);
+          if (signal.aborted) throw signal.reason;
+        },
+      });
+      await inHandler;
+      const t0 = Date.now();
+      ctl.abort();
+      const report = await working;
+      const took = Date.now() - t0;
+      console.log(`work() stopped ${took} ms after its signal aborted inside a handler`);
+      assert.ok(took < 1500, `stopped promptly (${took} ms)`);
+      assert.equal(calls.length, 1, "no further handler started");
+      assert.equal(report.events, 0, "the interrupted call is not counted as handled");
+      const [row] = await f.raw(`select count(*)::int as n, max(retry)::int as r from "${f.schema}".retry`);
+      assert.equal(row!.n, 2, "both events come again");
+      assert.equal(row!.r, 0, "without spending a retry");
+      const seen: number[] = [];
+      await c.run({ handler: (ev) => void seen.push(ev.payload) });
+      assert.deepEqual(seen.sort(), [1, 2]);
     } finally {
       await f.close();
     }
