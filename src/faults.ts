@@ -40,6 +40,7 @@ const DRIVER: Record<string, FaultKind> = {
   CONNECT_TIMEOUT: "connection",
   CONNECTION_ENDED: "permanent", // postgres.js: the user called sql.end()
   ERR_POSTGRES_CONNECTION_CLOSED: "connection", // Bun.SQL
+  ERR_POSTGRES_CONNECTION_REFUSED: "connection", // Bun.SQL: "Failed to connect" while the server is down
   ERR_POSTGRES_CONNECTION_TIMEOUT: "connection",
   ERR_POSTGRES_IDLE_TIMEOUT: "connection",
   ERR_POSTGRES_LIFETIME_TIMEOUT: "connection",

@@ -8,6 +8,10 @@ import type { Driver, Executor, Row, SqlParam } from "../driver.ts";
 export interface PgClientLike {
   /** Without values: the simple protocol, an array of results for several statements. */
   query(text: string, values?: SqlParam[]): Promise<{ rows: Row[] } | { rows: Row[] }[]>;
+  /** A `Client` emits `error` when its connection is lost: a transaction then aborts its `signal`. */
+  on?(event: "error", listener: (err: Error) => void): unknown;
+  /** Removes the listener again. */
+  removeListener?(event: "error", listener: (err: Error) => void): unknown;
 }
 
 /** A client checked out of a pool. */
@@ -98,7 +102,19 @@ function clientDriver(client: PgClientLike): Driver {
   return {
     name: "pg",
     query: (text, params) => serial(() => run(client, text, params)),
-    transaction: <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => serial(() => inTx(client, fn, () => {})),
+    // The owner listens for the client's errors too; this listener only tells the
+    // running transaction that its connection is gone, so no further handler starts.
+    transaction: <T>(fn: (tx: Executor) => Promise<T>): Promise<T> =>
+      serial(async () => {
+        const lost = new AbortController();
+        const broken = (e: Error) => lost.abort(e);
+        client.on?.("error", broken);
+        try {
+          return await inTx(client, fn, () => {}, lost.signal);
+        } finally {
+          client.removeListener?.("error", broken);
+        }
+      }),
   };
 }
 

@@ -3,6 +3,7 @@
  * @module
  */
 import type { Driver, Executor, Row, SqlParam } from "../driver.ts";
+import { KeyqError } from "../errors.ts";
 
 /** A pending postgres.js query; `.simple()` sends it by the simple protocol (several statements). */
 export interface PostgresJsQueryLike extends PromiseLike<unknown> {
@@ -27,6 +28,8 @@ export interface PostgresJsTransactionLike extends PostgresJsTxLike {
 export interface PostgresJsLike extends PostgresJsTxLike {
   /** `sql.begin(fn)`: BEGIN … COMMIT on one connection, ROLLBACK when `fn` throws. */
   begin(fn: (tx: PostgresJsTransactionLike) => Promise<unknown>): PromiseLike<unknown>;
+  /** The parsed options; `prepare` (default true) makes postgres.js name its statements. */
+  readonly options?: { readonly prepare?: boolean };
 }
 
 async function run(sql: PostgresJsTxLike, text: string, params?: readonly SqlParam[]): Promise<Row[]> {
@@ -50,7 +53,40 @@ function gone(err: unknown): boolean {
 interface TxState {
   dead: boolean;
   ctl: AbortController;
+  /** The first error that shows a named prepared statement went astray. */
+  astray?: unknown;
 }
+
+/**
+ * With `prepare: true` postgres.js sends its own SAVEPOINT, ROLLBACK TO and
+ * COMMIT as named prepared statements, prepared once per client connection.
+ * A transaction-mode pooler (PgBouncer < 1.21, Supavisor, Neon's pooled
+ * endpoint) hands each transaction any server connection, where the name
+ * may not exist (26000) or exist already (42P05); PgBouncer may also answer
+ * 08P01. postgres.js then re-prepares and retries in the aborted
+ * transaction: a SAVEPOINT fails with 26000, and a COMMIT silently becomes a
+ * ROLLBACK (measured: 200 events handled 2,165 times, every run "successful").
+ */
+const ASTRAY = new Set(["26000", "42P05", "08P01"]);
+
+function noteAstray(st: TxState, prepare: boolean, err: unknown): void {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (prepare && typeof code === "string" && ASTRAY.has(code)) st.astray ??= err;
+}
+
+function astrayError(cause: unknown): KeyqError {
+  const e = cause as { code?: unknown; message?: unknown } | null;
+  return new KeyqError(
+    "PREPARED_STATEMENTS_UNSUPPORTED",
+    `postgres.js sent a named prepared statement that this server connection does not have (${
+      e?.code ? `${String(e.code)}: ` : ""
+    }${String(e?.message ?? "its COMMIT silently rolled back")}): a transaction-mode pooler (PgBouncer, Supavisor, a pooled serverless endpoint) is in front of Postgres. Create the client with postgres(url, { prepare: false }). The batch was rolled back.`,
+    { code: e?.code, prepare: true },
+  );
+}
+
+/** Transactions whose COMMIT is verified while `prepare` is on (then the check stops costing a round trip). */
+const PROBATION = 100;
 
 function deadError(cause: unknown): Error {
   return Object.assign(new Error("The transaction's connection was lost; no further query is sent on it.", { cause }), {
@@ -64,12 +100,13 @@ function deadError(cause: unknown): Error {
  * `nextWrite`, porsager/postgres#1154) or to the connection's next session
  * (a stale COMMIT result for the next query).
  */
-async function guarded(st: TxState, sql: PostgresJsTxLike, text: string, params?: readonly SqlParam[]): Promise<Row[]> {
+async function guarded(st: TxState, sql: PostgresJsTxLike, text: string, params?: readonly SqlParam[], prepare = false): Promise<Row[]> {
   if (st.dead) throw deadError(st.ctl.signal.reason);
   try {
     return await run(sql, text, params);
   } catch (err) {
-    if (gone(err)) kill(st, err);
+    noteAstray(st, prepare, err);
+    if (gone(err) && !st.astray) kill(st, err);
     throw err;
   }
 }
@@ -88,11 +125,11 @@ function kill(st: TxState, err: unknown): void {
  * the adapter release each one, so a long batch does not pile up
  * subtransactions.
  */
-function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState): Executor {
+function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: boolean): Executor {
   let made = 0;
   return {
     signal: st.ctl.signal,
-    query: (text, params) => guarded(st, tx, text, params),
+    query: (text, params) => guarded(st, tx, text, params, prepare),
     async savepoint<T>(fn: (sp: Executor) => Promise<T>): Promise<T> {
       if (st.dead) throw deadError(st.ctl.signal.reason);
       const name = `s${made++}_keyq`;
@@ -100,13 +137,16 @@ function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState): Executor {
       try {
         return (await tx.savepoint("keyq", async (sp) => {
           try {
-            return await fn({ query: (text, params) => guarded(st, sp, text, params) });
+            return await fn({ query: (text, params) => guarded(st, sp, text, params, prepare) });
           } catch (err) {
             failed = true;
             if (st.dead) await never; // no ROLLBACK TO on a dead connection
             throw err;
           }
         })) as T;
+      } catch (err) {
+        noteAstray(st, prepare, err); // its own SAVEPOINT statement went astray
+        throw err;
       } finally {
         if (!st.dead) {
           await Promise.resolve(tx.unsafe(`release savepoint "${name}"`)).catch((err) => {
@@ -135,6 +175,14 @@ const never: Promise<never> = new Promise<never>(() => {});
  * connection: the transaction rejects with the connection error, and the
  * process does not crash.
  *
+ * Behind a transaction-mode pooler (PgBouncer, Supavisor, a pooled serverless
+ * endpoint) create the client with `prepare: false`. With the default
+ * `prepare: true`, postgres.js's own SAVEPOINT and COMMIT statements go
+ * astray there (a COMMIT can silently roll back); the adapter detects it
+ * (the server's 26000/42P05/08P01, and `pg_xact_status` of the first 100
+ * transactions' COMMITs) and the batch fails with `KeyqError`
+ * "PREPARED_STATEMENTS_UNSUPPORTED", whose message says to pass `prepare: false`.
+ *
  * @example
  * ```ts
  * import postgres from "postgres";
@@ -146,15 +194,21 @@ const never: Promise<never> = new Promise<never>(() => {});
  * ```
  */
 export function fromPostgresJs(sql: PostgresJsLike): Driver {
+  let verified = 0;
   return {
     name: "postgres-js",
     query: (text, params) => run(sql, text, params),
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
       const st: TxState = { dead: false, ctl: new AbortController() };
+      const prepare = sql.options?.prepare !== false;
+      const verify = prepare && verified < PROBATION;
+      let xid: unknown;
+      let out: T;
       try {
-        return (await sql.begin(async (tx) => {
+        out = (await sql.begin(async (tx) => {
           try {
-            const out = await fn(wrapTransaction(tx, st));
+            const out = await fn(wrapTransaction(tx, st, prepare));
+            if (verify && !st.dead) [{ x: xid }] = await run(tx, "select pg_current_xact_id_if_assigned()::text as x") as [Row];
             return st.dead ? await never : out;
           } catch (err) {
             if (st.dead) return await never;
@@ -162,9 +216,18 @@ export function fromPostgresJs(sql: PostgresJsLike): Driver {
           }
         })) as T;
       } catch (err) {
+        if (st.astray) throw astrayError(st.astray);
         if (gone(err)) kill(st, err);
         throw err;
       }
+      if (st.astray) throw astrayError(st.astray);
+      if (typeof xid === "string") {
+        // A COMMIT whose prepared statement went astray rolls back without an error: ask the server.
+        const [r] = await run(sql, "select pg_xact_status($1::xid8)::text as s", [xid]);
+        if (r?.s === "aborted") throw astrayError(null);
+        verified++;
+      }
+      return out;
     },
   };
 }

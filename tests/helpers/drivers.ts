@@ -25,6 +25,7 @@ import { connect, freshSchema, type Sql } from "./db.ts";
 import { closePGlite, type Fixture, pgliteFixture } from "./keyq.ts";
 import { configureNeon, type NeonProxy, startNeonProxy } from "./neon-proxy.ts";
 import { configureNeonHttp, type NeonHttpShim, startNeonHttpShim } from "./neon-http-shim.ts";
+import { type PgBouncer, startPgBouncer } from "./pgbouncer.ts";
 
 /** The JavaScript runtime running this file. */
 export type Runtime = "node" | "deno" | "bun";
@@ -96,6 +97,59 @@ export async function teardownNeon(): Promise<void> {
 export function neonTraffic(): { wsConnections: number; httpRequests: number } {
   return { wsConnections: proxy?.connections ?? 0, httpRequests: shim?.requests ?? 0 };
 }
+
+let bouncer: Promise<PgBouncer> | undefined;
+
+/** Starts (once) a private transaction-mode PgBouncer in front of `url`'s server; resolves to the URL through it. */
+export async function viaPgBouncer(url: string): Promise<string> {
+  bouncer ??= startPgBouncer(url);
+  const b = await bouncer;
+  const u = new URL(url);
+  u.hostname = "127.0.0.1";
+  u.port = String(b.port);
+  return u.toString();
+}
+
+/** Stops the PgBouncer `viaPgBouncer` started, if any. */
+export async function teardownPgBouncer(): Promise<void> {
+  const b = bouncer;
+  bouncer = undefined;
+  await (await b?.catch(() => undefined))?.stop();
+}
+
+/**
+ * Pooled drivers through a transaction-mode PgBouncer (pool size 4), as
+ * serverless pooled endpoints are. Run by tests/pooler.test.ts and kept out
+ * of the README matrix on purpose: a pooler is a deployment, not a driver.
+ */
+export const poolerSpecs: DriverSpec[] = [
+  {
+    id: "postgres-js-pgbouncer",
+    label: "postgres.js via PgBouncer",
+    module: "keyq/postgres-js",
+    client: "`postgres(url, { prepare: false })`",
+    pooled: true,
+    transactions: true,
+    skip: false,
+    open: async (url) => {
+      const sql = postgres(await viaPgBouncer(url), { max: 4, prepare: false, idle_timeout: 1, onnotice: () => {} });
+      return { driver: fromPostgresJs(sql), close: () => sql.end({ timeout: 2 }) };
+    },
+  },
+  {
+    id: "pg-pool-pgbouncer",
+    label: "pg Pool via PgBouncer",
+    module: "keyq/pg",
+    client: "`new pg.Pool()`",
+    pooled: true,
+    transactions: true,
+    skip: false,
+    open: async (url) => {
+      const pool = new pg.Pool({ connectionString: await viaPgBouncer(url), max: 4 });
+      return { driver: fromPg(pool), close: () => pool.end() };
+    },
+  },
+];
 
 /** Every driver the matrix shows, in README order. */
 export const driverSpecs: DriverSpec[] = [
@@ -256,6 +310,7 @@ export async function closeShared(): Promise<void> {
   admin = migrator = undefined;
   await closePGlite();
   await teardownNeon();
+  await teardownPgBouncer();
 }
 
 /**
