@@ -374,7 +374,9 @@ end $$;
 -- [xmax(s1), xmax(s2)); both are index range scans on (ev_txid, ev_id).
 -- Sorts and sequential scans are off so the plan is an ordered index scan
 -- that stops at the limit whatever the row estimates say: otherwise a big
--- window could be re-read whole for every batch.
+-- window could be re-read whole for every batch. Both branches are ordered
+-- the same way, so the union is a merge, never a sort; jit is off as a
+-- backstop (a disabled sort is priced at 1e10, which would JIT every call).
 create function :KEYQ_SCHEMA.window_events(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int
 ) returns setof :KEYQ_SCHEMA.event
@@ -382,6 +384,7 @@ language sql stable
 set search_path = pg_catalog, pg_temp
 set enable_sort = off
 set enable_seqscan = off
+set jit = off
 as $$
   select w.* from (
     (select e.* from :KEYQ_SCHEMA.event e

@@ -33,6 +33,10 @@ end $$;
 -- ordered index scan that stops at the limit. Neither depends on row
 -- estimates (xid8 ranges are estimated badly, and fresh tables have no
 -- statistics). N is spliced as an integer literal so the index matches.
+-- The straggler and range branches are read by separate statements and
+-- merged in memory (at most 2 * lim rows): one statement ordering their
+-- union by (txid, id) needs a Sort that enable_sort = off prices at 1e10,
+-- which made the server JIT-compile every call. jit is off as a backstop.
 create function :KEYQ_SCHEMA.window_events_slot(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int, n int, k int
 ) returns setof :KEYQ_SCHEMA.event
@@ -40,6 +44,7 @@ language plpgsql stable
 set search_path = pg_catalog, pg_temp
 set enable_sort = off
 set enable_seqscan = off
+set jit = off
 as $$
 #variable_conflict use_variable
 declare
@@ -52,32 +57,40 @@ declare
   -- With no stragglers the branch is left out.
   strag xid8[] := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
   range_sql text;
+  late :KEYQ_SCHEMA.event[];
+  ranged :KEYQ_SCHEMA.event[];
 begin
   if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
     lo_txid := pg_snapshot_xmax(s1);
     lo_id := 0;
   end if;
   range_sql := format($q$
-      (select e.* from %1$I.event e
+      select e.* from %1$I.event e
         where e.queue_id = $1
           and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
-          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_snapshot_xmax($3), 0::bigint)
-          and pg_visible_in_snapshot(e.ev_txid, $3)
-        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6) $q$, :KEYQ_SCHEMA_NAME, n::int);
+          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
+          and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
+        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, n::int);
   if cardinality(strag) = 0 then
     return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
     return;
   end if;
-  return query execute format($q$
-    select w.* from (
-      (select e.* from %1$I.event e
-        where e.queue_id = $1 and e.ev_txid = any ($10) and %1$I.slot_of(e.ev_key, %2$s) + 0 = $7
-          and (e.ev_txid, e.ev_id) > ($4, $5)
-        order by e.ev_txid, e.ev_id limit $6)
-      union all
-      %3$s
-    ) w order by w.ev_txid, w.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, n::int, range_sql)
-  using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id, strag;
+  execute format($q$
+    select pg_catalog.array_agg(e) from (
+      select e.* from %1$I.event e
+        where e.queue_id = $1 and e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
+          and (e.ev_txid, e.ev_id) > ($2, $3)
+        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, n::int)
+    into late using qid, a_txid, a_id, k, lim, n, strag;
+  if late is null then
+    return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
+    return;
+  end if;
+  execute format('select pg_catalog.array_agg(e) from (%s) e', range_sql)
+    into ranged using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
+  -- Both lists are short and sorted; this sort never sees the window.
+  perform set_config('enable_sort', 'on', true);
+  return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit lim;
 end $$;
 
 -- Pause policy (G3): a compact marker per blocked key. While it exists, later
