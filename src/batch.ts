@@ -203,7 +203,7 @@ async function handleEvents(
         if (w.key !== null) failedKeys.add(w.key);
       }
     }
-  } else {
+  } else if (events.length > 0) { // an empty look (or only contended keys) is not a batch
     const byEvent = new Map(events.map(({ w, ev }) => [ev, w] as const));
     await s.handleBatch!(events.map((e) => e.ev), {
       tx,

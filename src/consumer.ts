@@ -34,9 +34,16 @@ export interface Consumer<P = unknown> {
 
 /** A Tier B ordered consumer: the shared calls plus its slots. */
 export interface OrderedConsumer<P = unknown> extends Consumer<P> {
-  /** The persisted slot count N. */
+  /**
+   * The slot count N of this handle. Every engine call of the handle
+   * (`subscribe`, `batch`, `run`, `work`, `slotOf`) checks it against the
+   * persisted N and refuses a mismatch with `SLOT_COUNT_MISMATCH`.
+   */
   readonly slots: number;
-  /** The slot of `key`: `(hashtextextended(key, 0) % N + N) % N`; null goes to slot 0. */
+  /**
+   * The slot of `key`: `(hashtextextended(key, 0) % N + N) % N`; null goes to
+   * slot 0. `SLOT_COUNT_MISMATCH` when the consumer exists with another N.
+   */
   slotOf(key: string | null): Promise<number>;
   /** Keys blocked behind a failed head (pause policy), with their held events. */
   blockedKeys(): Promise<BlockedKey[]>;
@@ -197,6 +204,7 @@ export function orderedKind(
         ["slots", "int[]", `{${slots.join(",")}}`],
         ["max_events", "int", s.maxEvents],
         ["help_after", "float8", helpAfter],
+        ["slot_count", "int", o.slots],
       ], (r) => ({ queue, consumer: name, slot: r.slot ?? 0, pause: o.pause, ordered: true }));
     },
   };
@@ -207,7 +215,12 @@ export function withSlots<P>(ctx: ConsumerContext, c: Consumer<P>, slots: number
   return Object.assign(c, {
     slots,
     slotOf: (key: string | null) =>
-      call<number>(ctx.driver, ctx.schema, "slot_of", [["key", "text", key], ["n", "int", slots]]),
+      call<number>(ctx.driver, ctx.schema, "consumer_slot_of", [
+        ["queue", "text", c.queue],
+        ["consumer", "text", c.name],
+        ["key", "text", key],
+        ["n", "int", slots],
+      ]),
     blockedKeys: () =>
       call<BlockedKey[]>(ctx.driver, ctx.schema, "blocked_keys", [["queue", "text", c.queue], ["consumer", "text", c.name]]),
   });

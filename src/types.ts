@@ -282,7 +282,7 @@ export interface BlockedKey {
 /** One cursor (a slot, for Tier B) in `status()`. */
 export interface CursorStatus {
   slot: number;
-  /** Events appended to the queue after the cursor's tick (queue-wide estimate from tick marks). */
+  /** Events committed to the queue after the cursor's tick (queue-wide; deduplicated and rolled-back sends do not count). */
   lagEvents: number;
   /** Seconds since the cursor's tick. */
   lagSeconds: number;
@@ -302,7 +302,7 @@ export interface QueueStatus {
   lastTick: string | null;
   /** Seconds since the last tick. */
   lastTickAge: number | null;
-  /** Events appended since the last tick (not yet in any window). */
+  /** Events committed since the last tick (not yet in any window), counted up to 100,000. */
   eventsSinceTick: number;
   consumers: {
     name: string;

@@ -50,6 +50,10 @@ create table :KEYQ_SCHEMA.tick (
   tick_time      timestamptz not null default now(),
   tick_snapshot  pg_snapshot not null,
   tick_event_seq bigint not null,
+  -- Events committed into the queue's windows up to this tick (cumulative,
+  -- counted once per window by the ticker): lag in real events, unlike
+  -- sequence values, which deduplicated and rolled-back sends also use.
+  tick_event_count bigint not null default 0,
   primary key (queue_id, tick_id)
 );
 
@@ -287,7 +291,14 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
-declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); out jsonb := '[]'; e jsonb;
+declare
+  q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
+  out jsonb := '[]';
+  e jsonb;
+  c record;
+  -- Results are collected in an array (amortised O(1) appends): growing a
+  -- jsonb array with || copies it every time, quadratic in the batch size.
+  res jsonb[] := '{}';
 begin
   if not jsonb_path_exists(events, '$[*].dedupKey') then
     -- The common path: one set-based insert.
@@ -302,10 +313,20 @@ begin
     return out;
   end if;
   for e in select x.v from jsonb_array_elements(events) with ordinality as x(v, ord) order by x.ord loop
-    out := out || :KEYQ_SCHEMA.send(queue, e->>'type', e->'payload', e->>'key',
-                                   e->>'dedupKey', (e->>'ttl')::float8);
+    if e->>'dedupKey' is null then
+      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
+      values (q.queue_id, q.cur_table, nextval(q.event_seq), e->>'type', e->>'key', e->'payload')
+      returning ev_id as id, false as deduped into c;
+    else
+      c := :KEYQ_SCHEMA.claim_dedup(q, e->>'dedupKey', (e->>'ttl')::float8);
+      if not c.deduped then
+        insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
+        values (q.queue_id, q.cur_table, c.id, e->>'type', e->>'key', e->'payload');
+      end if;
+    end if;
+    res := res || jsonb_build_object('id', c.id::text, 'deduped', c.deduped);
   end loop;
-  return out;
+  return to_jsonb(res);
 end $$;
 
 -- Ticker ----------------------------------------------------------------------
@@ -342,6 +363,7 @@ declare
   seq bigint;
   due boolean;
   id bigint;
+  snap pg_snapshot;
 begin
   if current_setting('transaction_isolation') <> 'read committed' then
     raise exception 'The ticker must run in a READ COMMITTED transaction, not %.', current_setting('transaction_isolation')
@@ -360,8 +382,10 @@ begin
   if not due then
     return jsonb_build_object('tick', null, 'reason', 'idle');
   end if;
-  insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)
-  values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), seq)
+  snap := pg_current_snapshot();
+  insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq, tick_event_count)
+  values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), snap, seq,
+          coalesce(last.tick_event_count + :KEYQ_SCHEMA.window_count(q.queue_id, last.tick_snapshot, snap), 0))
   returning tick_id into id;
   return jsonb_build_object('tick', id::text);
 end $$;
@@ -402,6 +426,27 @@ as $$
   ) w
   order by w.ev_txid, w.ev_id
   limit lim
+$$;
+
+-- How many events window (s1, s2] holds, counting at most lim (null: all).
+-- The same two index range scans as window_events, without the rows.
+create function :KEYQ_SCHEMA.window_count(qid int, s1 pg_snapshot, s2 pg_snapshot, lim bigint default null)
+returns bigint
+language sql stable
+set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
+set jit = off
+as $$
+  select count(*) from (
+    (select 1 from :KEYQ_SCHEMA.event e
+      where e.queue_id = qid
+        and e.ev_txid = any (array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2))))
+    union all
+    (select 1 from :KEYQ_SCHEMA.event e
+      where e.queue_id = qid
+        and e.ev_txid >= pg_snapshot_xmax(s1) and e.ev_txid < pg_snapshot_xmax(s2)
+        and pg_visible_in_snapshot(e.ev_txid, s2))
+    limit lim) w
 $$;
 
 create function :KEYQ_SCHEMA.event_json(e :KEYQ_SCHEMA.event, retry int default 0) returns jsonb

@@ -8,9 +8,44 @@
 
 -- (hashtextextended(K, 0) % N + N) % N, sign-safe; a null key goes to slot 0.
 -- Immutable and without a SET clause so it inlines and matches the index.
+-- Inlined, its body is parsed with the caller's search_path (and the index
+-- expression with whatever path a backend had when it loaded the index), so
+-- every operator and function is schema-qualified: a user's % operator must
+-- never change routing, nor corrupt the slot index.
 create function :KEYQ_SCHEMA.slot_of(key text, n int) returns int
 language sql immutable parallel safe
-as $$ select coalesce(((pg_catalog.hashtextextended(key, 0) % n + n) % n)::int, 0) $$;
+as $$ select coalesce((((pg_catalog.hashtextextended(key, 0) operator(pg_catalog.%) n) operator(pg_catalog.+) n)
+                       operator(pg_catalog.%) n)::pg_catalog.int4, 0) $$;
+
+-- Refuses a handle whose N is not the consumer's persisted N: it would read
+-- slots 0..n-1 only, stalling the other slots and pinning rotation.
+create function :KEYQ_SCHEMA.check_slots(c :KEYQ_SCHEMA.consumer, queue text, n int) returns void
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if n is not null and c.slots <> n then
+    raise exception 'Consumer "%" of queue "%" has % slots, persisted when it was created, not %; pass slots: % or use another consumer name.', c.consumer_name, queue, c.slots, n, c.slots
+      using errcode = 'KQ004', hint = 'KEYQ:SLOT_COUNT_MISMATCH';
+  end if;
+end $$;
+
+-- slotOf() of a handle: slot_of(key, n), refused when the consumer exists
+-- with another N (before it exists, n is the only N there is).
+create function :KEYQ_SCHEMA.consumer_slot_of(queue text, consumer text, key text, n int) returns jsonb
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare c :KEYQ_SCHEMA.consumer;
+begin
+  select k.* into c from :KEYQ_SCHEMA.consumer k join :KEYQ_SCHEMA.queue q using (queue_id)
+   where q.queue_name = queue and k.consumer_name = consumer;
+  if found then
+    perform :KEYQ_SCHEMA.check_slots(c, queue, n);
+  end if;
+  return to_jsonb(:KEYQ_SCHEMA.slot_of(key, n));
+end $$;
 
 -- Builds the slot index for N on the queue's log unless it exists. Called
 -- only when an ordered consumer is created: CREATE INDEX takes a SHARE lock.
@@ -148,7 +183,8 @@ end $$;
 -- held instead of returned.
 create function :KEYQ_SCHEMA.receive_ordered(
   queue text, consumer text, slots int[], max_events int,
-  help_after float8 default null, skip_try_lock boolean default false
+  help_after float8 default null, skip_try_lock boolean default false,
+  slot_count int default null
 ) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -168,6 +204,7 @@ begin
     raise exception 'Consumer "%" of queue "%" is a % consumer, not ordered; use another consumer name.', consumer, queue, c.kind
       using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
   end if;
+  perform :KEYQ_SCHEMA.check_slots(c, queue, slot_count);
   todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);
   if help_after is not null then
     todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu

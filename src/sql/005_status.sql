@@ -2,8 +2,10 @@
 -- every queue (for a pg_cron schedule; never required).
 
 -- Per queue: tables and rotation, the last tick and its age, events appended
--- since it; per consumer and slot: lag (events and seconds, from the tick
--- marks, so no log scan), last poll, retries, dead letters, blocked keys.
+-- since it; per consumer and slot: lag (events and seconds, from the ticks'
+-- cumulative event counts plus the events since the last tick, so no scan of
+-- old windows), last poll, retries, dead letters, blocked keys. Events since
+-- the last tick are counted through the txid index, at most 100,000.
 -- A slot not polled for stale_after seconds is flagged: it pins rotation.
 create function :KEYQ_SCHEMA.status(queue text default null, stale_after float8 default 300) returns jsonb
 language sql stable
@@ -13,7 +15,7 @@ as $$
     'queue', q.queue_name,
     'tables', q.ntables, 'currentTable', q.cur_table, 'rotatedAt', q.rotated_at,
     'lastTick', lt.tick_id::text, 'lastTickAge', extract(epoch from now() - lt.tick_time),
-    'eventsSinceTick', greatest(coalesce(pg_sequence_last_value(q.event_seq), 0) - lt.tick_event_seq, 0),
+    'eventsSinceTick', coalesce(pending.n, 0),
     'consumers', coalesce((
       select jsonb_agg(jsonb_build_object(
         'name', c.consumer_name, 'kind', c.kind, 'slots', c.slots,
@@ -22,7 +24,7 @@ as $$
         'blockedKeys', (select count(*) from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id),
         'cursors', (select jsonb_agg(jsonb_build_object(
             'slot', cu.slot,
-            'lagEvents', greatest(coalesce(pg_sequence_last_value(q.event_seq), 0) - t.tick_event_seq, 0),
+            'lagEvents', lt.tick_event_count - t.tick_event_count + coalesce(pending.n, 0),
             'lagSeconds', extract(epoch from now() - t.tick_time),
             'polledAgo', extract(epoch from now() - cu.polled_at),
             'stale', cu.polled_at < now() - make_interval(secs => stale_after),
@@ -35,6 +37,8 @@ as $$
   from :KEYQ_SCHEMA.queue q
   left join lateral (select * from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id
                       order by t.tick_id desc limit 1) lt on true
+  left join lateral (select :KEYQ_SCHEMA.window_count(q.queue_id, lt.tick_snapshot, pg_current_snapshot(), 100000) as n
+                      where lt.tick_id is not null) pending on true
   where status.queue is null or q.queue_name = status.queue
 $$;
 
