@@ -486,6 +486,10 @@ begin
     end if;
     return jsonb_build_object('created', false);
   end if;
+  -- Maintenance skips the queue until this commits: with no cursor yet,
+  -- tick pruning would otherwise delete the start tick read below, and the
+  -- first window would read from a missing snapshot (nothing, silently).
+  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id));
   select max(tick_id) into t from :KEYQ_SCHEMA.tick where queue_id = q.queue_id;
   if kind = 'ordered' then
     perform :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, slots);
