@@ -9,7 +9,7 @@
 import { type BatchSettings, batchSettings, type ConsumerContext, runBatch, type Target } from "./batch.ts";
 import { KeyqError } from "./errors.ts";
 import { runLoop, workLoop } from "./loop.ts";
-import { call } from "./sql.ts";
+import { call, mapError } from "./sql.ts";
 import type { BatchOptions, BatchReport, BlockedKey, RunOptions, RunReport, WorkOptions } from "./types.ts";
 import { checkName } from "./validate.ts";
 
@@ -61,6 +61,35 @@ export interface ConsumerKind {
   batch(s: BatchSettings): Promise<BatchReport>;
 }
 
+/** The engine's answer to subscribe: done, or slot-index work to do first. */
+interface SubscribeReply {
+  created: boolean;
+  /** CREATE/DROP INDEX CONCURRENTLY statements to run outside a transaction. */
+  build?: string[];
+  /** Another session is building a slot index of this queue. */
+  wait?: boolean;
+}
+
+/**
+ * Runs the engine's concurrent index statements one by one, outside any
+ * transaction, so producers keep writing while they run. False when the
+ * server cannot build concurrently (the engine then builds in place).
+ */
+async function buildConcurrently(ctx: ConsumerContext, statements: string[]): Promise<boolean> {
+  for (const text of statements) {
+    try {
+      await ctx.driver.query(text);
+    } catch (err) {
+      const code = (err as { code?: unknown } | null)?.code;
+      if (code === "25001" || code === "0A000") return false; // inside a transaction block, or unsupported
+      // Another subscriber's concurrent build of the same index (deadlock,
+      // lock wait, a build that failed): the next round looks again.
+      if (code !== "40P01" && code !== "55P03" && code !== "42P07" && code !== "XX000") throw mapError(err, ctx.schema);
+    }
+  }
+  return true;
+}
+
 /** Builds the shared consumer surface around one kind. */
 export function makeConsumer<P>(
   ctx: ConsumerContext,
@@ -72,15 +101,23 @@ export function makeConsumer<P>(
   checkName("consumer", name);
   let subscribed = false;
   const subscribe = async (): Promise<boolean> => {
-    const r = await call<{ created: boolean }>(ctx.driver, ctx.schema, "subscribe", [
-      ["queue", "text", queue],
-      ["consumer", "text", name],
-      ["kind", "text", k.kind],
-      ["slots", "int", k.slots ?? 1],
-      ["settings", "jsonb", k.settings],
-    ]);
-    subscribed = true;
-    return r.created;
+    let inline = false;
+    for (let round = 1;; round++) {
+      const r: SubscribeReply = await call<SubscribeReply>(ctx.driver, ctx.schema, "subscribe", [
+        ["queue", "text", queue],
+        ["consumer", "text", name],
+        ["kind", "text", k.kind],
+        ["slots", "int", k.slots ?? 1],
+        ["settings", "jsonb", k.settings],
+        ["index_inline", "boolean", inline],
+      ]);
+      if (!r.build && !r.wait) {
+        subscribed = true;
+        return r.created;
+      }
+      inline = !(await buildConcurrently(ctx, r.build ?? [])) || round >= 600;
+      if (r.wait) await new Promise((res) => setTimeout(res, 100));
+    }
   };
   const k = kind(subscribe);
   const run = async (s: BatchSettings): Promise<RunReport> => {

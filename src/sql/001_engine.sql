@@ -459,8 +459,12 @@ $$;
 
 -- Consumers -------------------------------------------------------------------
 
+-- An ordered consumer needs the slot index for its N: when a ring table can
+-- only be indexed concurrently, nothing is created and the answer lists the
+-- statements the client runs (outside a transaction) before calling again.
 create function :KEYQ_SCHEMA.subscribe(queue text, consumer text, kind text default 'plain',
-                                       slots int default 1, settings jsonb default '{}') returns jsonb
+                                       slots int default 1, settings jsonb default '{}',
+                                       index_inline boolean default false) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -469,6 +473,7 @@ declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   c :KEYQ_SCHEMA.consumer;
   t bigint;
+  pending jsonb;
 begin
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('subscribe', q.queue_id));
   select * into c from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;
@@ -492,7 +497,10 @@ begin
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id));
   select max(tick_id) into t from :KEYQ_SCHEMA.tick where queue_id = q.queue_id;
   if kind = 'ordered' then
-    perform :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, slots);
+    pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, slots, index_inline);
+    if pending is not null then
+      return pending || jsonb_build_object('created', false);
+    end if;
   end if;
   insert into :KEYQ_SCHEMA.consumer (queue_id, consumer_name, kind, slots, settings)
   values (q.queue_id, consumer, kind, slots, settings) returning * into c;

@@ -47,19 +47,71 @@ begin
   return to_jsonb(:KEYQ_SCHEMA.slot_of(key, n));
 end $$;
 
--- Builds the slot index for N on the queue's log unless it exists. Called
--- only when an ordered consumer is created: CREATE INDEX takes a SHARE lock.
-create function :KEYQ_SCHEMA.ensure_slot_index(qid int, n int) returns void
+-- The slot index for N, one per ring table of the queue (a partitioned
+-- parent cannot be indexed concurrently, and reads only use the leaves').
+-- Never blocks producers: a ring table nobody is writing to (lock NOWAIT)
+-- and that is small is indexed in place, in milliseconds; any other is left
+-- to the client, which runs the returned CREATE INDEX CONCURRENTLY
+-- statements outside a transaction and subscribes again. An INVALID index
+-- (a failed concurrent build) is dropped and rebuilt, unless a build still
+-- holds its table (then the client waits). inline builds everything here
+-- (for a server that cannot build concurrently; PGlite has one connection).
+-- Returns null when every ring table has a valid index.
+create function :KEYQ_SCHEMA.ensure_slot_index(qid int, n int, inline boolean default false) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
-declare idx text := 'event_' || qid || '_slots' || n;
+declare
+  q :KEYQ_SCHEMA.queue;
+  tbl text;
+  idx text;
+  valid boolean;
+  build text[] := '{}';
+  waiting boolean := false;
+  ddl text;
 begin
-  if to_regclass(format('%I.%I', :KEYQ_SCHEMA_NAME, idx)) is null then
-    execute format('create index %I on %I.%I (%I.slot_of(ev_key, %s), ev_txid, ev_id)',
-                   idx, :KEYQ_SCHEMA_NAME, 'event_' || qid, :KEYQ_SCHEMA_NAME, n);
-  end if;
+  select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;
+  for i in 0 .. q.ntables - 1 loop
+    tbl := 'event_' || qid || '_' || i;
+    idx := tbl || '_slots' || n;
+    ddl := format('create index %%s if not exists %I on %I.%I (%I.slot_of(ev_key, %s), ev_txid, ev_id)',
+                  idx, :KEYQ_SCHEMA_NAME, tbl, :KEYQ_SCHEMA_NAME, n);
+    select x.indisvalid into valid
+      from pg_index x join pg_class c on c.oid = x.indexrelid
+     where c.relname = idx and c.relnamespace = :KEYQ_SCHEMA_NAME::regnamespace;
+    if valid then continue; end if;
+    if valid is not null then
+      -- INVALID: a concurrent build in progress holds SHARE UPDATE EXCLUSIVE.
+      begin
+        execute format('lock table %I.%I in share update exclusive mode nowait', :KEYQ_SCHEMA_NAME, tbl);
+      exception when lock_not_available then
+        waiting := true;
+        continue;
+      end;
+      if not inline then
+        build := build || format('drop index concurrently if exists %I.%I', :KEYQ_SCHEMA_NAME, idx)
+                       || format(ddl, 'concurrently');
+        continue;
+      end if;
+      execute format('drop index %I.%I', :KEYQ_SCHEMA_NAME, idx);
+    end if;
+    if not inline then
+      begin
+        execute format('lock table %I.%I in share mode nowait', :KEYQ_SCHEMA_NAME, tbl);
+      exception when lock_not_available then
+        build := build || format(ddl, 'concurrently');
+        continue;
+      end;
+      if pg_relation_size(format('%I.%I', :KEYQ_SCHEMA_NAME, tbl)) > 1048576 then
+        build := build || format(ddl, 'concurrently');
+        continue;
+      end if;
+    end if;
+    execute format(ddl, '');
+  end loop;
+  if cardinality(build) = 0 and not waiting then return null; end if;
+  return jsonb_build_object('build', to_jsonb(build), 'wait', waiting);
 end $$;
 
 -- window_events restricted to slot k of n, reading only the slot's rows:
