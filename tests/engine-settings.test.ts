@@ -394,4 +394,54 @@ describe("engine under real server settings", () => {
       await f.close();
     }
   });
+
+  test("slot index: racing subscribers of one new N behind a producer, and an INVALID index left by a failed concurrent build", { skip }, async () => {
+    const f = await pgFixture({ max: 4 });
+    const subscribers = Array.from({ length: 3 }, (_, i) => worker(f.url, f.schema, i, "kq-sub"));
+    let endHeld: (() => Promise<void>) | undefined;
+    const validIndexes = async (n: number) => {
+      const [r] = await f.raw(
+        `select count(*) filter (where x.indisvalid)::int as valid, count(*)::int as total
+           from pg_index x join pg_class c on c.oid = x.indexrelid
+          where c.relnamespace = $1::regnamespace and c.relname like $2`,
+        [f.schema, `event\\_%\\_slots${n}`],
+      );
+      return { valid: r!.valid as number, total: r!.total as number };
+    };
+    try {
+      await f.q.createQueue("files");
+      await f.q.sendBatch("files", events(100));
+      const held = await f.sql.reserve();
+      await held.unsafe("begin");
+      endHeld = async () => {
+        endHeld = undefined;
+        await held.unsafe("commit");
+        held.release();
+      };
+      await held.unsafe(`select "${f.schema}".send('files', 'E', '"held"'::jsonb, 'k-held')`);
+      const racing = subscribers.map(({ q }, i) => q.ordered("files", `racer-${i}`, { slots: 5 }).subscribe());
+      await new Promise((res) => setTimeout(res, 500));
+      await endHeld();
+      assert.deepEqual(await Promise.all(racing), [true, true, true]);
+      assert.deepEqual(await validIndexes(5), { valid: 3, total: 3 });
+
+      // A failed CREATE INDEX CONCURRENTLY leaves an INVALID index behind; mark one so.
+      await f.raw(
+        `update pg_index set indisvalid = false
+          where indexrelid = (select oid from pg_class where relnamespace = $1::regnamespace and relname like 'event\\_%\\_0\\_slots5')`,
+        [f.schema],
+      );
+      assert.deepEqual(await validIndexes(5), { valid: 2, total: 3 });
+      assert.equal(await f.q.ordered("files", "after-failure", { slots: 5 }).subscribe(), true);
+      assert.deepEqual(await validIndexes(5), { valid: 3, total: 3 }, "the invalid index was rebuilt");
+      const seen: number[] = [];
+      await f.q.sendBatch("files", events(20, 9000));
+      await f.q.ordered<number>("files", "after-failure", { slots: 5 }).run({ handler: (ev) => void seen.push(ev.payload) });
+      assert.equal(seen.filter((p) => p >= 9000).length, 20);
+    } finally {
+      if (endHeld) await endHeld();
+      await Promise.all(subscribers.map((w) => w.sql.end()));
+      await f.close();
+    }
+  });
 });
