@@ -50,10 +50,6 @@ create table :KEYQ_SCHEMA.tick (
   tick_time      timestamptz not null default now(),
   tick_snapshot  pg_snapshot not null,
   tick_event_seq bigint not null,
-  -- Events committed into the queue's windows up to this tick (cumulative,
-  -- counted once per window by the ticker): lag in real events, unlike
-  -- sequence values, which deduplicated and rolled-back sends also use.
-  tick_event_count bigint not null default 0,
   primary key (queue_id, tick_id)
 );
 
@@ -363,7 +359,6 @@ declare
   seq bigint;
   due boolean;
   id bigint;
-  snap pg_snapshot;
 begin
   if current_setting('transaction_isolation') <> 'read committed' then
     raise exception 'The ticker must run in a READ COMMITTED transaction, not %.', current_setting('transaction_isolation')
@@ -382,10 +377,8 @@ begin
   if not due then
     return jsonb_build_object('tick', null, 'reason', 'idle');
   end if;
-  snap := pg_current_snapshot();
-  insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq, tick_event_count)
-  values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), snap, seq,
-          coalesce(last.tick_event_count + :KEYQ_SCHEMA.window_count(q.queue_id, last.tick_snapshot, snap), 0))
+  insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)
+  values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), seq)
   returning tick_id into id;
   return jsonb_build_object('tick', id::text);
 end $$;
@@ -428,8 +421,10 @@ as $$
   limit lim
 $$;
 
--- How many events window (s1, s2] holds, counting at most lim (null: all).
--- The same two index range scans as window_events, without the rows.
+-- How many events window (s1, s2] holds, counting at most lim (null: all):
+-- status() counts real events (sequence values also go to deduplicated and
+-- rolled-back sends). The same two range scans of the (ev_txid, ev_id) index
+-- as window_events, without the rows.
 create function :KEYQ_SCHEMA.window_count(qid int, s1 pg_snapshot, s2 pg_snapshot, lim bigint default null)
 returns bigint
 language sql stable
