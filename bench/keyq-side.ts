@@ -106,6 +106,23 @@ export async function produceBatch(admin: Sql, sizes: Sizes, seed: number): Prom
   }
 }
 
+/**
+ * Produce: one `sendBatch` call of `n` events, each with its own dedup key
+ * (the engine's per-event claim path); milliseconds for the call.
+ */
+export async function produceDedup(admin: Sql, n: number, seed: number): Promise<number> {
+  const { schema, loader } = await setup("dedup");
+  try {
+    const events = makeEvents(n, seed).map((e, i) => ({ ...toSend(e), dedupKey: `d-${seed}-${i}` }));
+    await loader.q.sendBatch(QUEUE, events.slice(0, 10).map((e) => ({ ...e, dedupKey: `warm-${e.dedupKey}` })));
+    const t0 = performance.now();
+    await loader.q.sendBatch(QUEUE, events);
+    return performance.now() - t0;
+  } finally {
+    await teardown(admin, schema, loader);
+  }
+}
+
 type Kind = "plain" | "exclusive" | "ordered";
 
 /**

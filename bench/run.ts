@@ -30,7 +30,7 @@ interface Args {
   sizes: Sizes;
 }
 
-const SCENARIOS = ["produce-send", "produce-batch", "plain", "exclusive", "latency", "retry", "ordered"] as const;
+const SCENARIOS = ["produce-send", "produce-batch", "produce-dedup", "plain", "exclusive", "latency", "retry", "ordered"] as const;
 type ScenarioId = (typeof SCENARIOS)[number];
 
 const kebab = (k: string) => k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
@@ -105,6 +105,10 @@ function declare(): void {
   const on = (id: ScenarioId) => args.only === null || args.only.includes(id);
   if (on("produce-send")) metric("produce-send", "produce: send, 1 connection", "events/s", "higher");
   if (on("produce-batch")) metric("produce-batch", `produce: sendBatch ×${s.batchSize} (pg-boss insert)`, "events/s", "higher");
+  if (on("produce-dedup")) {
+    metric("dedup-small", `produce: one sendBatch of ${s.dedupSmall} events with dedup keys (keyq only)`, "ms", "lower");
+    metric("dedup-large", `produce: one sendBatch of ${s.dedupLarge} events with dedup keys (keyq only)`, "ms", "lower");
+  }
   if (on("plain")) metric("plain", "consume: plain, 1 worker (pg-boss standard)", "events/s", "higher");
   if (on("exclusive")) metric("exclusive", `consume: Tier A, ${s.workers} workers (pg-boss singleton)`, "events/s", "higher");
   if (on("latency")) {
@@ -163,6 +167,15 @@ async function scenario(id: ScenarioId, round: number, order: Side[]): Promise<v
         const r = await measure(side, id, () => fn(admin, s, seed));
         metrics.get(id)![side].push(r ?? Number.NaN);
         parts.push(`${name} ${r === null ? "error" : `${fmt(r)} ev/s`}`);
+        break;
+      }
+      case "produce-dedup": {
+        if (side !== "keyq") break; // pg-boss has no per-event dedup in one insert call
+        for (const [row, n] of [["dedup-small", s.dedupSmall], ["dedup-large", s.dedupLarge]] as const) {
+          const r = await measure(side, `${id} ${n}`, () => kq.produceDedup(admin, n, seed));
+          metrics.get(row)!.keyq.push(r ?? Number.NaN);
+          parts.push(`keyq ${n} events ${r === null ? "error" : `${fmt(r)} ms`}`);
+        }
         break;
       }
       case "plain":

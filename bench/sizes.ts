@@ -34,6 +34,10 @@ export interface Sizes {
   slots: number;
   /** Tier A: how long a deferred (key held elsewhere) event waits, ms. */
   deferMs: number;
+  /** keyq only: events of the smaller single `sendBatch` call with a dedup key each. */
+  dedupSmall: number;
+  /** keyq only: events of the larger single `sendBatch` call with a dedup key each. */
+  dedupLarge: number;
 }
 
 /** Defaults of a full run: about 6 minutes for 5 rounds on 2 busy cores. */
@@ -52,6 +56,8 @@ export const FULL: Sizes = {
   orderedEvents: 10_000,
   slots: 8,
   deferMs: 20,
+  dedupSmall: 10_000,
+  dedupLarge: 100_000,
 };
 
 /** `--quick`: a ~30 s smoke run. */
@@ -65,6 +71,8 @@ export const QUICK: Sizes = {
   seconds: 2,
   retryEvents: 1_000,
   orderedEvents: 3_000,
+  dedupSmall: 2_000,
+  dedupLarge: 20_000,
 };
 
 /** What a throughput scenario measured on one side. */

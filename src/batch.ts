@@ -294,7 +294,7 @@ async function handleEvents(
         ended ||= r.timedOut === true;
       }
     }
-  } else {
+  } else if (events.length > 0) { // an empty look (or only contended keys) is not a batch
     const byEvent = new Map(events.map(({ w, ev }) => [ev, w] as const));
     if (life.signal.aborted) throw life.error(); // stopped before it began: nothing done, nothing lost
     const r = await callHandler(s, br, (hc) =>

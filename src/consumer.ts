@@ -10,7 +10,7 @@ import { type BatchSettings, batchSettings, type ConsumerContext, runBatch, type
 import { KeyqError } from "./errors.ts";
 import { fenceHooks } from "./fence.ts";
 import { runLoop, workLoop } from "./loop.ts";
-import { call, fields } from "./sql.ts";
+import { call, fields, mapError } from "./sql.ts";
 import type { BatchOptions, BatchReport, BlockedKey, RunOptions, RunReport, WorkOptions } from "./types.ts";
 import { checkName } from "./validate.ts";
 
@@ -35,9 +35,16 @@ export interface Consumer<P = unknown> {
 
 /** A Tier B ordered consumer: the shared calls plus its slots. */
 export interface OrderedConsumer<P = unknown> extends Consumer<P> {
-  /** The persisted slot count N. */
+  /**
+   * The slot count N of this handle. Every engine call of the handle
+   * (`subscribe`, `batch`, `run`, `work`, `slotOf`) checks it against the
+   * persisted N and refuses a mismatch with `SLOT_COUNT_MISMATCH`.
+   */
   readonly slots: number;
-  /** The slot of `key`: `(hashtextextended(key, 0) % N + N) % N`; null goes to slot 0. */
+  /**
+   * The slot of `key`: `(hashtextextended(key, 0) % N + N) % N`; null goes to
+   * slot 0. `SLOT_COUNT_MISMATCH` when the consumer exists with another N.
+   */
   slotOf(key: string | null): Promise<number>;
   /** Keys blocked behind a failed head (pause policy), with their held events. */
   blockedKeys(): Promise<BlockedKey[]>;
@@ -55,6 +62,35 @@ export interface ConsumerKind {
   batch(s: BatchSettings, until?: number): Promise<BatchReport>;
 }
 
+/** The engine's answer to subscribe: done, or slot-index work to do first. */
+interface SubscribeReply {
+  created: boolean;
+  /** CREATE/DROP INDEX CONCURRENTLY statements to run outside a transaction. */
+  build?: string[];
+  /** Another session is building a slot index of this queue. */
+  wait?: boolean;
+}
+
+/**
+ * Runs the engine's concurrent index statements one by one, outside any
+ * transaction, so producers keep writing while they run. False when the
+ * server cannot build concurrently (the engine then builds in place).
+ */
+async function buildConcurrently(ctx: ConsumerContext, statements: string[]): Promise<boolean> {
+  for (const text of statements) {
+    try {
+      await ctx.driver.query(text);
+    } catch (err) {
+      const code = (err as { code?: unknown } | null)?.code;
+      if (code === "25001" || code === "0A000") return false; // inside a transaction block, or unsupported
+      // Another subscriber's concurrent build of the same index (deadlock,
+      // lock wait, a build that failed): the next round looks again.
+      if (code !== "40P01" && code !== "55P03" && code !== "42P07" && code !== "XX000") throw mapError(err, ctx.schema);
+    }
+  }
+  return true;
+}
+
 /** Builds the shared consumer surface around one kind. */
 export function makeConsumer<P>(
   ctx: ConsumerContext,
@@ -66,15 +102,23 @@ export function makeConsumer<P>(
   checkName("consumer", name);
   let subscribed = false;
   const subscribe = async (): Promise<boolean> => {
-    const r = await call<{ created: boolean }>(ctx.driver, ctx.schema, "subscribe", [
-      ["queue", "text", queue],
-      ["consumer", "text", name],
-      ["kind", "text", k.kind],
-      ["slots", "int", k.slots ?? 1],
-      ["settings", "jsonb", k.settings],
-    ], fields({ created: "boolean" }));
-    subscribed = true;
-    return r.created;
+    let inline = false;
+    for (let round = 1;; round++) {
+      const r: SubscribeReply = await call<SubscribeReply>(ctx.driver, ctx.schema, "subscribe", [
+        ["queue", "text", queue],
+        ["consumer", "text", name],
+        ["kind", "text", k.kind],
+        ["slots", "int", k.slots ?? 1],
+        ["settings", "jsonb", k.settings],
+        ["index_inline", "boolean", inline],
+      ], fields({ created: "boolean", build: "array|undefined", wait: "boolean|undefined" }));
+      if (!r.build && !r.wait) {
+        subscribed = true;
+        return r.created;
+      }
+      inline = !(await buildConcurrently(ctx, r.build ?? [])) || round >= 600;
+      if (r.wait) await new Promise((res) => setTimeout(res, 100));
+    }
   };
   const k = kind(subscribe);
   const run = async (s: BatchSettings): Promise<RunReport> => {
@@ -203,6 +247,7 @@ export function orderedKind(
         ["slots", "int[]", `{${slots.join(",")}}`],
         ["max_events", "int", s.maxEvents],
         ["help_after", "float8", helpAfter],
+        ["slot_count", "int", o.slots],
       ], (r) => ({ queue, consumer: name, slot: r.slot ?? 0, pause: o.pause, ordered: true }), {
         until,
         hooks: o.fenced ? fenceHooks(ctx, queue, name, "slot") : undefined,
@@ -216,7 +261,12 @@ export function withSlots<P>(ctx: ConsumerContext, c: Consumer<P>, slots: number
   return Object.assign(c, {
     slots,
     slotOf: (key: string | null) =>
-      call<number>(ctx.driver, ctx.schema, "slot_of", [["key", "text", key], ["n", "int", slots]]),
+      call<number>(ctx.driver, ctx.schema, "consumer_slot_of", [
+        ["queue", "text", c.queue],
+        ["consumer", "text", c.name],
+        ["key", "text", key],
+        ["n", "int", slots],
+      ]),
     blockedKeys: () =>
       call<BlockedKey[]>(ctx.driver, ctx.schema, "blocked_keys", [["queue", "text", c.queue], ["consumer", "text", c.name]]),
   });

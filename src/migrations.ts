@@ -301,7 +301,14 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
-declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); out jsonb := '[]'; e jsonb;
+declare
+  q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
+  out jsonb := '[]';
+  e jsonb;
+  c record;
+  -- Results are collected in an array (amortised O(1) appends): growing a
+  -- jsonb array with || copies it every time, quadratic in the batch size.
+  res jsonb[] := '{}';
 begin
   if not jsonb_path_exists(events, '$[*].dedupKey') then
     -- The common path: one set-based insert.
@@ -316,10 +323,20 @@ begin
     return out;
   end if;
   for e in select x.v from jsonb_array_elements(events) with ordinality as x(v, ord) order by x.ord loop
-    out := out || :KEYQ_SCHEMA.send(queue, e->>'type', e->'payload', e->>'key',
-                                   e->>'dedupKey', (e->>'ttl')::float8);
+    if e->>'dedupKey' is null then
+      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
+      values (q.queue_id, q.cur_table, nextval(q.event_seq), e->>'type', e->>'key', e->'payload')
+      returning ev_id as id, false as deduped into c;
+    else
+      c := :KEYQ_SCHEMA.claim_dedup(q, e->>'dedupKey', (e->>'ttl')::float8);
+      if not c.deduped then
+        insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
+        values (q.queue_id, q.cur_table, c.id, e->>'type', e->>'key', e->'payload');
+      end if;
+    end if;
+    res := res || jsonb_build_object('id', c.id::text, 'deduped', c.deduped);
   end loop;
-  return out;
+  return to_jsonb(res);
 end $$;
 
 -- Ticker ----------------------------------------------------------------------
@@ -388,7 +405,9 @@ end $$;
 -- [xmax(s1), xmax(s2)); both are index range scans on (ev_txid, ev_id).
 -- Sorts and sequential scans are off so the plan is an ordered index scan
 -- that stops at the limit whatever the row estimates say: otherwise a big
--- window could be re-read whole for every batch.
+-- window could be re-read whole for every batch. Both branches are ordered
+-- the same way, so the union is a merge, never a sort; jit is off as a
+-- backstop (a disabled sort is priced at 1e10, which would JIT every call).
 create function :KEYQ_SCHEMA.window_events(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int
 ) returns setof :KEYQ_SCHEMA.event
@@ -396,6 +415,7 @@ language sql stable
 set search_path = pg_catalog, pg_temp
 set enable_sort = off
 set enable_seqscan = off
+set jit = off
 as $$
   select w.* from (
     (select e.* from :KEYQ_SCHEMA.event e
@@ -415,6 +435,29 @@ as $$
   limit lim
 $$;
 
+-- How many events window (s1, s2] holds, counting at most lim (null: all):
+-- status() counts real events (sequence values also go to deduplicated and
+-- rolled-back sends). The same two range scans of the (ev_txid, ev_id) index
+-- as window_events, without the rows.
+create function :KEYQ_SCHEMA.window_count(qid int, s1 pg_snapshot, s2 pg_snapshot, lim bigint default null)
+returns bigint
+language sql stable
+set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
+set jit = off
+as $$
+  select count(*) from (
+    (select 1 from :KEYQ_SCHEMA.event e
+      where e.queue_id = qid
+        and e.ev_txid = any (array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2))))
+    union all
+    (select 1 from :KEYQ_SCHEMA.event e
+      where e.queue_id = qid
+        and e.ev_txid >= pg_snapshot_xmax(s1) and e.ev_txid < pg_snapshot_xmax(s2)
+        and pg_visible_in_snapshot(e.ev_txid, s2))
+    limit lim) w
+$$;
+
 create function :KEYQ_SCHEMA.event_json(e :KEYQ_SCHEMA.event, retry int default 0) returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -425,8 +468,12 @@ $$;
 
 -- Consumers -------------------------------------------------------------------
 
+-- An ordered consumer needs the slot index for its N: when a ring table can
+-- only be indexed concurrently, nothing is created and the answer lists the
+-- statements the client runs (outside a transaction) before calling again.
 create function :KEYQ_SCHEMA.subscribe(queue text, consumer text, kind text default 'plain',
-                                       slots int default 1, settings jsonb default '{}') returns jsonb
+                                       slots int default 1, settings jsonb default '{}',
+                                       index_inline boolean default false) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -435,6 +482,7 @@ declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   c :KEYQ_SCHEMA.consumer;
   t bigint;
+  pending jsonb;
 begin
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('subscribe', q.queue_id));
   select * into c from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;
@@ -452,9 +500,16 @@ begin
     end if;
     return jsonb_build_object('created', false);
   end if;
+  -- Maintenance skips the queue until this commits: with no cursor yet,
+  -- tick pruning would otherwise delete the start tick read below, and the
+  -- first window would read from a missing snapshot (nothing, silently).
+  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id));
   select max(tick_id) into t from :KEYQ_SCHEMA.tick where queue_id = q.queue_id;
   if kind = 'ordered' then
-    perform :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, slots);
+    pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, slots, index_inline);
+    if pending is not null then
+      return pending || jsonb_build_object('created', false);
+    end if;
   end if;
   insert into :KEYQ_SCHEMA.consumer (queue_id, consumer_name, kind, slots, settings)
   values (q.queue_id, consumer, kind, slots, settings) returning * into c;
@@ -1034,6 +1089,36 @@ as $$
   from (select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord) order by ord) x
 $$;
 
+-- Distinct keys one batch may lock. Advisory locks live in the server's
+-- shared lock table (max_locks_per_transaction * (max_connections +
+-- max_prepared_transactions) entries, shared by every session): a batch
+-- locking one entry per key could fill it (53200 "out of shared memory",
+-- seen by every session). A batch takes at most a sixteenth of the table,
+-- and never less than one transaction's own share.
+create function :KEYQ_SCHEMA.key_budget() returns int
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select greatest(current_setting('max_locks_per_transaction')::int,
+                  current_setting('max_locks_per_transaction')::int
+                  * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int) / 16)
+$$;
+
+-- How many leading events of evs hold at most budget distinct keys (null
+-- keys take no lock). The rest stays in the chunk for a later batch: nothing
+-- is skipped, reordered or charged a retry.
+create function :KEYQ_SCHEMA.keys_prefix(evs :KEYQ_SCHEMA.event[], budget int) returns int
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce(max(i), 0)::int
+    from (select i, sum(fresh::int) over (order by i) as keys
+            from (select i, (evs[i]).ev_key is not null
+                         and row_number() over (partition by (evs[i]).ev_key order by i) = 1 as fresh
+                    from generate_subscripts(evs, 1) i) f) k
+   where keys <= budget
+$$;
+
 -- One batch of an exclusive consumer: due retries first, then one chunk
 -- claimed without waiting; per-key try-locks for all of them.
 create function :KEYQ_SCHEMA.receive_exclusive(queue text, consumer text, max_events int) returns jsonb
@@ -1048,14 +1133,16 @@ declare
   take int;
   last :KEYQ_SCHEMA.event;
   out jsonb;
+  keys_left int := :KEYQ_SCHEMA.key_budget();
 begin
   if c.kind <> 'exclusive' then
     raise exception 'Consumer "%" of queue "%" is a % consumer, not exclusive; use another consumer name.', consumer, queue, c.kind
       using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
   end if;
-  out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
+  out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, least(max_events, keys_left));
   take := max_events - jsonb_array_length(out);
-  if take > 0 then
+  keys_left := keys_left - (select count(distinct e->>'key') from jsonb_array_elements(out) e)::int;
+  if take > 0 and keys_left > 0 then
     select * into ch from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id
      order by chunk_id limit 1 for update skip locked;
     if found then
@@ -1065,7 +1152,8 @@ begin
                (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
                (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
                ch.after_txid, ch.after_id, take) w;
-      take := coalesce(array_length(evs, 1), 0);
+      take := :KEYQ_SCHEMA.keys_prefix(evs, keys_left);
+      evs := evs[1:take];
       if take >= ch.n or take = 0 then
         delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
       else
@@ -1094,23 +1182,110 @@ end $$;
 
 -- (hashtextextended(K, 0) % N + N) % N, sign-safe; a null key goes to slot 0.
 -- Immutable and without a SET clause so it inlines and matches the index.
+-- Inlined, its body is parsed with the caller's search_path (and the index
+-- expression with whatever path a backend had when it loaded the index), so
+-- every operator and function is schema-qualified: a user's % operator must
+-- never change routing, nor corrupt the slot index.
 create function :KEYQ_SCHEMA.slot_of(key text, n int) returns int
 language sql immutable parallel safe
-as $$ select coalesce(((pg_catalog.hashtextextended(key, 0) % n + n) % n)::int, 0) $$;
+as $$ select coalesce((((pg_catalog.hashtextextended(key, 0) operator(pg_catalog.%) n) operator(pg_catalog.+) n)
+                       operator(pg_catalog.%) n)::pg_catalog.int4, 0) $$;
 
--- Builds the slot index for N on the queue's log unless it exists. Called
--- only when an ordered consumer is created: CREATE INDEX takes a SHARE lock.
-create function :KEYQ_SCHEMA.ensure_slot_index(qid int, n int) returns void
+-- Refuses a handle whose N is not the consumer's persisted N: it would read
+-- slots 0..n-1 only, stalling the other slots and pinning rotation.
+create function :KEYQ_SCHEMA.check_slots(c :KEYQ_SCHEMA.consumer, queue text, n int) returns void
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if n is not null and c.slots <> n then
+    raise exception 'Consumer "%" of queue "%" has % slots, persisted when it was created, not %; pass slots: % or use another consumer name.', c.consumer_name, queue, c.slots, n, c.slots
+      using errcode = 'KQ004', hint = 'KEYQ:SLOT_COUNT_MISMATCH';
+  end if;
+end $$;
+
+-- slotOf() of a handle: slot_of(key, n), refused when the consumer exists
+-- with another N (before it exists, n is the only N there is).
+create function :KEYQ_SCHEMA.consumer_slot_of(queue text, consumer text, key text, n int) returns jsonb
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare c :KEYQ_SCHEMA.consumer;
+begin
+  select k.* into c from :KEYQ_SCHEMA.consumer k join :KEYQ_SCHEMA.queue q using (queue_id)
+   where q.queue_name = queue and k.consumer_name = consumer;
+  if found then
+    perform :KEYQ_SCHEMA.check_slots(c, queue, n);
+  end if;
+  return to_jsonb(:KEYQ_SCHEMA.slot_of(key, n));
+end $$;
+
+-- The slot index for N, one per ring table of the queue (a partitioned
+-- parent cannot be indexed concurrently, and reads only use the leaves').
+-- Never blocks producers: a ring table nobody is writing to (lock NOWAIT)
+-- and that is small is indexed in place, in milliseconds; any other is left
+-- to the client, which runs the returned CREATE INDEX CONCURRENTLY
+-- statements outside a transaction and subscribes again. An INVALID index
+-- (a failed concurrent build) is dropped and rebuilt, unless a build still
+-- holds its table (then the client waits). inline builds everything here
+-- (for a server that cannot build concurrently; PGlite has one connection).
+-- Returns null when every ring table has a valid index.
+create function :KEYQ_SCHEMA.ensure_slot_index(qid int, n int, inline boolean default false) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
-declare idx text := 'event_' || qid || '_slots' || n;
+declare
+  q :KEYQ_SCHEMA.queue;
+  tbl text;
+  idx text;
+  valid boolean;
+  build text[] := '{}';
+  waiting boolean := false;
+  ddl text;
 begin
-  if to_regclass(format('%I.%I', :KEYQ_SCHEMA_NAME, idx)) is null then
-    execute format('create index %I on %I.%I (%I.slot_of(ev_key, %s), ev_txid, ev_id)',
-                   idx, :KEYQ_SCHEMA_NAME, 'event_' || qid, :KEYQ_SCHEMA_NAME, n);
-  end if;
+  select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;
+  for i in 0 .. q.ntables - 1 loop
+    tbl := 'event_' || qid || '_' || i;
+    idx := tbl || '_slots' || n;
+    ddl := format('create index %%s if not exists %I on %I.%I (%I.slot_of(ev_key, %s), ev_txid, ev_id)',
+                  idx, :KEYQ_SCHEMA_NAME, tbl, :KEYQ_SCHEMA_NAME, n);
+    select x.indisvalid into valid
+      from pg_index x join pg_class c on c.oid = x.indexrelid
+     where c.relname = idx and c.relnamespace = :KEYQ_SCHEMA_NAME::regnamespace;
+    if valid then continue; end if;
+    if valid is not null then
+      -- INVALID: a concurrent build in progress holds SHARE UPDATE EXCLUSIVE.
+      begin
+        execute format('lock table %I.%I in share update exclusive mode nowait', :KEYQ_SCHEMA_NAME, tbl);
+      exception when lock_not_available then
+        waiting := true;
+        continue;
+      end;
+      if not inline then
+        build := build || format('drop index concurrently if exists %I.%I', :KEYQ_SCHEMA_NAME, idx)
+                       || format(ddl, 'concurrently');
+        continue;
+      end if;
+      execute format('drop index %I.%I', :KEYQ_SCHEMA_NAME, idx);
+    end if;
+    if not inline then
+      begin
+        execute format('lock table %I.%I in share mode nowait', :KEYQ_SCHEMA_NAME, tbl);
+      exception when lock_not_available then
+        build := build || format(ddl, 'concurrently');
+        continue;
+      end;
+      if pg_relation_size(format('%I.%I', :KEYQ_SCHEMA_NAME, tbl)) > 1048576 then
+        build := build || format(ddl, 'concurrently');
+        continue;
+      end if;
+    end if;
+    execute format(ddl, '');
+  end loop;
+  if cardinality(build) = 0 and not waiting then return null; end if;
+  return jsonb_build_object('build', to_jsonb(build), 'wait', waiting);
 end $$;
 
 -- window_events restricted to slot k of n, reading only the slot's rows:
@@ -1119,6 +1294,10 @@ end $$;
 -- ordered index scan that stops at the limit. Neither depends on row
 -- estimates (xid8 ranges are estimated badly, and fresh tables have no
 -- statistics). N is spliced as an integer literal so the index matches.
+-- The straggler and range branches are read by separate statements and
+-- merged in memory (at most 2 * lim rows): one statement ordering their
+-- union by (txid, id) needs a Sort that enable_sort = off prices at 1e10,
+-- which made the server JIT-compile every call. jit is off as a backstop.
 create function :KEYQ_SCHEMA.window_events_slot(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int, n int, k int
 ) returns setof :KEYQ_SCHEMA.event
@@ -1126,6 +1305,7 @@ language plpgsql stable
 set search_path = pg_catalog, pg_temp
 set enable_sort = off
 set enable_seqscan = off
+set jit = off
 as $$
 #variable_conflict use_variable
 declare
@@ -1138,32 +1318,40 @@ declare
   -- With no stragglers the branch is left out.
   strag xid8[] := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
   range_sql text;
+  late :KEYQ_SCHEMA.event[];
+  ranged :KEYQ_SCHEMA.event[];
 begin
   if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
     lo_txid := pg_snapshot_xmax(s1);
     lo_id := 0;
   end if;
   range_sql := format($q$
-      (select e.* from %1$I.event e
+      select e.* from %1$I.event e
         where e.queue_id = $1
           and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
-          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_snapshot_xmax($3), 0::bigint)
-          and pg_visible_in_snapshot(e.ev_txid, $3)
-        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6) $q$, :KEYQ_SCHEMA_NAME, n::int);
+          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
+          and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
+        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, n::int);
   if cardinality(strag) = 0 then
     return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
     return;
   end if;
-  return query execute format($q$
-    select w.* from (
-      (select e.* from %1$I.event e
-        where e.queue_id = $1 and e.ev_txid = any ($10) and %1$I.slot_of(e.ev_key, %2$s) + 0 = $7
-          and (e.ev_txid, e.ev_id) > ($4, $5)
-        order by e.ev_txid, e.ev_id limit $6)
-      union all
-      %3$s
-    ) w order by w.ev_txid, w.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, n::int, range_sql)
-  using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id, strag;
+  execute format($q$
+    select pg_catalog.array_agg(e) from (
+      select e.* from %1$I.event e
+        where e.queue_id = $1 and e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
+          and (e.ev_txid, e.ev_id) > ($2, $3)
+        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, n::int)
+    into late using qid, a_txid, a_id, k, lim, n, strag;
+  if late is null then
+    return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
+    return;
+  end if;
+  execute format('select pg_catalog.array_agg(e) from (%s) e', range_sql)
+    into ranged using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
+  -- Both lists are short and sorted; this sort never sees the window.
+  perform set_config('enable_sort', 'on', true);
+  return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit lim;
 end $$;
 
 -- Pause policy (G3): a compact marker per blocked key. While it exists, later
@@ -1221,7 +1409,8 @@ end $$;
 -- held instead of returned.
 create function :KEYQ_SCHEMA.receive_ordered(
   queue text, consumer text, slots int[], max_events int,
-  help_after float8 default null, skip_try_lock boolean default false
+  help_after float8 default null, skip_try_lock boolean default false,
+  slot_count int default null
 ) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -1241,6 +1430,7 @@ begin
     raise exception 'Consumer "%" of queue "%" is a % consumer, not ordered; use another consumer name.', consumer, queue, c.kind
       using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
   end if;
+  perform :KEYQ_SCHEMA.check_slots(c, queue, slot_count);
   todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);
   if help_after is not null then
     todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu
@@ -1309,19 +1499,38 @@ $$;
     sql: `-- keyq engine, part 5: status for operators and alerts, and a ticker for
 -- every queue (for a pg_cron schedule; never required).
 
--- Per queue: tables and rotation, the last tick and its age, events appended
--- since it; per consumer and slot: lag (events and seconds, from the tick
--- marks, so no log scan), last poll, retries, dead letters, blocked keys.
+-- Per queue: tables and rotation, the last tick and its age, events
+-- committed since it; per consumer and slot: lag (events and seconds), last
+-- poll, retries, dead letters, blocked keys. Event counts are real events
+-- (sequence values also go to deduplicated and rolled-back sends), counted
+-- through the (ev_txid, ev_id) index once per distinct cursor tick, at most
+-- 100,000 each so a status call stays cheap behind any backlog.
 -- A slot not polled for stale_after seconds is flagged: it pins rotation.
 create function :KEYQ_SCHEMA.status(queue text default null, stale_after float8 default 300) returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
+  with qs as materialized (
+    select q.*, lt.tick_id as last_tick, lt.tick_time as last_time,
+           :KEYQ_SCHEMA.window_count(q.queue_id, lt.tick_snapshot, pg_current_snapshot(), 100000) as pending
+      from :KEYQ_SCHEMA.queue q
+      left join lateral (select * from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id
+                          order by t.tick_id desc limit 1) lt on true
+     where status.queue is null or q.queue_name = status.queue
+  ), lag as materialized (
+    select t.queue_id, t.tick_id,
+           :KEYQ_SCHEMA.window_count(t.queue_id, t.tick_snapshot, pg_current_snapshot(), 100000) as n
+      from :KEYQ_SCHEMA.tick t
+     where t.queue_id in (select queue_id from qs)
+       and t.tick_id in (select cu.tick_id from :KEYQ_SCHEMA.cursor cu
+                           join :KEYQ_SCHEMA.consumer c on c.consumer_id = cu.consumer_id
+                          where c.queue_id = t.queue_id)
+  )
   select coalesce(jsonb_agg(jsonb_build_object(
     'queue', q.queue_name,
     'tables', q.ntables, 'currentTable', q.cur_table, 'rotatedAt', q.rotated_at,
-    'lastTick', lt.tick_id::text, 'lastTickAge', extract(epoch from now() - lt.tick_time),
-    'eventsSinceTick', greatest(coalesce(pg_sequence_last_value(q.event_seq), 0) - lt.tick_event_seq, 0),
+    'lastTick', q.last_tick::text, 'lastTickAge', extract(epoch from now() - q.last_time),
+    'eventsSinceTick', coalesce(q.pending, 0),
     'consumers', coalesce((
       select jsonb_agg(jsonb_build_object(
         'name', c.consumer_name, 'kind', c.kind, 'slots', c.slots,
@@ -1330,20 +1539,18 @@ as $$
         'blockedKeys', (select count(*) from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id),
         'cursors', (select jsonb_agg(jsonb_build_object(
             'slot', cu.slot,
-            'lagEvents', greatest(coalesce(pg_sequence_last_value(q.event_seq), 0) - t.tick_event_seq, 0),
+            'lagEvents', coalesce(l.n, 0),
             'lagSeconds', extract(epoch from now() - t.tick_time),
             'polledAgo', extract(epoch from now() - cu.polled_at),
             'stale', cu.polled_at < now() - make_interval(secs => stale_after),
             'windowOpen', cu.end_tick_id is not null) order by cu.slot)
           from :KEYQ_SCHEMA.cursor cu
           join :KEYQ_SCHEMA.tick t on t.queue_id = q.queue_id and t.tick_id = cu.tick_id
+          left join lag l on l.queue_id = q.queue_id and l.tick_id = cu.tick_id
           where cu.consumer_id = c.consumer_id)) order by c.consumer_name)
       from :KEYQ_SCHEMA.consumer c where c.queue_id = q.queue_id), '[]')
   ) order by q.queue_name), '[]')
-  from :KEYQ_SCHEMA.queue q
-  left join lateral (select * from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id
-                      order by t.tick_id desc limit 1) lt on true
-  where status.queue is null or q.queue_name = status.queue
+  from qs q
 $$;
 
 -- Ticks every queue by its policy, for a pg_cron schedule (each call is its

@@ -180,7 +180,11 @@ export interface BatchOptions<P = unknown> {
   handleBatch?: BatchHandler<P>;
   /** Called for each failed event (logging); its errors are ignored. */
   onError?: (error: unknown, event: KeyqEvent<P>) => void;
-  /** Most events in one batch (1–10,000, default 100). */
+  /**
+   * Most events in one batch (1–10,000, default 100). A Tier A batch also
+   * stops at a sixteenth of the server's lock table in distinct keys (400
+   * with default settings); the rest waits for the next batch.
+   */
   maxEvents?: number;
   /**
    * Hard deadline of one batch (default 60 s). When it passes, the handlers'
@@ -350,7 +354,7 @@ export interface BlockedKey {
 /** One cursor (a slot, for Tier B) in `status()`. */
 export interface CursorStatus {
   slot: number;
-  /** Events appended to the queue after the cursor's tick (queue-wide estimate from tick marks). */
+  /** Events committed to the queue after the cursor's tick (queue-wide; deduplicated and rolled-back sends do not count), counted up to 100,000. */
   lagEvents: number;
   /** Seconds since the cursor's tick. */
   lagSeconds: number;
@@ -370,7 +374,7 @@ export interface QueueStatus {
   lastTick: string | null;
   /** Seconds since the last tick. */
   lastTickAge: number | null;
-  /** Events appended since the last tick (not yet in any window). */
+  /** Events committed since the last tick (not yet in any window), counted up to 100,000. */
   eventsSinceTick: number;
   consumers: {
     name: string;

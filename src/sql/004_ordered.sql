@@ -8,23 +8,110 @@
 
 -- (hashtextextended(K, 0) % N + N) % N, sign-safe; a null key goes to slot 0.
 -- Immutable and without a SET clause so it inlines and matches the index.
+-- Inlined, its body is parsed with the caller's search_path (and the index
+-- expression with whatever path a backend had when it loaded the index), so
+-- every operator and function is schema-qualified: a user's % operator must
+-- never change routing, nor corrupt the slot index.
 create function :KEYQ_SCHEMA.slot_of(key text, n int) returns int
 language sql immutable parallel safe
-as $$ select coalesce(((pg_catalog.hashtextextended(key, 0) % n + n) % n)::int, 0) $$;
+as $$ select coalesce((((pg_catalog.hashtextextended(key, 0) operator(pg_catalog.%) n) operator(pg_catalog.+) n)
+                       operator(pg_catalog.%) n)::pg_catalog.int4, 0) $$;
 
--- Builds the slot index for N on the queue's log unless it exists. Called
--- only when an ordered consumer is created: CREATE INDEX takes a SHARE lock.
-create function :KEYQ_SCHEMA.ensure_slot_index(qid int, n int) returns void
+-- Refuses a handle whose N is not the consumer's persisted N: it would read
+-- slots 0..n-1 only, stalling the other slots and pinning rotation.
+create function :KEYQ_SCHEMA.check_slots(c :KEYQ_SCHEMA.consumer, queue text, n int) returns void
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if n is not null and c.slots <> n then
+    raise exception 'Consumer "%" of queue "%" has % slots, persisted when it was created, not %; pass slots: % or use another consumer name.', c.consumer_name, queue, c.slots, n, c.slots
+      using errcode = 'KQ004', hint = 'KEYQ:SLOT_COUNT_MISMATCH';
+  end if;
+end $$;
+
+-- slotOf() of a handle: slot_of(key, n), refused when the consumer exists
+-- with another N (before it exists, n is the only N there is).
+create function :KEYQ_SCHEMA.consumer_slot_of(queue text, consumer text, key text, n int) returns jsonb
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare c :KEYQ_SCHEMA.consumer;
+begin
+  select k.* into c from :KEYQ_SCHEMA.consumer k join :KEYQ_SCHEMA.queue q using (queue_id)
+   where q.queue_name = queue and k.consumer_name = consumer;
+  if found then
+    perform :KEYQ_SCHEMA.check_slots(c, queue, n);
+  end if;
+  return to_jsonb(:KEYQ_SCHEMA.slot_of(key, n));
+end $$;
+
+-- The slot index for N, one per ring table of the queue (a partitioned
+-- parent cannot be indexed concurrently, and reads only use the leaves').
+-- Never blocks producers: a ring table nobody is writing to (lock NOWAIT)
+-- and that is small is indexed in place, in milliseconds; any other is left
+-- to the client, which runs the returned CREATE INDEX CONCURRENTLY
+-- statements outside a transaction and subscribes again. An INVALID index
+-- (a failed concurrent build) is dropped and rebuilt, unless a build still
+-- holds its table (then the client waits). inline builds everything here
+-- (for a server that cannot build concurrently; PGlite has one connection).
+-- Returns null when every ring table has a valid index.
+create function :KEYQ_SCHEMA.ensure_slot_index(qid int, n int, inline boolean default false) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
-declare idx text := 'event_' || qid || '_slots' || n;
+declare
+  q :KEYQ_SCHEMA.queue;
+  tbl text;
+  idx text;
+  valid boolean;
+  build text[] := '{}';
+  waiting boolean := false;
+  ddl text;
 begin
-  if to_regclass(format('%I.%I', :KEYQ_SCHEMA_NAME, idx)) is null then
-    execute format('create index %I on %I.%I (%I.slot_of(ev_key, %s), ev_txid, ev_id)',
-                   idx, :KEYQ_SCHEMA_NAME, 'event_' || qid, :KEYQ_SCHEMA_NAME, n);
-  end if;
+  select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;
+  for i in 0 .. q.ntables - 1 loop
+    tbl := 'event_' || qid || '_' || i;
+    idx := tbl || '_slots' || n;
+    ddl := format('create index %%s if not exists %I on %I.%I (%I.slot_of(ev_key, %s), ev_txid, ev_id)',
+                  idx, :KEYQ_SCHEMA_NAME, tbl, :KEYQ_SCHEMA_NAME, n);
+    select x.indisvalid into valid
+      from pg_index x join pg_class c on c.oid = x.indexrelid
+     where c.relname = idx and c.relnamespace = :KEYQ_SCHEMA_NAME::regnamespace;
+    if valid then continue; end if;
+    if valid is not null then
+      -- INVALID: a concurrent build in progress holds SHARE UPDATE EXCLUSIVE.
+      begin
+        execute format('lock table %I.%I in share update exclusive mode nowait', :KEYQ_SCHEMA_NAME, tbl);
+      exception when lock_not_available then
+        waiting := true;
+        continue;
+      end;
+      if not inline then
+        build := build || format('drop index concurrently if exists %I.%I', :KEYQ_SCHEMA_NAME, idx)
+                       || format(ddl, 'concurrently');
+        continue;
+      end if;
+      execute format('drop index %I.%I', :KEYQ_SCHEMA_NAME, idx);
+    end if;
+    if not inline then
+      begin
+        execute format('lock table %I.%I in share mode nowait', :KEYQ_SCHEMA_NAME, tbl);
+      exception when lock_not_available then
+        build := build || format(ddl, 'concurrently');
+        continue;
+      end;
+      if pg_relation_size(format('%I.%I', :KEYQ_SCHEMA_NAME, tbl)) > 1048576 then
+        build := build || format(ddl, 'concurrently');
+        continue;
+      end if;
+    end if;
+    execute format(ddl, '');
+  end loop;
+  if cardinality(build) = 0 and not waiting then return null; end if;
+  return jsonb_build_object('build', to_jsonb(build), 'wait', waiting);
 end $$;
 
 -- window_events restricted to slot k of n, reading only the slot's rows:
@@ -33,6 +120,10 @@ end $$;
 -- ordered index scan that stops at the limit. Neither depends on row
 -- estimates (xid8 ranges are estimated badly, and fresh tables have no
 -- statistics). N is spliced as an integer literal so the index matches.
+-- The straggler and range branches are read by separate statements and
+-- merged in memory (at most 2 * lim rows): one statement ordering their
+-- union by (txid, id) needs a Sort that enable_sort = off prices at 1e10,
+-- which made the server JIT-compile every call. jit is off as a backstop.
 create function :KEYQ_SCHEMA.window_events_slot(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int, n int, k int
 ) returns setof :KEYQ_SCHEMA.event
@@ -40,6 +131,7 @@ language plpgsql stable
 set search_path = pg_catalog, pg_temp
 set enable_sort = off
 set enable_seqscan = off
+set jit = off
 as $$
 #variable_conflict use_variable
 declare
@@ -52,32 +144,40 @@ declare
   -- With no stragglers the branch is left out.
   strag xid8[] := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
   range_sql text;
+  late :KEYQ_SCHEMA.event[];
+  ranged :KEYQ_SCHEMA.event[];
 begin
   if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
     lo_txid := pg_snapshot_xmax(s1);
     lo_id := 0;
   end if;
   range_sql := format($q$
-      (select e.* from %1$I.event e
+      select e.* from %1$I.event e
         where e.queue_id = $1
           and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
-          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_snapshot_xmax($3), 0::bigint)
-          and pg_visible_in_snapshot(e.ev_txid, $3)
-        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6) $q$, :KEYQ_SCHEMA_NAME, n::int);
+          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
+          and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
+        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, n::int);
   if cardinality(strag) = 0 then
     return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
     return;
   end if;
-  return query execute format($q$
-    select w.* from (
-      (select e.* from %1$I.event e
-        where e.queue_id = $1 and e.ev_txid = any ($10) and %1$I.slot_of(e.ev_key, %2$s) + 0 = $7
-          and (e.ev_txid, e.ev_id) > ($4, $5)
-        order by e.ev_txid, e.ev_id limit $6)
-      union all
-      %3$s
-    ) w order by w.ev_txid, w.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, n::int, range_sql)
-  using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id, strag;
+  execute format($q$
+    select pg_catalog.array_agg(e) from (
+      select e.* from %1$I.event e
+        where e.queue_id = $1 and e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
+          and (e.ev_txid, e.ev_id) > ($2, $3)
+        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, n::int)
+    into late using qid, a_txid, a_id, k, lim, n, strag;
+  if late is null then
+    return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
+    return;
+  end if;
+  execute format('select pg_catalog.array_agg(e) from (%s) e', range_sql)
+    into ranged using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
+  -- Both lists are short and sorted; this sort never sees the window.
+  perform set_config('enable_sort', 'on', true);
+  return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit lim;
 end $$;
 
 -- Pause policy (G3): a compact marker per blocked key. While it exists, later
@@ -135,7 +235,8 @@ end $$;
 -- held instead of returned.
 create function :KEYQ_SCHEMA.receive_ordered(
   queue text, consumer text, slots int[], max_events int,
-  help_after float8 default null, skip_try_lock boolean default false
+  help_after float8 default null, skip_try_lock boolean default false,
+  slot_count int default null
 ) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -155,6 +256,7 @@ begin
     raise exception 'Consumer "%" of queue "%" is a % consumer, not ordered; use another consumer name.', consumer, queue, c.kind
       using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
   end if;
+  perform :KEYQ_SCHEMA.check_slots(c, queue, slot_count);
   todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);
   if help_after is not null then
     todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu

@@ -1,19 +1,38 @@
 -- keyq engine, part 5: status for operators and alerts, and a ticker for
 -- every queue (for a pg_cron schedule; never required).
 
--- Per queue: tables and rotation, the last tick and its age, events appended
--- since it; per consumer and slot: lag (events and seconds, from the tick
--- marks, so no log scan), last poll, retries, dead letters, blocked keys.
+-- Per queue: tables and rotation, the last tick and its age, events
+-- committed since it; per consumer and slot: lag (events and seconds), last
+-- poll, retries, dead letters, blocked keys. Event counts are real events
+-- (sequence values also go to deduplicated and rolled-back sends), counted
+-- through the (ev_txid, ev_id) index once per distinct cursor tick, at most
+-- 100,000 each so a status call stays cheap behind any backlog.
 -- A slot not polled for stale_after seconds is flagged: it pins rotation.
 create function :KEYQ_SCHEMA.status(queue text default null, stale_after float8 default 300) returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
+  with qs as materialized (
+    select q.*, lt.tick_id as last_tick, lt.tick_time as last_time,
+           :KEYQ_SCHEMA.window_count(q.queue_id, lt.tick_snapshot, pg_current_snapshot(), 100000) as pending
+      from :KEYQ_SCHEMA.queue q
+      left join lateral (select * from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id
+                          order by t.tick_id desc limit 1) lt on true
+     where status.queue is null or q.queue_name = status.queue
+  ), lag as materialized (
+    select t.queue_id, t.tick_id,
+           :KEYQ_SCHEMA.window_count(t.queue_id, t.tick_snapshot, pg_current_snapshot(), 100000) as n
+      from :KEYQ_SCHEMA.tick t
+     where t.queue_id in (select queue_id from qs)
+       and t.tick_id in (select cu.tick_id from :KEYQ_SCHEMA.cursor cu
+                           join :KEYQ_SCHEMA.consumer c on c.consumer_id = cu.consumer_id
+                          where c.queue_id = t.queue_id)
+  )
   select coalesce(jsonb_agg(jsonb_build_object(
     'queue', q.queue_name,
     'tables', q.ntables, 'currentTable', q.cur_table, 'rotatedAt', q.rotated_at,
-    'lastTick', lt.tick_id::text, 'lastTickAge', extract(epoch from now() - lt.tick_time),
-    'eventsSinceTick', greatest(coalesce(pg_sequence_last_value(q.event_seq), 0) - lt.tick_event_seq, 0),
+    'lastTick', q.last_tick::text, 'lastTickAge', extract(epoch from now() - q.last_time),
+    'eventsSinceTick', coalesce(q.pending, 0),
     'consumers', coalesce((
       select jsonb_agg(jsonb_build_object(
         'name', c.consumer_name, 'kind', c.kind, 'slots', c.slots,
@@ -22,20 +41,18 @@ as $$
         'blockedKeys', (select count(*) from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id),
         'cursors', (select jsonb_agg(jsonb_build_object(
             'slot', cu.slot,
-            'lagEvents', greatest(coalesce(pg_sequence_last_value(q.event_seq), 0) - t.tick_event_seq, 0),
+            'lagEvents', coalesce(l.n, 0),
             'lagSeconds', extract(epoch from now() - t.tick_time),
             'polledAgo', extract(epoch from now() - cu.polled_at),
             'stale', cu.polled_at < now() - make_interval(secs => stale_after),
             'windowOpen', cu.end_tick_id is not null) order by cu.slot)
           from :KEYQ_SCHEMA.cursor cu
           join :KEYQ_SCHEMA.tick t on t.queue_id = q.queue_id and t.tick_id = cu.tick_id
+          left join lag l on l.queue_id = q.queue_id and l.tick_id = cu.tick_id
           where cu.consumer_id = c.consumer_id)) order by c.consumer_name)
       from :KEYQ_SCHEMA.consumer c where c.queue_id = q.queue_id), '[]')
   ) order by q.queue_name), '[]')
-  from :KEYQ_SCHEMA.queue q
-  left join lateral (select * from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id
-                      order by t.tick_id desc limit 1) lt on true
-  where status.queue is null or q.queue_name = status.queue
+  from qs q
 $$;
 
 -- Ticks every queue by its policy, for a pg_cron schedule (each call is its
