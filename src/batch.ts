@@ -8,12 +8,13 @@
 
 import * as v from "valibot";
 import type { Driver, Executor } from "./driver.ts";
+import { describeError } from "./error-text.ts";
 import { KeyqError } from "./errors.ts";
 import { checkPayload, type PayloadSchema } from "./payload.ts";
 import { eventScope } from "./savepoint.ts";
 import { type Arg, call, callText, mapError, param } from "./sql.ts";
 import type { BatchContext, BatchReport, KeyqEvent } from "./types.ts";
-import { duration, durationMs, int, parse } from "./validate.ts";
+import { duration, durationMs, int, MAX_TIMEOUT_MS, parse } from "./validate.ts";
 
 /** What a consumer needs from its client. */
 export interface ConsumerContext {
@@ -26,7 +27,7 @@ export interface ConsumerContext {
   maintain(queue: string): Promise<unknown>;
 }
 
-const batchSchema = v.object({
+const batchSchema = v.strictObject({
   handler: v.optional(v.function("expected a function (event, tx) => …")),
   handleBatch: v.optional(v.function("expected a function (events, { tx, fail }) => …")),
   onError: v.optional(v.function("expected a function (error, event) => …")),
@@ -35,12 +36,27 @@ const batchSchema = v.object({
   idleTimeout: v.optional(duration),
   budgetMs: v.optional(int(1, 86_400_000)),
   maxBatches: v.optional(int(1, Number.MAX_SAFE_INTEGER)),
-  signal: v.optional(v.instance(AbortSignal, "expected an AbortSignal")),
+  signal: v.optional(v.custom<AbortSignal>(isSignal, "expected an AbortSignal")),
   minPollMs: v.optional(int(1, 3_600_000)),
   maxPollMs: v.optional(int(1, 3_600_000)),
   worker: v.optional(int(0, 1023)),
   workers: v.optional(int(1, 1024)),
+  // Issue 9 (reliability) reads these; they are checked here so every option is strict.
+  batchTimeout: v.optional(duration),
+  eventTimeout: v.optional(duration),
+  onRetry: v.optional(v.function("expected a function ({ error, attempt, delayMs }) => …")),
+  retryBackoff: v.optional(v.strictObject({
+    baseMs: v.optional(int(1, MAX_TIMEOUT_MS)),
+    capMs: v.optional(int(1, MAX_TIMEOUT_MS)),
+  })),
 });
+
+/** Duck-typed, so a signal from another realm or polyfill is accepted too. */
+function isSignal(x: unknown): boolean {
+  return x instanceof AbortSignal ||
+    (typeof x === "object" && x !== null && typeof (x as AbortSignal).aborted === "boolean" &&
+      typeof (x as AbortSignal).addEventListener === "function");
+}
 
 /** An event as handlers get it, before the caller's payload type is applied. */
 export type AnyEvent = KeyqEvent<never>;
@@ -77,13 +93,15 @@ export function batchSettings(options: unknown, what: string): BatchSettings {
       { field: "worker" },
     );
   }
+  durationMs("batchTimeout", o.batchTimeout, 1, MAX_TIMEOUT_MS);
+  durationMs("eventTimeout", o.eventTimeout, 1, MAX_TIMEOUT_MS);
   return {
     handler: o.handler as BatchSettings["handler"],
     handleBatch: o.handleBatch as BatchSettings["handleBatch"],
     onError: o.onError as BatchSettings["onError"],
     maxEvents: o.maxEvents ?? 100,
-    statementTimeoutMs: durationMs("statementTimeout", o.statementTimeout, 1) ?? 30_000,
-    idleTimeoutMs: durationMs("idleTimeout", o.idleTimeout, 1) ?? 60_000,
+    statementTimeoutMs: durationMs("statementTimeout", o.statementTimeout, 1, MAX_TIMEOUT_MS) ?? 30_000,
+    idleTimeoutMs: durationMs("idleTimeout", o.idleTimeout, 1, MAX_TIMEOUT_MS) ?? 60_000,
     budgetMs: o.budgetMs ?? 10_000,
     maxBatches: o.maxBatches ?? Number.MAX_SAFE_INTEGER,
     signal: o.signal,
@@ -113,17 +131,6 @@ function toEvent(w: WireEvent, payload: unknown, slot?: number): AnyEvent {
   const ev: AnyEvent = { id: w.id, type: w.type, key: w.key, payload: payload as never, time: new Date(w.time), retry: w.retry };
   if (slot !== undefined) ev.slot = slot;
   return ev;
-}
-
-/** An error as the engine stores it. */
-function describe(err: unknown): { message: string; code?: string; name?: string } {
-  const e = err as { message?: unknown; code?: unknown; name?: unknown } | null;
-  const out: { message: string; code?: string; name?: string } = {
-    message: typeof e?.message === "string" ? e.message : String(err),
-  };
-  if (typeof e?.code === "string") out.code = e.code;
-  if (typeof e?.name === "string") out.name = e.name;
-  return out;
 }
 
 /** Where outcomes are recorded, and what to do with contended keys. */
@@ -158,7 +165,7 @@ async function handleEvents(
 ): Promise<Outcome> {
   const failed = new Map<string, { id: string; txid: string; error: unknown }>();
   const fail = (w: WireEvent, ev: AnyEvent, err: unknown) => {
-    failed.set(w.id, { id: w.id, txid: w.txid, error: describe(err) });
+    failed.set(w.id, { id: w.id, txid: w.txid, error: describeError(err) });
     try {
       s.onError?.(err, ev);
     } catch { /* logging must not break the batch */ }

@@ -34,6 +34,7 @@ import type {
   SendOptions,
   SendResult,
 } from "./types.ts";
+import { txExecutor } from "./tx.ts";
 import { checkName, checkSchemaName, duration, durationMs, int, parse } from "./validate.ts";
 
 /** Options of `keyq()`. */
@@ -131,8 +132,18 @@ export interface ExclusiveOptions extends ConsumerOptions {
 
 const optionsSchema = v.strictObject({
   schema: v.optional(v.string("expected a string")),
-  payloads: v.optional(v.record(v.string(), v.any())),
+  payloads: v.optional(v.record(
+    v.string(),
+    v.custom<PayloadSchema>(
+      (s) => typeof (s as PayloadSchema | null)?.["~standard"]?.validate === "function",
+      "expected a Standard Schema (valibot, zod, arktype…) per queue",
+    ),
+  )),
 });
+
+const sendOptionsSchema = v.strictObject({ tx: v.optional(v.unknown()) });
+const tickSchema = v.strictObject({ force: v.optional(v.boolean("expected true or false")) });
+const maintainSchema = v.strictObject({ forceRotate: v.optional(v.boolean("expected true or false")) });
 
 const settingsSchema = v.strictObject({
   tables: v.optional(int(2, 8)),
@@ -151,19 +162,22 @@ const consumerSchema = v.strictObject({
   retryCap: v.optional(duration),
 });
 
-const statusSchema = v.strictObject({ queue: v.optional(v.string()), staleAfter: v.optional(duration) });
+const statusSchema = v.strictObject({ queue: v.optional(v.unknown()), staleAfter: v.optional(duration) });
 
 const orderedSchema = v.strictObject({
   ...consumerSchema.entries,
   slots: int(1, 1024),
   onFailure: v.optional(v.picklist(["skip", "pause"], 'expected "skip" or "pause"')),
   helpAfter: v.optional(duration),
+  // Issue 9 (reliability) reads it; checked here so the options stay strict.
+  fenced: v.optional(v.boolean("expected true or false")),
 });
 
 const exclusiveSchema = v.strictObject({
   ...consumerSchema.entries,
   idempotent: v.optional(v.boolean("expected true or false")),
   deferDelay: v.optional(duration),
+  fenced: v.optional(v.boolean("expected true or false")),
 });
 
 /** Validates consumer overrides; durations in seconds for the engine. */
@@ -174,6 +188,25 @@ export function consumerSettings(options: unknown, schema: v.GenericSchema = con
   if (o.retryBase !== undefined) out.retryBase = durationMs("retryBase", o.retryBase, 1)! / 1000;
   if (o.retryCap !== undefined) out.retryCap = durationMs("retryCap", o.retryCap, 1)! / 1000;
   return out;
+}
+
+/**
+ * `createQueue` of an existing queue is idempotent only with the same
+ * settings: a difference would otherwise be ignored without a word.
+ */
+function sameSettings(name: string, wanted: Record<string, number>, have: QueueInfo): void {
+  for (const [k, want] of Object.entries(wanted)) {
+    const got = (have as unknown as Record<string, number>)[k]!;
+    if (Math.abs(got - want) > 1e-6 * Math.max(1, Math.abs(want))) {
+      const unit = k === "tables" || k === "tickMaxCount" || k === "maxRetries" ? "" : " s";
+      throw new KeyqError(
+        "QUEUE_EXISTS",
+        `Queue "${name}" already exists with ${k} ${got}${unit}, not ${want}${unit}; call updateQueue("${name}", { ${k} }) to change it, ` +
+          `or createQueue without settings to use it as it is.`,
+        { queue: name, field: k, existing: got, requested: want },
+      );
+    }
+  }
 }
 
 /** Validates queue settings and converts durations to seconds for the engine. */
@@ -222,7 +255,10 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
     });
   }
   const payloads = (o.payloads ?? {}) as Record<string, PayloadSchema>;
-  const exec = (opts?: SendOptions): Executor => opts?.tx ?? driver;
+  const exec = (opts: SendOptions | undefined, what: string): Executor => {
+    const { tx } = parse(sendOptionsSchema, opts, what);
+    return tx === undefined ? driver : txExecutor(driver, tx);
+  };
   const tick = async (queue: string, force = false): Promise<string | null> => {
     checkName("queue", queue);
     const r = await call<{ tick: string | null }>(driver, schema, "tick", [
@@ -251,10 +287,13 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
     migrationSql: () => migrationSql(schema),
     async createQueue(name, settings = {}) {
       checkName("queue", name);
-      return await call(driver, schema, "create_queue", [
+      const wanted = settingsJson(settings, true);
+      const r = await call<{ created: boolean; queue: QueueInfo }>(driver, schema, "create_queue", [
         ["queue", "text", name],
-        ["settings", "jsonb", settingsJson(settings, true)],
+        ["settings", "jsonb", wanted],
       ]);
+      if (!r.created) sameSettings(name, wanted, r.queue);
+      return r;
     },
     async updateQueue(name, settings) {
       checkName("queue", name);
@@ -268,11 +307,11 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
       return (await call<{ dropped: boolean }>(driver, schema, "drop_queue", [["queue", "text", name]])).dropped;
     },
     listQueues: () => call<QueueInfo[]>(driver, schema, "list_queues"),
-    send: (queue, event, opts) => send(exec(opts), schema, queue, event, payloads[queue]),
-    sendBatch: (queue, events, opts) => sendBatch(exec(opts), schema, queue, events, payloads[queue]),
-    tick: (queue, opts) => tick(queue, opts?.force ?? false),
+    send: async (queue, event, opts) => await send(exec(opts, "send options"), schema, queue, event, payloads[queue]),
+    sendBatch: async (queue, events, opts) => await sendBatch(exec(opts, "sendBatch options"), schema, queue, events, payloads[queue]),
+    tick: async (queue, opts) => await tick(queue, parse(tickSchema, opts, "tick options").force ?? false),
     async maintain(queue, opts) {
-      const force = opts?.forceRotate ?? false;
+      const force = parse(maintainSchema, opts, "maintain options").forceRotate ?? false;
       if (queue !== undefined) return [await maintainOne(checkName("queue", queue), force)];
       const queues = await call<QueueInfo[]>(driver, schema, "list_queues");
       const out: MaintainReport[] = [];
@@ -305,10 +344,17 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
     dlq: deadLetters(driver, schema),
     async status(opts = {}) {
       const o = parse(statusSchema, opts, "status options");
-      return await call<QueueStatus[]>(driver, schema, "status", [
-        ["queue", "text", o.queue === undefined ? null : checkName("queue", o.queue)],
+      const queue = o.queue === undefined ? null : checkName("queue", o.queue);
+      const rows = await call<QueueStatus[]>(driver, schema, "status", [
+        ["queue", "text", queue],
         ["stale_after", "float8", durationMs("staleAfter", o.staleAfter ?? 300_000, 1)! / 1000],
       ]);
+      if (queue !== null && rows.length === 0) {
+        throw new KeyqError("QUEUE_NOT_FOUND", `Queue "${queue}" does not exist; create it with createQueue("${queue}") or list them with listQueues().`, {
+          queue,
+        });
+      }
+      return rows;
     },
   };
 }

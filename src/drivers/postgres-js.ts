@@ -74,6 +74,17 @@ function wrapTransaction(tx: PostgresJsTransactionLike): Executor {
 }
 
 /**
+ * A postgres.js transaction (or savepoint scope) has `savepoint` and no
+ * `begin`; the top-level `sql` (autocommit) has `begin`, a reserved
+ * connection neither.
+ */
+function isTransaction(x: unknown): x is PostgresJsTransactionLike {
+  const t = x as Record<string, unknown> | null;
+  return typeof x === "function" && typeof t!.unsafe === "function" && typeof t!.typed === "function" &&
+    typeof t!.savepoint === "function" && t!.begin === undefined;
+}
+
+/**
  * Wraps a postgres.js `sql` instance. `query` without params uses the simple
  * protocol, so the text may hold several statements (the rows of the last
  * statement that returns rows come back); `transaction` uses `sql.begin`.
@@ -91,6 +102,7 @@ function wrapTransaction(tx: PostgresJsTransactionLike): Executor {
 export function fromPostgresJs(sql: PostgresJsLike): Driver {
   return {
     name: "postgres-js",
+    adopt: (native) => (isTransaction(native) ? wrapTransaction(native) : undefined),
     query: (text, params) => run(sql, text, params),
     transaction: async <T>(fn: (tx: Executor) => Promise<T>): Promise<T> =>
       (await sql.begin((tx) => fn(wrapTransaction(tx)))) as T,
