@@ -11,7 +11,7 @@ import { KeyqError } from "./errors.ts";
 import { runLoop, workLoop } from "./loop.ts";
 import { call } from "./sql.ts";
 import type { BatchOptions, BatchReport, BlockedKey, RunOptions, RunReport, WorkOptions } from "./types.ts";
-import { checkName } from "./validate.ts";
+import { checkName, checkText, show } from "./validate.ts";
 
 /**
  * A consumer of a queue. Every kind has the same calls; what a batch reads
@@ -242,8 +242,13 @@ export function orderedKind(
 export function withSlots<P>(ctx: ConsumerContext, c: Consumer<P>, slots: number): OrderedConsumer<P> {
   return Object.assign(c, {
     slots,
-    slotOf: (key: string | null) =>
-      call<number>(ctx.driver, ctx.schema, "slot_of", [["key", "text", key], ["n", "int", slots]]),
+    async slotOf(key: string | null) {
+      if (key !== null && typeof key !== "string") {
+        throw new KeyqError("INVALID_INPUT", `slotOf takes a key (a string) or null, not ${show(key)}.`, { field: "key", value: key });
+      }
+      if (key !== null) checkText("key", key, "slotOf");
+      return await call<number>(ctx.driver, ctx.schema, "slot_of", [["key", "text", key], ["n", "int", slots]]);
+    },
     blockedKeys: () =>
       call<BlockedKey[]>(ctx.driver, ctx.schema, "blocked_keys", [["queue", "text", c.queue], ["consumer", "text", c.name]]),
   });

@@ -8,7 +8,7 @@
 
 import * as v from "valibot";
 import { KeyqError } from "./errors.ts";
-import { checkText, show } from "./text.ts";
+import { show, textProblem } from "./text.ts";
 import type { Duration } from "./types.ts";
 
 export { checkText, show } from "./text.ts";
@@ -192,11 +192,8 @@ export function text(field: string, min: number, max: number): v.GenericSchema<s
     v.minLength(min, msg),
     v.maxLength(max, msg),
     v.rawCheck(({ dataset, addIssue }) => {
-      try {
-        checkText(field, dataset.value as string, "");
-      } catch (err) {
-        addIssue({ message: (err as KeyqError).details.reason as string });
-      }
+      const problem = typeof dataset.value === "string" ? textProblem(dataset.value) : undefined;
+      if (problem) addIssue({ message: `${field} ${problem}; remove it or encode the value (e.g. base64)` });
     }),
   );
 }
