@@ -255,6 +255,9 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
     });
   }
   const payloads = (o.payloads ?? {}) as Record<string, PayloadSchema>;
+  // Own entries only: a queue named "constructor" has no schema, nor does a non-string name.
+  const schemaOf = (queue: unknown): PayloadSchema | undefined =>
+    typeof queue === "string" && Object.hasOwn(payloads, queue) ? payloads[queue] : undefined;
   const exec = (opts: SendOptions | undefined, what: string): Executor => {
     const { tx } = parse(sendOptionsSchema, opts, what);
     return tx === undefined ? driver : txExecutor(driver, tx);
@@ -275,7 +278,7 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
   const ctx = (queue: string): ConsumerContext => ({
     driver,
     schema,
-    payloadSchema: payloads[queue],
+    payloadSchema: schemaOf(queue),
     tick: async (q) => (await tick(q)) !== null,
     maintain: (q) => maintainOne(q, false),
   });
@@ -307,8 +310,8 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
       return (await call<{ dropped: boolean }>(driver, schema, "drop_queue", [["queue", "text", name]])).dropped;
     },
     listQueues: () => call<QueueInfo[]>(driver, schema, "list_queues"),
-    send: async (queue, event, opts) => await send(exec(opts, "send options"), schema, queue, event, payloads[queue]),
-    sendBatch: async (queue, events, opts) => await sendBatch(exec(opts, "sendBatch options"), schema, queue, events, payloads[queue]),
+    send: async (queue, event, opts) => await send(exec(opts, "send options"), schema, queue, event, schemaOf(queue)),
+    sendBatch: async (queue, events, opts) => await sendBatch(exec(opts, "sendBatch options"), schema, queue, events, schemaOf(queue)),
     tick: async (queue, opts) => await tick(queue, parse(tickSchema, opts, "tick options").force ?? false),
     async maintain(queue, opts) {
       const force = parse(maintainSchema, opts, "maintain options").forceRotate ?? false;
