@@ -8,6 +8,7 @@ import pg from "pg";
 import { neon, neonConfig } from "@neondatabase/serverless";
 import { type Driver, keyq, KeyqError } from "../mod.ts";
 import { fromNeonHttp } from "../src/drivers/neon.ts";
+import { fromBunSql } from "../src/drivers/bun-sql.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { describeError, MAX_MESSAGE } from "../src/error-text.ts";
 import { dbSkip } from "./helpers/db.ts";
@@ -159,6 +160,25 @@ describe("input contract", () => {
       assert.equal(err.details.field, "tx", err.message);
     }
     assert.equal(await count(f, "event"), base + 6, "no refused call wrote");
+  });
+
+  const BunSQL = (globalThis as { Bun?: { SQL: new (url: string) => import("../src/drivers/bun-sql.ts").BunSqlLike & { close(): Promise<void> } } }).Bun?.SQL;
+  test("{ tx } takes a Bun.SQL sql.begin tx and refuses the Bun.SQL instance itself", { skip: skip || (!BunSQL && "Bun.SQL is a global of Bun only") }, async () => {
+    const bun = new BunSQL!(f.url);
+    try {
+      const q = keyq(fromBunSql(bun), { schema: f.schema });
+      const base = await count(f, "event");
+      await bun.begin(async (tx) => ({ value: await q.send("files", { type: "BunTx", payload: 1 }, { tx }) }));
+      await assert.rejects(Promise.resolve(bun.begin(async (tx) => {
+        await q.send("files", { type: "BunTx", payload: 2 }, { tx });
+        throw new Error("roll back");
+      })), /roll back/);
+      assert.equal(await count(f, "event"), base + 1);
+      await refused(q.send("files", { type: "BunTx", payload: 3 }, { tx: bun }), "INVALID_INPUT");
+      assert.equal(await count(f, "event"), base + 1);
+    } finally {
+      await bun.close();
+    }
   });
 
   test("text Postgres cannot store is refused naming the field (NUL, unpaired surrogates)", { skip }, async () => {
