@@ -55,11 +55,16 @@ export interface Keyq {
   migrate(): Promise<MigrateResult>;
   /** The engine as one SQL script, for DBAs. */
   migrationSql(): string;
-  /** Creates a queue if it does not exist; `created` says which happened. */
+  /**
+   * Creates a queue if it does not exist; `created` says which happened. An
+   * existing queue is returned as it is when the given settings match its own
+   * (or none are given); different settings throw `QUEUE_EXISTS` (use
+   * `updateQueue`).
+   */
   createQueue(name: string, settings?: QueueSettings): Promise<{ created: boolean; queue: QueueInfo }>;
   /** Changes settings of an existing queue (`tables` is fixed at creation). */
   updateQueue(name: string, settings: QueueSettings): Promise<QueueInfo>;
-  /** Drops a queue with its events and consumers; false when it did not exist. */
+  /** Drops a queue with its events and consumers; false when it did not exist (idempotent, no error). */
   dropQueue(name: string): Promise<boolean>;
   /** Every queue with its settings. */
   listQueues(): Promise<QueueInfo[]>;
@@ -88,7 +93,8 @@ export interface Keyq {
   readonly dlq: DeadLetters;
   /**
    * Backlog, tick age and rotation per queue; lag, retries, dead letters,
-   * blocked keys and stale cursors per consumer and slot.
+   * blocked keys and stale cursors per consumer and slot. With `queue`, an
+   * unknown queue throws `QUEUE_NOT_FOUND`.
    */
   status(options?: { queue?: string; staleAfter?: Duration }): Promise<QueueStatus[]>;
 }

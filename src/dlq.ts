@@ -12,7 +12,11 @@ import { call } from "./sql.ts";
 import type { DeadLetter, DeadLetterFilter } from "./types.ts";
 import { checkId, checkName, duration, durationMs, int, parse, show, text } from "./validate.ts";
 
-/** The dead-letter API of a client (`q.dlq`). */
+/**
+ * The dead-letter API of a client (`q.dlq`). A filter naming a queue or
+ * consumer that does not exist throws `QUEUE_NOT_FOUND`/`CONSUMER_NOT_FOUND`
+ * rather than matching nothing.
+ */
 export interface DeadLetters {
   /** Dead letters matching `filter`, oldest first (at most `limit`, default 100). */
   list<P = unknown>(filter?: DeadLetterFilter & { limit?: number; afterId?: string }): Promise<DeadLetter<P>[]>;
