@@ -78,9 +78,32 @@ export interface BatchSettings {
   workers: number | undefined;
 }
 
-/** Validates batch/run/work options and applies defaults. */
+/** Options that only some calls use; elsewhere they would be ignored without a word. */
+const ONLY: Record<string, string> = {
+  budgetMs: "run() and work()",
+  maxBatches: "run() and work()",
+  minPollMs: "work()",
+  maxPollMs: "work()",
+  onRetry: "work()",
+  retryBackoff: "work()",
+};
+
+/** Validates batch/run/work options and applies defaults; `what` is "batch options", "run options"… */
 export function batchSettings(options: unknown, what: string): BatchSettings {
   const o = parse(batchSchema, options, what);
+  const call = `${what.split(" ")[0]}()`;
+  for (const [key, where] of Object.entries(ONLY)) {
+    if ((o as Record<string, unknown>)[key] !== undefined && !where.includes(call)) {
+      throw new KeyqError("INVALID_INPUT", `Option "${key}" applies to ${where}, not ${call}; remove it or call ${where.split(" ")[0]}.`, {
+        field: key,
+      });
+    }
+  }
+  if (o.minPollMs !== undefined && o.maxPollMs !== undefined && o.minPollMs > o.maxPollMs) {
+    throw new KeyqError("INVALID_INPUT", `Option "minPollMs" (${o.minPollMs}) is above "maxPollMs" (${o.maxPollMs}); give minPollMs <= maxPollMs.`, {
+      field: "minPollMs",
+    });
+  }
   if ((o.handler === undefined) === (o.handleBatch === undefined)) {
     throw new KeyqError("INVALID_INPUT", `Give ${what} exactly one of "handler" (per event) or "handleBatch" (per batch).`, {
       field: "handler",

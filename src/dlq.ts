@@ -38,12 +38,16 @@ const filterSchema = v.strictObject({
   key: v.optional(text("key", 0, 1000)),
   olderThan: v.optional(duration),
   newerThan: v.optional(duration),
+});
+
+const listSchema = v.strictObject({
+  ...filterSchema.entries,
   limit: v.optional(int(1, 10_000)),
   afterId: v.optional(v.unknown()),
 });
 
-function filterJson(input: unknown, what: string): Record<string, unknown> {
-  const f = parse(filterSchema, input, what);
+function filterJson(input: unknown, what: string, schema: v.GenericSchema = filterSchema): Record<string, unknown> {
+  const f = parse(schema, input, what) as v.InferOutput<typeof listSchema>;
   const out: Record<string, unknown> = {};
   if (f.queue !== undefined) out.queue = checkName("queue", f.queue);
   if (f.consumer !== undefined) out.consumer = checkName("consumer", f.consumer);
@@ -58,10 +62,9 @@ function filterJson(input: unknown, what: string): Record<string, unknown> {
 export function deadLetters(driver: Driver, schema: string): DeadLetters {
   return {
     async list<P>(filter: DeadLetterFilter & { limit?: number; afterId?: string } = {}) {
-      const limit = parse(filterSchema, filter, "dlq.list filter").limit ?? 100;
-      const { limit: _l, ...rest } = filter ?? {};
+      const limit = parse(listSchema, filter, "dlq.list filter").limit ?? 100;
       return await call<DeadLetter<P>[]>(driver, schema, "dlq_list", [
-        ["filter", "jsonb", filterJson(rest, "dlq.list filter")],
+        ["filter", "jsonb", filterJson(filter, "dlq.list filter", listSchema)],
         ["lim", "int", limit],
       ]);
     },

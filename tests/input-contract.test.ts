@@ -77,6 +77,22 @@ describe("input contract", () => {
     assert.equal(await count(f, "consumer"), 0, "no consumer row was written by a refused run");
   });
 
+  test("options a call does not use are refused, not ignored", { skip }, async () => {
+    const c = f.q.consumer("files", "unused");
+    const handler = () => {};
+    assert.match((await refused(c.batch({ handler, budgetMs: 5 } as never), "INVALID_INPUT")).message, /applies to run\(\) and work\(\), not batch\(\)/);
+    await refused(c.batch({ handler, maxBatches: 2 } as never), "INVALID_INPUT");
+    await refused(c.run({ handler, minPollMs: 5 } as never), "INVALID_INPUT");
+    await refused(c.run({ handler, onRetry: () => {} } as never), "INVALID_INPUT");
+    await refused(c.work({ handler, minPollMs: 50, maxPollMs: 10, signal: AbortSignal.abort() }), "INVALID_INPUT");
+    assert.equal((await refused(f.q.dlq.count({ limit: 5 } as never), "INVALID_INPUT")).details.option, "limit");
+    await refused(f.q.dlq.purge({ olderThan: 0, afterId: "1" } as never), "INVALID_INPUT");
+    assert.deepEqual(await f.q.dlq.list({ limit: 5, afterId: "0" }), []);
+    const work = await c.work({ handler, minPollMs: 10, maxPollMs: 10, signal: AbortSignal.abort(), retryBackoff: { baseMs: 5 } } as never);
+    assert.equal(work.batches, 0);
+    await c.unsubscribe();
+  });
+
   test("missing and unknown fields are told apart; values are shown as given", { skip }, async () => {
     const missing = await refused(f.q.send("files", { payload: 1 } as never), "INVALID_INPUT");
     assert.match(missing.message, /"type" is missing/);
