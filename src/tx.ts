@@ -24,7 +24,9 @@ function problem(tx: unknown): string | undefined {
   if (has("connect") && "totalCount" in t) return "is a connection pool: its queries run in autocommit, outside your transaction";
   if (has("begin")) return "is a database client, not a transaction: its queries run in autocommit";
   if (has("transaction")) return "is a driver or database instance, not a transaction";
-  if (has("unsafe") || has("getTransactionStatus") || has("exec")) {
+  // Native objects whose transaction state the adapter could not confirm (a pg
+  // client of another driver, an older pg or Neon Client without getTransactionStatus).
+  if (has("unsafe") || has("getTransactionStatus") || has("exec") || has("connect") || has("escapeLiteral")) {
     return "is a native driver object this client's driver adapter does not recognise as an open transaction";
   }
   if (!has("query")) return "has no query(text, params) function";

@@ -120,7 +120,10 @@ function distance(a: string, b: string): number {
   return row[b.length]!;
 }
 
-/** The valid option closest to `name` (case-insensitive edit distance). */
+/**
+ * The valid option closest to `name` (case-insensitive edit distance), when
+ * it is close enough to be a plausible typo.
+ */
 export function closest(name: string, valid: readonly string[]): string | undefined {
   let best: string | undefined;
   let bestD = Infinity;
@@ -128,7 +131,7 @@ export function closest(name: string, valid: readonly string[]): string | undefi
     const d = distance(name.toLowerCase(), k.toLowerCase());
     if (d < bestD) [best, bestD] = [k, d];
   }
-  return best;
+  return bestD <= Math.max(2, Math.ceil(name.length / 2)) ? best : undefined;
 }
 
 function unknownKey(issue: v.BaseIssue<unknown>, schema: unknown, what: string): KeyqError {
@@ -137,7 +140,8 @@ function unknownKey(issue: v.BaseIssue<unknown>, schema: unknown, what: string):
   const where = keys.length ? `"${keys.join(".")}" of ${what}` : what;
   const valid = Object.keys(nodeAt(schema, keys)?.entries ?? {});
   const best = closest(name, valid);
-  const hint = best ? `did you mean "${best}"? Valid options: ${valid.join(", ")}.` : "remove it.";
+  const list = valid.length ? ` Valid options: ${valid.join(", ")}.` : "";
+  const hint = best ? `did you mean "${best}"?${list}` : `remove it or check its spelling.${list}`;
   return new KeyqError("INVALID_INPUT", `Unknown option ${show(name)} in ${where}; ${hint}`, {
     field: [...keys, name].join("."),
     option: name,

@@ -50,7 +50,7 @@ async function inTx<T>(c: PgClientLike, fn: (tx: Executor) => Promise<T>, broken
 /**
  * A `pg` client (pooled or not) joins the caller's transaction when its
  * protocol status says one is open ("T"); pg reports it as
- * `getTransactionStatus()` (pg ≥ 8.16). A pool is no transaction.
+ * `getTransactionStatus()` (pg 8.23 has it; a client without it is refused). A pool is no transaction.
  */
 function adopt(native: unknown): Executor | undefined {
   const c = native as { query?: unknown; getTransactionStatus?: unknown; totalCount?: unknown } | null;
