@@ -131,7 +131,8 @@ export function closest(name: string, valid: readonly string[]): string | undefi
     const d = distance(name.toLowerCase(), k.toLowerCase());
     if (d < bestD) [best, bestD] = [k, d];
   }
-  return bestD <= Math.max(2, Math.ceil(name.length / 2)) ? best : undefined;
+  // With one valid option ({ transaction } for { tx }) it is the only candidate.
+  return valid.length === 1 || bestD <= Math.max(2, Math.ceil(name.length / 2)) ? best : undefined;
 }
 
 function unknownKey(issue: v.BaseIssue<unknown>, schema: unknown, what: string): KeyqError {
