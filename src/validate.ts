@@ -18,9 +18,9 @@ const SCHEMA_NAME = /^[a-z_][a-z0-9_]*$/;
 const OBJECT_NAME = /^[A-Za-z][A-Za-z0-9_.:-]*$/;
 
 /** Longest duration keyq stores as an interval or timestamp offset: 100 years. */
-export const MAX_INTERVAL_MS = 36_525 * 86_400_000;
+export const MAX_INTERVAL_MS: number = 36_525 * 86_400_000;
 /** Longest timeout Postgres (int4 milliseconds) and `setTimeout` accept: about 24.8 days. */
-export const MAX_TIMEOUT_MS = 2_147_483_647;
+export const MAX_TIMEOUT_MS: number = 2_147_483_647;
 
 /** Checks a schema identifier: lowercase letters, digits, `_`; at most 63 bytes; not `pg_…`. */
 export function checkSchemaName(value: unknown): string {
@@ -61,7 +61,7 @@ function rangeText(ms: number): string {
  * Parses a duration to milliseconds; undefined stays undefined. `min` > 0
  * asks for a positive duration; `max` bounds it to what the engine stores.
  */
-export function durationMs(field: string, value: Duration | undefined, min = 0, max = MAX_INTERVAL_MS): number | undefined {
+export function durationMs(field: string, value: Duration | undefined, min: number = 0, max: number = MAX_INTERVAL_MS): number | undefined {
   if (value === undefined) return undefined;
   let ms = Number.NaN;
   if (typeof value === "number") ms = value;
