@@ -8,6 +8,7 @@
 
 import * as v from "valibot";
 import type { Driver, Executor } from "./driver.ts";
+import { describeError } from "./error-text.ts";
 import { KeyqError } from "./errors.ts";
 import { classify } from "./faults.ts";
 import { checkPayload, type PayloadSchema } from "./payload.ts";
@@ -15,7 +16,7 @@ import { type BatchLife, batchLife, timer } from "./life.ts";
 import { eventScope } from "./savepoint.ts";
 import { type Arg, call, callText, fields, mapError, param, reply } from "./sql.ts";
 import type { BatchContext, BatchReport, HandlerContext, KeyqEvent } from "./types.ts";
-import { duration, durationMs, int, parse } from "./validate.ts";
+import { duration, durationMs, int, MAX_TIMEOUT_MS, parse } from "./validate.ts";
 
 /** What a consumer needs from its client. */
 export interface ConsumerContext {
@@ -28,25 +29,35 @@ export interface ConsumerContext {
   maintain(queue: string): Promise<unknown>;
 }
 
-const batchSchema = v.object({
+const batchSchema = v.strictObject({
   handler: v.optional(v.function("expected a function (event, tx, { signal, deadline }) => …")),
   handleBatch: v.optional(v.function("expected a function (events, { tx, fail, signal, deadline }) => …")),
   onError: v.optional(v.function("expected a function (error, event) => …")),
   maxEvents: v.optional(int(1, 10_000)),
   statementTimeout: v.optional(duration),
   idleTimeout: v.optional(duration),
-  batchTimeout: v.optional(duration),
-  eventTimeout: v.optional(duration),
-  onRetry: v.optional(v.function("expected a function ({ error, attempt, delayMs }) => …")),
-  retryBackoff: v.optional(v.object({ baseMs: int(1, 3_600_000), capMs: int(1, 86_400_000) })),
   budgetMs: v.optional(int(1, 86_400_000)),
   maxBatches: v.optional(int(1, Number.MAX_SAFE_INTEGER)),
-  signal: v.optional(v.instance(AbortSignal, "expected an AbortSignal")),
+  signal: v.optional(v.custom<AbortSignal>(isSignal, "expected an AbortSignal")),
   minPollMs: v.optional(int(1, 3_600_000)),
   maxPollMs: v.optional(int(1, 3_600_000)),
   worker: v.optional(int(0, 1023)),
   workers: v.optional(int(1, 1024)),
+  batchTimeout: v.optional(duration),
+  eventTimeout: v.optional(duration),
+  onRetry: v.optional(v.function("expected a function ({ error, attempt, delayMs }) => …")),
+  retryBackoff: v.optional(v.strictObject({
+    baseMs: v.optional(int(1, MAX_TIMEOUT_MS)),
+    capMs: v.optional(int(1, MAX_TIMEOUT_MS)),
+  })),
 });
+
+/** Duck-typed, so a signal from another realm or polyfill is accepted too. */
+function isSignal(x: unknown): boolean {
+  return x instanceof AbortSignal ||
+    (typeof x === "object" && x !== null && typeof (x as AbortSignal).aborted === "boolean" &&
+      typeof (x as AbortSignal).addEventListener === "function");
+}
 
 /** An event as handlers get it, before the caller's payload type is applied. */
 export type AnyEvent = KeyqEvent<never>;
@@ -73,9 +84,32 @@ export interface BatchSettings {
   workers: number | undefined;
 }
 
-/** Validates batch/run/work options and applies defaults. */
+/** Options that only some calls use; elsewhere they would be ignored without a word. */
+const ONLY: Record<string, string> = {
+  budgetMs: "run() and work()",
+  maxBatches: "run() and work()",
+  minPollMs: "work()",
+  maxPollMs: "work()",
+  onRetry: "work()",
+  retryBackoff: "work()",
+};
+
+/** Validates batch/run/work options and applies defaults; `what` is "batch options", "run options"… */
 export function batchSettings(options: unknown, what: string): BatchSettings {
   const o = parse(batchSchema, options, what);
+  const call = `${what.split(" ")[0]}()`;
+  for (const [key, where] of Object.entries(ONLY)) {
+    if ((o as Record<string, unknown>)[key] !== undefined && !where.includes(call)) {
+      throw new KeyqError("INVALID_INPUT", `Option "${key}" applies to ${where}, not ${call}; remove it or call ${where.split(" ")[0]}.`, {
+        field: key,
+      });
+    }
+  }
+  if (o.minPollMs !== undefined && o.maxPollMs !== undefined && o.minPollMs > o.maxPollMs) {
+    throw new KeyqError("INVALID_INPUT", `Option "minPollMs" (${o.minPollMs}) is above "maxPollMs" (${o.maxPollMs}); give minPollMs <= maxPollMs.`, {
+      field: "minPollMs",
+    });
+  }
   if ((o.handler === undefined) === (o.handleBatch === undefined)) {
     throw new KeyqError("INVALID_INPUT", `Give ${what} exactly one of "handler" (per event) or "handleBatch" (per batch).`, {
       field: "handler",
@@ -93,12 +127,12 @@ export function batchSettings(options: unknown, what: string): BatchSettings {
     handleBatch: o.handleBatch as BatchSettings["handleBatch"],
     onError: o.onError as BatchSettings["onError"],
     maxEvents: o.maxEvents ?? 100,
-    statementTimeoutMs: durationMs("statementTimeout", o.statementTimeout, 1) ?? 30_000,
-    idleTimeoutMs: durationMs("idleTimeout", o.idleTimeout, 1) ?? 0,
-    batchTimeoutMs: durationMs("batchTimeout", o.batchTimeout, 1) ?? 60_000,
-    eventTimeoutMs: durationMs("eventTimeout", o.eventTimeout, 1) ?? Number.POSITIVE_INFINITY,
+    statementTimeoutMs: durationMs("statementTimeout", o.statementTimeout, 1, MAX_TIMEOUT_MS) ?? 30_000,
+    idleTimeoutMs: durationMs("idleTimeout", o.idleTimeout, 1, MAX_TIMEOUT_MS) ?? 0,
+    batchTimeoutMs: durationMs("batchTimeout", o.batchTimeout, 1, MAX_TIMEOUT_MS) ?? 60_000,
+    eventTimeoutMs: durationMs("eventTimeout", o.eventTimeout, 1, MAX_TIMEOUT_MS) ?? Number.POSITIVE_INFINITY,
     onRetry: o.onRetry as BatchSettings["onRetry"],
-    retryBackoff: o.retryBackoff ?? { baseMs: 200, capMs: 10_000 },
+    retryBackoff: { baseMs: o.retryBackoff?.baseMs ?? 200, capMs: o.retryBackoff?.capMs ?? 10_000 },
     budgetMs: o.budgetMs ?? 10_000,
     maxBatches: o.maxBatches ?? Number.MAX_SAFE_INTEGER,
     signal: o.signal,
@@ -130,17 +164,6 @@ function toEvent(w: WireEvent, payload: unknown, slot?: number): AnyEvent {
   const ev: AnyEvent = { id: w.id, type: w.type, key: w.key, payload: payload as never, time: new Date(w.time), retry: w.retry };
   if (slot !== undefined) ev.slot = slot;
   return ev;
-}
-
-/** An error as the engine stores it. */
-function describe(err: unknown): { message: string; code?: string; name?: string } {
-  const e = err as { message?: unknown; code?: unknown; name?: unknown } | null;
-  const out: { message: string; code?: string; name?: string } = {
-    message: typeof e?.message === "string" ? e.message : String(err),
-  };
-  if (typeof e?.code === "string") out.code = e.code;
-  if (typeof e?.name === "string") out.name = e.name;
-  return out;
 }
 
 /** Where outcomes are recorded, and what to do with contended keys. */
@@ -231,7 +254,7 @@ async function handleEvents(
   const { life } = br;
   const failed = new Map<string, { id: string; txid: string; error: unknown }>();
   const fail = (w: WireEvent, ev: AnyEvent, err: unknown) => {
-    failed.set(w.id, { id: w.id, txid: w.txid, error: describe(err) });
+    failed.set(w.id, { id: w.id, txid: w.txid, error: describeError(err) });
     try {
       s.onError?.(err, ev);
     } catch { /* logging must not break the batch */ }

@@ -34,6 +34,7 @@ import type {
   SendOptions,
   SendResult,
 } from "./types.ts";
+import { txExecutor } from "./tx.ts";
 import { checkName, checkSchemaName, duration, durationMs, int, parse } from "./validate.ts";
 
 /** Options of `keyq()`. */
@@ -54,11 +55,16 @@ export interface Keyq {
   migrate(): Promise<MigrateResult>;
   /** The engine as one SQL script, for DBAs. */
   migrationSql(): string;
-  /** Creates a queue if it does not exist; `created` says which happened. */
+  /**
+   * Creates a queue if it does not exist; `created` says which happened. An
+   * existing queue is returned as it is when the given settings match its own
+   * (or none are given); different settings throw `QUEUE_EXISTS` (use
+   * `updateQueue`).
+   */
   createQueue(name: string, settings?: QueueSettings): Promise<{ created: boolean; queue: QueueInfo }>;
   /** Changes settings of an existing queue (`tables` is fixed at creation). */
   updateQueue(name: string, settings: QueueSettings): Promise<QueueInfo>;
-  /** Drops a queue with its events and consumers; false when it did not exist. */
+  /** Drops a queue with its events and consumers; false when it did not exist (idempotent, no error). */
   dropQueue(name: string): Promise<boolean>;
   /** Every queue with its settings. */
   listQueues(): Promise<QueueInfo[]>;
@@ -87,7 +93,8 @@ export interface Keyq {
   readonly dlq: DeadLetters;
   /**
    * Backlog, tick age and rotation per queue; lag, retries, dead letters,
-   * blocked keys and stale cursors per consumer and slot.
+   * blocked keys and stale cursors per consumer and slot. With `queue`, an
+   * unknown queue throws `QUEUE_NOT_FOUND`.
    */
   status(options?: { queue?: string; staleAfter?: Duration }): Promise<QueueStatus[]>;
 }
@@ -149,8 +156,18 @@ export interface ExclusiveOptions extends ConsumerOptions {
 
 const optionsSchema = v.strictObject({
   schema: v.optional(v.string("expected a string")),
-  payloads: v.optional(v.record(v.string(), v.any())),
+  payloads: v.optional(v.record(
+    v.string(),
+    v.custom<PayloadSchema>(
+      (s) => typeof (s as PayloadSchema | null)?.["~standard"]?.validate === "function",
+      "expected a Standard Schema (valibot, zod, arktype…) per queue",
+    ),
+  )),
 });
+
+const sendOptionsSchema = v.strictObject({ tx: v.optional(v.unknown()) });
+const tickSchema = v.strictObject({ force: v.optional(v.boolean("expected true or false")) });
+const maintainSchema = v.strictObject({ forceRotate: v.optional(v.boolean("expected true or false")) });
 
 const settingsSchema = v.strictObject({
   tables: v.optional(int(2, 8)),
@@ -169,7 +186,7 @@ const consumerSchema = v.strictObject({
   retryCap: v.optional(duration),
 });
 
-const statusSchema = v.strictObject({ queue: v.optional(v.string()), staleAfter: v.optional(duration) });
+const statusSchema = v.strictObject({ queue: v.optional(v.unknown()), staleAfter: v.optional(duration) });
 
 const orderedSchema = v.strictObject({
   ...consumerSchema.entries,
@@ -194,6 +211,25 @@ export function consumerSettings(options: unknown, schema: v.GenericSchema = con
   if (o.retryBase !== undefined) out.retryBase = durationMs("retryBase", o.retryBase, 1)! / 1000;
   if (o.retryCap !== undefined) out.retryCap = durationMs("retryCap", o.retryCap, 1)! / 1000;
   return out;
+}
+
+/**
+ * `createQueue` of an existing queue is idempotent only with the same
+ * settings: a difference would otherwise be ignored without a word.
+ */
+function sameSettings(name: string, wanted: Record<string, number>, have: QueueInfo): void {
+  for (const [k, want] of Object.entries(wanted)) {
+    const got = (have as unknown as Record<string, number>)[k]!;
+    if (Math.abs(got - want) > 1e-6 * Math.max(1, Math.abs(want))) {
+      const unit = k === "tables" || k === "tickMaxCount" || k === "maxRetries" ? "" : " s";
+      throw new KeyqError(
+        "QUEUE_EXISTS",
+        `Queue "${name}" already exists with ${k} ${got}${unit}, not ${want}${unit}; call updateQueue("${name}", { ${k} }) to change it, ` +
+          `or createQueue without settings to use it as it is.`,
+        { queue: name, field: k, existing: got, requested: want },
+      );
+    }
+  }
 }
 
 /** Validates queue settings and converts durations to seconds for the engine. */
@@ -242,7 +278,13 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
     });
   }
   const payloads = (o.payloads ?? {}) as Record<string, PayloadSchema>;
-  const exec = (opts?: SendOptions): Executor => opts?.tx ?? driver;
+  // Own entries only: a queue named "constructor" has no schema, nor does a non-string name.
+  const schemaOf = (queue: unknown): PayloadSchema | undefined =>
+    typeof queue === "string" && Object.hasOwn(payloads, queue) ? payloads[queue] : undefined;
+  const exec = (opts: SendOptions | undefined, what: string): Executor => {
+    const { tx } = parse(sendOptionsSchema, opts, what);
+    return tx === undefined ? driver : txExecutor(driver, tx);
+  };
   const tick = async (queue: string, force = false): Promise<string | null> => {
     checkName("queue", queue);
     const r = await call<{ tick: string | null }>(driver, schema, "tick", [
@@ -259,7 +301,7 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
   const ctx = (queue: string): ConsumerContext => ({
     driver,
     schema,
-    payloadSchema: payloads[queue],
+    payloadSchema: schemaOf(queue),
     tick: async (q) => (await tick(q)) !== null,
     maintain: (q) => maintainOne(q, false),
   });
@@ -271,10 +313,13 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
     migrationSql: () => migrationSql(schema),
     async createQueue(name, settings = {}) {
       checkName("queue", name);
-      return await call(driver, schema, "create_queue", [
+      const wanted = settingsJson(settings, true);
+      const r = await call<{ created: boolean; queue: QueueInfo }>(driver, schema, "create_queue", [
         ["queue", "text", name],
-        ["settings", "jsonb", settingsJson(settings, true)],
+        ["settings", "jsonb", wanted],
       ]);
+      if (!r.created) sameSettings(name, wanted, r.queue);
+      return r;
     },
     async updateQueue(name, settings) {
       checkName("queue", name);
@@ -288,11 +333,11 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
       return (await call<{ dropped: boolean }>(driver, schema, "drop_queue", [["queue", "text", name]])).dropped;
     },
     listQueues: () => call<QueueInfo[]>(driver, schema, "list_queues"),
-    send: (queue, event, opts) => send(exec(opts), schema, queue, event, payloads[queue]),
-    sendBatch: (queue, events, opts) => sendBatch(exec(opts), schema, queue, events, payloads[queue]),
-    tick: (queue, opts) => tick(queue, opts?.force ?? false),
+    send: async (queue, event, opts) => await send(exec(opts, "send options"), schema, queue, event, schemaOf(queue)),
+    sendBatch: async (queue, events, opts) => await sendBatch(exec(opts, "sendBatch options"), schema, queue, events, schemaOf(queue)),
+    tick: async (queue, opts) => await tick(queue, parse(tickSchema, opts, "tick options").force ?? false),
     async maintain(queue, opts) {
-      const force = opts?.forceRotate ?? false;
+      const force = parse(maintainSchema, opts, "maintain options").forceRotate ?? false;
       if (queue !== undefined) return [await maintainOne(checkName("queue", queue), force)];
       const queues = await call<QueueInfo[]>(driver, schema, "list_queues");
       const out: MaintainReport[] = [];
@@ -326,10 +371,17 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
     dlq: deadLetters(driver, schema),
     async status(opts = {}) {
       const o = parse(statusSchema, opts, "status options");
-      return await call<QueueStatus[]>(driver, schema, "status", [
-        ["queue", "text", o.queue === undefined ? null : checkName("queue", o.queue)],
+      const queue = o.queue === undefined ? null : checkName("queue", o.queue);
+      const rows = await call<QueueStatus[]>(driver, schema, "status", [
+        ["queue", "text", queue],
         ["stale_after", "float8", durationMs("staleAfter", o.staleAfter ?? 300_000, 1)! / 1000],
       ]);
+      if (queue !== null && rows.length === 0) {
+        throw new KeyqError("QUEUE_NOT_FOUND", `Queue "${queue}" does not exist; create it with createQueue("${queue}") or list them with listQueues().`, {
+          queue,
+        });
+      }
+      return rows;
     },
   };
 }

@@ -12,7 +12,7 @@ import { fenceHooks } from "./fence.ts";
 import { runLoop, workLoop } from "./loop.ts";
 import { call, fields, mapError } from "./sql.ts";
 import type { BatchOptions, BatchReport, BlockedKey, RunOptions, RunReport, WorkOptions } from "./types.ts";
-import { checkName } from "./validate.ts";
+import { checkName, checkText, show } from "./validate.ts";
 
 /**
  * A consumer of a queue. Every kind has the same calls; what a batch reads
@@ -56,6 +56,8 @@ export interface ConsumerKind {
   slots?: number;
   /** Engine-side settings persisted with the consumer (retry overrides…). */
   settings: Record<string, unknown>;
+  /** Refuses settings this kind cannot use, before anything is written. */
+  check(s: BatchSettings): void;
   /** Ticks (and plans); true when a tick was written. */
   prepare(s: BatchSettings): Promise<boolean>;
   /** One batch; no event starts after `until` (epoch ms). */
@@ -121,6 +123,19 @@ export function makeConsumer<P>(
     }
   };
   const k = kind(subscribe);
+  // Every refusal happens here, before the consumer row, a tick or a batch is written.
+  const settings = (options: unknown, what: string): BatchSettings => {
+    if (!ctx.driver.transaction) {
+      throw new KeyqError(
+        "TRANSACTIONS_UNSUPPORTED",
+        `The ${ctx.driver.name} driver has no interactive transactions, so it cannot consume; use a Pool or Client driver (for Neon: fromNeonPool).`,
+        { driver: ctx.driver.name },
+      );
+    }
+    const s = batchSettings(options, what);
+    k.check(s);
+    return s;
+  };
   const run = async (s: BatchSettings): Promise<RunReport> => {
     if (!subscribed) await subscribe();
     return await runLoop(s, () => k.prepare(s), () => ctx.maintain(queue), (until) => k.batch(s, until));
@@ -137,13 +152,22 @@ export function makeConsumer<P>(
       subscribed = false;
       return r.removed;
     },
-    batch: async (options) => await k.batch(batchSettings(options, "batch options")),
-    run: async (options) => await run(batchSettings(options, "run options")),
+    batch: async (options) => await k.batch(settings(options, "batch options")),
+    run: async (options) => await run(settings(options, "run options")),
     async work(options) {
-      const s = batchSettings(options, "work options");
+      const s = settings(options, "work options");
       return await workLoop(s, () => run(s));
     },
   };
+}
+
+/** Static assignment (`worker`/`workers`) is a Tier B option; elsewhere it would be silently ignored. */
+function noWorkers(s: BatchSettings, kind: string): void {
+  if (s.worker !== undefined) {
+    throw new KeyqError("INVALID_INPUT", `Options "worker" and "workers" assign the slots of an ordered consumer; a ${kind} consumer has none, so remove them.`, {
+      field: "worker",
+    });
+  }
 }
 
 /** The plain kind: one cursor; a second worker finds it busy and skips. */
@@ -152,6 +176,7 @@ export function plainKind(ctx: ConsumerContext, queue: string, name: string, set
   return {
     kind: "plain",
     settings,
+    check: (s) => noWorkers(s, "plain"),
     prepare: () => ctx.tick(queue),
     batch: (s, until) =>
       runBatch(ctx, s, "receive", [["queue", "text", queue], ["consumer", "text", name], ["max_events", "int", s.maxEvents]], () => target, {
@@ -178,6 +203,7 @@ export function exclusiveKind(
   return {
     kind: "exclusive",
     settings,
+    check: (s) => noWorkers(s, "exclusive"),
     async prepare(s) {
       const r = await call<{ tick: string | null }>(ctx.driver, ctx.schema, "prepare_exclusive", [
         ["queue", "text", queue],
@@ -233,13 +259,23 @@ export function orderedKind(
     kind: "ordered",
     slots: o.slots,
     settings,
-    prepare: () => ctx.tick(queue),
-    batch(s, until) {
+    check(s) {
       if (o.pause && s.handleBatch) {
         throw new KeyqError("INVALID_INPUT", 'The pause policy needs a per-event "handler" (events after a failed head are held back); use handler instead of handleBatch.', {
           field: "handleBatch",
         });
       }
+      if (s.worker !== undefined && s.worker >= o.slots) {
+        throw new KeyqError(
+          "INVALID_INPUT",
+          `Worker ${s.worker} of ${s.workers} would read no slot: the consumer has ${o.slots} slots (worker k reads slots k, k + workers, …); ` +
+            `run at most ${o.slots} workers, or create the consumer with more slots.`,
+          { field: "worker", value: s.worker },
+        );
+      }
+    },
+    prepare: () => ctx.tick(queue),
+    batch(s, until) {
       const { slots, helpAfter } = order(s);
       return runBatch(ctx, s, "receive_ordered", [
         ["queue", "text", queue],
@@ -260,13 +296,18 @@ export function orderedKind(
 export function withSlots<P>(ctx: ConsumerContext, c: Consumer<P>, slots: number): OrderedConsumer<P> {
   return Object.assign(c, {
     slots,
-    slotOf: (key: string | null) =>
-      call<number>(ctx.driver, ctx.schema, "consumer_slot_of", [
+    async slotOf(key: string | null) {
+      if (key !== null && typeof key !== "string") {
+        throw new KeyqError("INVALID_INPUT", `slotOf takes a key (a string) or null, not ${show(key)}.`, { field: "key", value: key });
+      }
+      if (key !== null) checkText("key", key, "slotOf");
+      return await call<number>(ctx.driver, ctx.schema, "consumer_slot_of", [
         ["queue", "text", c.queue],
         ["consumer", "text", c.name],
         ["key", "text", key],
         ["n", "int", slots],
-      ]),
+      ]);
+    },
     blockedKeys: () =>
       call<BlockedKey[]>(ctx.driver, ctx.schema, "blocked_keys", [["queue", "text", c.queue], ["consumer", "text", c.name]]),
   });

@@ -10,9 +10,13 @@ import type { Driver } from "./driver.ts";
 import { KeyqError } from "./errors.ts";
 import { call } from "./sql.ts";
 import type { DeadLetter, DeadLetterFilter } from "./types.ts";
-import { checkName, duration, durationMs, int, parse, show } from "./validate.ts";
+import { checkId, checkName, duration, durationMs, int, parse, show, text } from "./validate.ts";
 
-/** The dead-letter API of a client (`q.dlq`). */
+/**
+ * The dead-letter API of a client (`q.dlq`). A filter naming a queue or
+ * consumer that does not exist throws `QUEUE_NOT_FOUND`/`CONSUMER_NOT_FOUND`
+ * rather than matching nothing.
+ */
 export interface DeadLetters {
   /** Dead letters matching `filter`, oldest first (at most `limit`, default 100). */
   list<P = unknown>(filter?: DeadLetterFilter & { limit?: number; afterId?: string }): Promise<DeadLetter<P>[]>;
@@ -29,24 +33,28 @@ export interface DeadLetters {
 }
 
 const filterSchema = v.strictObject({
-  queue: v.optional(v.string()),
-  consumer: v.optional(v.string()),
-  key: v.optional(v.string("expected a string")),
+  queue: v.optional(v.unknown()),
+  consumer: v.optional(v.unknown()),
+  key: v.optional(text("key", 0, 1000)),
   olderThan: v.optional(duration),
   newerThan: v.optional(duration),
-  limit: v.optional(int(1, 10_000)),
-  afterId: v.optional(v.pipe(v.string(), v.regex(/^\d{1,19}$/, "expected a dead-letter id"))),
 });
 
-function filterJson(input: unknown, what: string): Record<string, unknown> {
-  const f = parse(filterSchema, input, what);
+const listSchema = v.strictObject({
+  ...filterSchema.entries,
+  limit: v.optional(int(1, 10_000)),
+  afterId: v.optional(v.unknown()),
+});
+
+function filterJson(input: unknown, what: string, schema: v.GenericSchema = filterSchema): Record<string, unknown> {
+  const f = parse(schema, input, what) as v.InferOutput<typeof listSchema>;
   const out: Record<string, unknown> = {};
   if (f.queue !== undefined) out.queue = checkName("queue", f.queue);
   if (f.consumer !== undefined) out.consumer = checkName("consumer", f.consumer);
   if (f.key !== undefined) out.key = f.key;
   if (f.olderThan !== undefined) out.olderThan = durationMs("olderThan", f.olderThan)! / 1000;
   if (f.newerThan !== undefined) out.newerThan = durationMs("newerThan", f.newerThan)! / 1000;
-  if (f.afterId !== undefined) out.afterId = f.afterId;
+  if (f.afterId !== undefined) out.afterId = checkId("afterId", f.afterId, `Option "afterId" of ${what}`);
   return out;
 }
 
@@ -54,10 +62,9 @@ function filterJson(input: unknown, what: string): Record<string, unknown> {
 export function deadLetters(driver: Driver, schema: string): DeadLetters {
   return {
     async list<P>(filter: DeadLetterFilter & { limit?: number; afterId?: string } = {}) {
-      const limit = parse(filterSchema, filter, "dlq.list filter").limit ?? 100;
-      const { limit: _l, ...rest } = filter;
+      const limit = parse(listSchema, filter, "dlq.list filter").limit ?? 100;
       return await call<DeadLetter<P>[]>(driver, schema, "dlq_list", [
-        ["filter", "jsonb", filterJson(rest, "dlq.list filter")],
+        ["filter", "jsonb", filterJson(filter, "dlq.list filter", listSchema)],
         ["lim", "int", limit],
       ]);
     },
@@ -66,22 +73,25 @@ export function deadLetters(driver: Driver, schema: string): DeadLetters {
     },
     async replay(ids) {
       const list = typeof ids === "string" ? [ids] : ids;
-      if (!Array.isArray(list) || list.length === 0 || !list.every((id) => typeof id === "string" && /^\d{1,19}$/.test(id))) {
+      if (!Array.isArray(list) || list.length === 0) {
         throw new KeyqError("INVALID_INPUT", `dlq.replay takes dead-letter ids such as "42", not ${show(ids)}; find them with dlq.list().`, {
           field: "ids",
         });
       }
+      for (const id of list) checkId("ids", id, "dlq.replay");
       return await call<number>(driver, schema, "dlq_replay", [["ids", "jsonb", list]]);
     },
     async replayKey(queue, consumer, key) {
       if (typeof key !== "string") {
         throw new KeyqError("INVALID_INPUT", `dlq.replayKey needs the key as a string, not ${show(key)}.`, { field: "key" });
       }
+      checkName("queue", queue);
+      checkName("consumer", consumer);
       const filter = filterJson({ queue, consumer, key }, "dlq.replayKey");
       return await call<number>(driver, schema, "dlq_replay_where", [["filter", "jsonb", filter]]);
     },
     async replayAll(queue, consumer) {
-      const filter = filterJson({ queue, consumer }, "dlq.replayAll");
+      const filter = filterJson({ queue: checkName("queue", queue), consumer: checkName("consumer", consumer) }, "dlq.replayAll");
       return await call<number>(driver, schema, "dlq_replay_where", [["filter", "jsonb", filter]]);
     },
     async purge(filter) {

@@ -78,4 +78,11 @@ export interface Driver extends Executor {
    * throws) on one connection, and resolves to what `fn` returned.
    */
   transaction?<T>(fn: (tx: Executor) => Promise<T>): Promise<T>;
+  /**
+   * Optional: wraps a native transaction object of this driver (the `tx` of
+   * postgres.js `sql.begin`, a `pg` client inside BEGIN) as an Executor, so
+   * `send(…, { tx })` can join it. Returns undefined for anything else;
+   * throws `KeyqError` for this driver's objects that are no open transaction.
+   */
+  adopt?(native: unknown): Executor | undefined;
 }

@@ -11,16 +11,17 @@ import { KeyqError } from "./errors.ts";
 import { checkPayload, type PayloadSchema } from "./payload.ts";
 import { call } from "./sql.ts";
 import type { SendInput, SendResult } from "./types.ts";
-import { checkName, duration, durationMs, parse, payloadJson } from "./validate.ts";
+import { checkJson } from "./text.ts";
+import { checkName, duration, durationMs, parse, show, text } from "./validate.ts";
 
 /** SQS's dedup window: a dedup key without a ttl stays live for 5 minutes. */
 const DEFAULT_TTL_MS = 5 * 60_000;
 
 const eventSchema = v.strictObject({
-  type: v.pipe(v.string("expected a string"), v.minLength(1, "expected 1–200 characters"), v.maxLength(200, "expected 1–200 characters")),
+  type: text("type", 1, 200),
   payload: v.unknown(),
-  key: v.optional(v.nullable(v.pipe(v.string("expected a string or null"), v.maxLength(1000, "expected at most 1,000 characters")))),
-  dedupKey: v.optional(v.pipe(v.string("expected a string"), v.minLength(1, "expected a non-empty string (1–512 characters)"), v.maxLength(512, "expected 1–512 characters"))),
+  key: v.optional(v.nullable(text("key", 0, 1000))),
+  dedupKey: v.optional(text("dedupKey", 1, 512)),
   ttl: v.optional(duration),
 });
 
@@ -41,18 +42,24 @@ async function prepare(
   schema: PayloadSchema | undefined,
   where: string,
 ): Promise<WireEvent> {
-  if (typeof input === "object" && input !== null && (input as { payload?: unknown }).payload === undefined) {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) {
+    throw new KeyqError("INVALID_INPUT", `Expected ${where} as an object like { type: "FileCreated", payload: {…} }, not ${show(input)}.`, {
+      field: "event",
+      value: input,
+    });
+  }
+  if ((input as { payload?: unknown }).payload === undefined) {
     throw new KeyqError("INVALID_PAYLOAD", `The payload of ${where} is missing; pass payload: null for an event without data.`, {
       field: "payload",
     });
   }
   const e = parse(eventSchema, input, where);
-  payloadJson(e.payload, where);
   if (e.ttl !== undefined && e.dedupKey === undefined) {
     throw new KeyqError("INVALID_INPUT", `Option "ttl" of ${where} needs a "dedupKey"; add one or drop the ttl.`, { field: "ttl" });
   }
   const ttlMs = e.dedupKey === undefined ? undefined : durationMs("ttl", e.ttl ?? DEFAULT_TTL_MS, 1);
   const payload = await checkPayload(schema, e.payload, `${where} (queue "${queue}")`);
+  checkJson(payload, where);
   const wire: WireEvent = { type: e.type, key: e.key ?? null, payload };
   if (e.dedupKey !== undefined) {
     wire.dedupKey = e.dedupKey;
@@ -74,7 +81,7 @@ export async function send(
   return await call<SendResult>(exec, schemaName, "send", [
     ["queue", "text", queue],
     ["type", "text", e.type],
-    ["payload", "jsonb", payloadJson(e.payload, "the event")],
+    ["payload", "jsonb", JSON.stringify(e.payload)],
     ["key", "text", e.key],
     ["dedup_key", "text", e.dedupKey ?? null],
     ["ttl", "float8", e.ttl ?? null],

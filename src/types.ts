@@ -61,9 +61,16 @@ export interface SendInput<P = unknown> {
 export interface SendOptions {
   /**
    * The caller's open transaction: the events commit or roll back with the
-   * caller's own writes (outbox pattern).
+   * caller's own writes (outbox pattern). Accepted: keyq's executor (the `tx`
+   * of `q.driver.transaction(fn)` or of a handler), or the driver's own
+   * transaction object when the client's adapter recognises it — postgres.js
+   * and Bun.SQL: the `tx` of `sql.begin` (or of `tx.savepoint`); pg: a
+   * `Client`/`PoolClient` after `BEGIN`; PGlite: the `tx` of
+   * `db.transaction`. Anything else (`{}`, a pool, postgres.js `sql` itself,
+   * a pg client outside a transaction) is refused with `INVALID_INPUT`
+   * before anything is written.
    */
-  tx?: Executor;
+  tx?: Executor | object;
 }
 
 /** What `send` returns per event. */

@@ -1,24 +1,33 @@
 /**
  * Input checks at the public boundary. Schemas stay private (an exported
- * valibot constant is a slow type for JSR); callers get typed errors.
+ * valibot constant is a slow type for JSR); callers get typed errors that
+ * name the field, show the value as given and say what to do.
  *
  * @module
  */
 
 import * as v from "valibot";
 import { KeyqError } from "./errors.ts";
+import { show, textProblem } from "./text.ts";
 import type { Duration } from "./types.ts";
+
+export { checkText, show } from "./text.ts";
 
 const encoder = new TextEncoder();
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]*$/;
 const OBJECT_NAME = /^[A-Za-z][A-Za-z0-9_.:-]*$/;
 
-/** Checks a schema identifier: lowercase letters, digits, `_`; at most 63 bytes. */
+/** Longest duration keyq stores as an interval or timestamp offset: 100 years. */
+export const MAX_INTERVAL_MS: number = 36_525 * 86_400_000;
+/** Longest timeout Postgres (int4 milliseconds) and `setTimeout` accept: about 24.8 days. */
+export const MAX_TIMEOUT_MS: number = 2_147_483_647;
+
+/** Checks a schema identifier: lowercase letters, digits, `_`; at most 63 bytes; not `pg_…`. */
 export function checkSchemaName(value: unknown): string {
-  if (typeof value !== "string" || !SCHEMA_NAME.test(value) || encoder.encode(value).length > 63) {
+  if (typeof value !== "string" || !SCHEMA_NAME.test(value) || encoder.encode(value).length > 63 || value.startsWith("pg_")) {
     throw new KeyqError(
       "INVALID_IDENTIFIER",
-      `Schema name ${show(value)} is not valid; use 1–63 lowercase letters, digits or "_", starting with a letter or "_".`,
+      `Schema name ${show(value)} is not valid; use 1–63 lowercase letters, digits or "_", starting with a letter or "_" (not "pg_", which Postgres reserves).`,
       { field: "schema", value },
     );
   }
@@ -44,8 +53,15 @@ const UNITS: Record<string, number> = {
   h: 36e5, hour: 36e5, hours: 36e5, d: 864e5, day: 864e5, days: 864e5,
 };
 
-/** Parses a duration to milliseconds; undefined stays undefined. */
-export function durationMs(field: string, value: Duration | undefined, min = 0): number | undefined {
+function rangeText(ms: number): string {
+  return ms === MAX_TIMEOUT_MS ? "2147483647 ms (about 24.8 days)" : ms === MAX_INTERVAL_MS ? "100 years" : `${ms} ms`;
+}
+
+/**
+ * Parses a duration to milliseconds; undefined stays undefined. `min` > 0
+ * asks for a positive duration; `max` bounds it to what the engine stores.
+ */
+export function durationMs(field: string, value: Duration | undefined, min: number = 0, max: number = MAX_INTERVAL_MS): number | undefined {
   if (value === undefined) return undefined;
   let ms = Number.NaN;
   if (typeof value === "number") ms = value;
@@ -53,26 +69,106 @@ export function durationMs(field: string, value: Duration | undefined, min = 0):
     const m = /^\s*(\d+(?:\.\d+)?)\s*([a-z]+)?\s*$/i.exec(value);
     if (m) ms = Number(m[1]) * (m[2] ? UNITS[m[2].toLowerCase()] ?? Number.NaN : 1);
   }
-  if (!Number.isFinite(ms) || ms < min || (min === 0 && ms < 0)) {
+  if (!Number.isFinite(ms) || ms < min || (min === 0 && ms < 0) || ms > max || (min > 0 && ms === 0)) {
     throw new KeyqError(
       "INVALID_INPUT",
-      `Option "${field}" is ${show(value)}; give ${min > 0 ? "a positive" : "a non-negative"} duration in milliseconds or text like "30s", "5 minutes", "1 hour".`,
+      `Option "${field}" is ${show(value)}; give ${min > 0 ? "a positive" : "a non-negative"} duration of at most ${rangeText(max)}, ` +
+        `in milliseconds or as text like "30s", "5 minutes", "1 hour".`,
       { field, value },
     );
   }
   return ms;
 }
 
+/** Checks an id: a bigint as a decimal string within Postgres' int8 range. */
+export function checkId(field: string, value: unknown, what: string): string {
+  if (typeof value !== "string" || !/^\d{1,19}$/.test(value) || BigInt(value) > 9_223_372_036_854_775_807n) {
+    throw new KeyqError("INVALID_INPUT", `${what} takes ids as decimal strings such as "42" (at most 9223372036854775807), not ${show(value)}.`, {
+      field,
+      value,
+    });
+  }
+  return value;
+}
+
+type SchemaNode = { entries?: Record<string, unknown>; wrapped?: unknown; message?: unknown; pipe?: unknown[] };
+
+function unwrap(s: unknown): SchemaNode | undefined {
+  let node = s as SchemaNode | undefined;
+  while (node && node.wrapped) node = node.wrapped as SchemaNode;
+  return node;
+}
+
+/** The schema node at `path` (object entries only). */
+function nodeAt(schema: unknown, path: readonly string[]): SchemaNode | undefined {
+  let node = unwrap(schema);
+  for (const key of path) node = unwrap(node?.entries?.[key]);
+  return node;
+}
+
+function distance(a: string, b: string): number {
+  const row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    let prev = row[0]!;
+    row[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const cur = row[j]!;
+      row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
+      prev = cur;
+    }
+  }
+  return row[b.length]!;
+}
+
+/**
+ * The valid option closest to `name` (case-insensitive edit distance), when
+ * it is close enough to be a plausible typo.
+ */
+export function closest(name: string, valid: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestD = Infinity;
+  for (const k of valid) {
+    const d = distance(name.toLowerCase(), k.toLowerCase());
+    if (d < bestD) [best, bestD] = [k, d];
+  }
+  // With one valid option ({ transaction } for { tx }) it is the only candidate.
+  return valid.length === 1 || bestD <= Math.max(2, Math.ceil(name.length / 2)) ? best : undefined;
+}
+
+function unknownKey(issue: v.BaseIssue<unknown>, schema: unknown, what: string): KeyqError {
+  const keys = (issue.path ?? []).map((p) => String(p.key));
+  const name = keys.pop()!;
+  const where = keys.length ? `"${keys.join(".")}" of ${what}` : what;
+  const valid = Object.keys(nodeAt(schema, keys)?.entries ?? {});
+  const best = closest(name, valid);
+  const list = valid.length ? ` Valid options: ${valid.join(", ")}.` : "";
+  const hint = best ? `did you mean "${best}"?${list}` : `remove it or check its spelling.${list}`;
+  return new KeyqError("INVALID_INPUT", `Unknown option ${show(name)} in ${where}; ${hint}`, {
+    field: [...keys, name].join("."),
+    option: name,
+    suggestion: best,
+  });
+}
+
+function expectation(node: SchemaNode | undefined): string {
+  const m = node?.message ?? (node?.pipe?.[1] as SchemaNode | undefined)?.message;
+  return typeof m === "string" ? ` (${m})` : "";
+}
+
 /** Parses `input` with a private schema or throws INVALID_INPUT naming the field. */
 export function parse<S extends v.GenericSchema>(schema: S, input: unknown, what: string): v.InferOutput<S> {
   const result = v.safeParse(schema, input ?? {});
   if (result.success) return result.output;
-  const issue = result.issues[0];
+  // A typo shows up as an unknown key plus, often, a missing one: name the typo.
+  const issue = result.issues.find((i) => i.type === "strict_object" && i.expected === "never") ?? result.issues[0];
   const path = v.getDotPath(issue);
-  if (issue.type === "strict_object") {
-    throw new KeyqError("INVALID_INPUT", `Unknown option "${path ?? String(issue.input)}" in ${what}; remove it or check its spelling.`, {
-      field: path ?? what,
-    });
+  if (issue.type === "strict_object" && issue.expected === "never") throw unknownKey(issue, schema, what);
+  if (path && issue.received === "undefined" && issue.message.startsWith("Invalid key")) {
+    const node = nodeAt(schema, path.split("."));
+    throw new KeyqError("INVALID_INPUT", `Option "${path}" is missing from ${what}; add it${expectation(node)}.`, { field: path, missing: true });
+  }
+  if (!path && (typeof input !== "object" || Array.isArray(input))) {
+    throw new KeyqError("INVALID_INPUT", `Expected ${what} as an object, not ${show(input)}.`, { field: what, value: input });
   }
   const where = path ? `"${path}" of ${what}` : what;
   throw new KeyqError("INVALID_INPUT", `Option ${where} is ${show(issue.input)}: ${issue.message}.`, {
@@ -83,12 +179,8 @@ export function parse<S extends v.GenericSchema>(schema: S, input: unknown, what
 
 /** A whole number within bounds, with a message that says so. */
 export function int(min: number, max: number): v.GenericSchema<number> {
-  return v.pipe(
-    v.number(`expected a whole number from ${min} to ${max}`),
-    v.integer(`expected a whole number from ${min} to ${max}`),
-    v.minValue(min, `expected a whole number from ${min} to ${max}`),
-    v.maxValue(max, `expected a whole number from ${min} to ${max}`),
-  );
+  const msg = `expected a whole number from ${min} to ${max}`;
+  return v.pipe(v.number(msg), v.integer(msg), v.minValue(min, msg), v.maxValue(max, msg));
 }
 
 /** A duration: milliseconds or text; checked precisely by `durationMs`. */
@@ -97,38 +189,16 @@ export const duration: v.GenericSchema<Duration> = v.union(
   "expected milliseconds or text like \"30s\"",
 );
 
-/** Serialises a payload to JSON text, refusing what JSON cannot carry. */
-export function payloadJson(payload: unknown, where: string): string {
-  let bad: string | undefined;
-  let text: string | undefined;
-  try {
-    text = JSON.stringify(payload, (key, value) => {
-      if (bad) return value;
-      const t = typeof value;
-      if (t === "bigint" || t === "function" || t === "symbol") bad = `${t} at ${key === "" ? "the top level" : `"${key}"`}`;
-      else if (t === "number" && !Number.isFinite(value)) bad = `${value} at "${key}"`;
-      return t === "bigint" ? null : value;
-    });
-  } catch (err) {
-    bad = (err as Error).message;
-  }
-  if (bad || text === undefined) {
-    throw new KeyqError(
-      "INVALID_PAYLOAD",
-      `The payload of ${where} is not JSON (${bad ?? "undefined"}); send plain objects, arrays, strings, finite numbers, booleans or null.`,
-      { field: "payload" },
-    );
-  }
-  return text;
-}
-
-/** A value for a message: quoted and shortened. */
-export function show(value: unknown): string {
-  let s: string;
-  try {
-    s = typeof value === "string" ? JSON.stringify(value) : typeof value === "bigint" ? `${value}n` : String(JSON.stringify(value) ?? value);
-  } catch {
-    s = String(value);
-  }
-  return s.length > 80 ? `${s.slice(0, 77)}...` : s;
+/** Text Postgres can store: a string without NUL or unpaired surrogates. */
+export function text(field: string, min: number, max: number): v.GenericSchema<string> {
+  const msg = `expected a string of ${min}–${max} characters`;
+  return v.pipe(
+    v.string(msg),
+    v.minLength(min, msg),
+    v.maxLength(max, msg),
+    v.rawCheck(({ dataset, addIssue }) => {
+      const problem = typeof dataset.value === "string" ? textProblem(dataset.value) : undefined;
+      if (problem) addIssue({ message: `${field} ${problem}; remove it or encode the value (e.g. base64)` });
+    }),
+  );
 }

@@ -67,6 +67,14 @@ export function fromBunSql(sql: BunSqlLike): Driver {
   return {
     name: "bun-sql",
     query: (text, params) => run(sql, text, params),
+    // A Bun.SQL transaction (the `tx` of sql.begin, or a savepoint scope) has
+    // `savepoint`; the top-level `sql`, whose queries autocommit, has not.
+    adopt: (native) => {
+      const t = native as Record<string, unknown> | null;
+      return typeof native === "function" && typeof t!.unsafe === "function" && typeof t!.savepoint === "function"
+        ? { query: (text, params) => run(native as unknown as BunSqlQueryable, text, params) }
+        : undefined;
+    },
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
       // Boxed: `begin` would await the items of an array that `fn` returns.
       try {

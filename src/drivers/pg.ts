@@ -3,6 +3,7 @@
  * @module
  */
 import type { Driver, Executor, Row, SqlParam } from "../driver.ts";
+import { KeyqError } from "../errors.ts";
 
 /** The part of a `pg` `Client` the adapter uses. */
 export interface PgClientLike {
@@ -68,10 +69,31 @@ function idleError(err: Error): void {
   console.warn(`keyq/pg: an idle pool connection was lost (${err.message}); the pool replaces it.`);
 }
 
+/**
+ * A `pg` client (pooled or not) joins the caller's transaction when its
+ * protocol status says one is open ("T"); pg reports it as
+ * `getTransactionStatus()` (pg 8.23 has it; a client without it is refused). A pool is no transaction.
+ */
+function adopt(native: unknown): Executor | undefined {
+  const c = native as { query?: unknown; getTransactionStatus?: unknown; totalCount?: unknown } | null;
+  if (!c || typeof c !== "object" || typeof c.query !== "function" || typeof c.getTransactionStatus !== "function") return undefined;
+  if ("totalCount" in c) return undefined;
+  const status = (c.getTransactionStatus as () => unknown).call(c);
+  if (status === "T") return { query: (text, params) => run(c as PgClientLike, text, params) };
+  throw new KeyqError(
+    "INVALID_INPUT",
+    status === "E"
+      ? 'Option "tx" is a pg client whose transaction has failed; roll it back and start again.'
+      : 'Option "tx" is a pg client that is not inside a transaction, so the event would commit on its own; run BEGIN on it first.',
+    { field: "tx", status },
+  );
+}
+
 function poolDriver(pool: PgPoolLike): Driver {
   if (pool.on && pool.listenerCount && pool.listenerCount("error") === 0) pool.on("error", idleError);
   return {
     name: "pg",
+    adopt,
     query: (text, params) => run(pool, text, params),
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
       const client = await pool.connect();
@@ -101,6 +123,7 @@ function clientDriver(client: PgClientLike): Driver {
   };
   return {
     name: "pg",
+    adopt,
     query: (text, params) => serial(() => run(client, text, params)),
     // The owner listens for the client's errors too; this listener only tells the
     // running transaction that its connection is gone, so no further handler starts.

@@ -46,5 +46,13 @@ export function fromPGlite(db: PGliteLike): Driver {
     query: (text, params) => run(db, text, params),
     transaction: <T>(fn: (tx: Executor) => Promise<T>): Promise<T> =>
       db.transaction((tx) => fn({ query: (text, params) => run(tx, text, params) })),
+    // The `tx` of db.transaction has query, exec and rollback; the instance has `transaction`.
+    adopt: (native) => {
+      const t = native as Record<string, unknown> | null;
+      return t && typeof t === "object" && typeof t.query === "function" && typeof t.exec === "function" &&
+          typeof t.rollback === "function" && t.transaction === undefined
+        ? { query: (text, params) => run(native as PGliteTxLike, text, params) }
+        : undefined;
+    },
   };
 }

@@ -163,6 +163,17 @@ function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: bo
 const never: Promise<never> = new Promise<never>(() => {});
 
 /**
+ * A postgres.js transaction (or savepoint scope) has `savepoint` and no
+ * `begin`; the top-level `sql` (autocommit) has `begin`, a reserved
+ * connection neither.
+ */
+function isTransaction(x: unknown): x is PostgresJsTransactionLike {
+  const t = x as Record<string, unknown> | null;
+  return typeof x === "function" && typeof t!.unsafe === "function" && typeof t!.typed === "function" &&
+    typeof t!.savepoint === "function" && t!.begin === undefined;
+}
+
+/**
  * Wraps a postgres.js `sql` instance. `query` without params uses the simple
  * protocol, so the text may hold several statements (the rows of the last
  * statement that returns rows come back); `transaction` uses `sql.begin`.
@@ -197,6 +208,11 @@ export function fromPostgresJs(sql: PostgresJsLike): Driver {
   let verified = 0;
   return {
     name: "postgres-js",
+    // The caller's own transaction: keyq does not own its life, so a fresh state.
+    adopt: (native) =>
+      isTransaction(native)
+        ? wrapTransaction(native, { dead: false, ctl: new AbortController() }, sql.options?.prepare !== false)
+        : undefined,
     query: (text, params) => run(sql, text, params),
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
       const st: TxState = { dead: false, ctl: new AbortController() };

@@ -1,0 +1,156 @@
+/**
+ * What Postgres can store without changing it: text without NUL or unpaired
+ * surrogates (a driver would turn `"a\ud800"` into `"a\ufffd"`, so two
+ * different keys would collide), and JSON that round-trips exactly. One
+ * recursive walk per payload, no JSON round trip: it runs per event on the
+ * producer's hot path.
+ *
+ * @module
+ */
+
+import { KeyqError } from "./errors.ts";
+
+/** Matches a NUL or a surrogate code unit; the precise test runs only on a hit. */
+const SUSPECT = /[\0\ud800-\udfff]/;
+const BAD = /\0|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/** Why `s` cannot be stored, or undefined when it can. */
+export function textProblem(s: string): string | undefined {
+  if (!SUSPECT.test(s)) return undefined;
+  const m = BAD.exec(s);
+  if (!m) return undefined;
+  if (m[0] === "\0") return `contains a NUL character (U+0000) at index ${m.index}, which Postgres text cannot hold`;
+  const unit = m[0].charCodeAt(0).toString(16).toUpperCase();
+  return `contains an unpaired surrogate (U+${unit}) at index ${m.index}, which is not valid Unicode and would be stored as U+FFFD`;
+}
+
+/** Throws INVALID_INPUT when `s` holds text Postgres cannot store; `where` names the event. */
+export function checkText(field: string, s: string, where: string): string {
+  const problem = textProblem(s);
+  if (problem) {
+    throw new KeyqError("INVALID_INPUT", `The ${field}${where ? ` of ${where}` : ""} ${problem}; remove it or encode the value (e.g. base64).`, {
+      field,
+      reason: problem,
+      value: s,
+    });
+  }
+  return s;
+}
+
+/** A value for a message: quoted, shown as given (NaN, -0, 5n, Symbol(x)…), shortened. */
+export function show(value: unknown): string {
+  let s: string;
+  switch (typeof value) {
+    case "string":
+      s = JSON.stringify(value);
+      break;
+    case "number":
+      s = Object.is(value, -0) ? "-0" : String(value);
+      break;
+    case "bigint":
+      s = `${value}n`;
+      break;
+    case "symbol":
+      s = value.toString();
+      break;
+    case "function":
+      s = `function ${value.name || "(anonymous)"}`;
+      break;
+    case "undefined":
+      s = "undefined";
+      break;
+    default:
+      s = showObject(value);
+  }
+  return s.length > 80 ? `${s.slice(0, 77)}...` : s;
+}
+
+function showObject(value: unknown): string {
+  if (value === null) return "null";
+  const proto = Object.getPrototypeOf(value);
+  if (proto !== null && proto !== Object.prototype && !Array.isArray(value)) {
+    return `a ${(proto?.constructor?.name as string | undefined) || "object"}`;
+  }
+  try {
+    return JSON.stringify(value, (_k, v) =>
+      typeof v === "bigint" || typeof v === "symbol" || typeof v === "function" || (typeof v === "number" && !Number.isFinite(v))
+        ? show(v)
+        : v === undefined
+        ? "undefined"
+        : v) ?? "undefined";
+  } catch {
+    return Array.isArray(value) ? "an array" : "an object";
+  }
+}
+
+/** Deepest nesting a payload may have (deeper is refused, which also catches cycles). */
+const MAX_DEPTH = 1000;
+
+function refuse(path: string, what: string, fix: string, where: string): never {
+  throw new KeyqError("INVALID_PAYLOAD", `The payload of ${where} has ${what} at ${path}, which JSON would change or drop; ${fix}.`, {
+    field: path,
+  });
+}
+
+function kindOf(value: object): string {
+  const name = (Object.getPrototypeOf(value)?.constructor?.name as string | undefined) || "object";
+  return `a ${name}`;
+}
+
+function walk(value: unknown, path: string, depth: number, where: string): void {
+  switch (typeof value) {
+    case "string": {
+      const problem = textProblem(value);
+      if (problem) throw new KeyqError("INVALID_PAYLOAD", `The payload of ${where}: the string at ${path} ${problem}; remove it or encode the value.`, { field: path });
+      return;
+    }
+    case "number":
+      if (!Number.isFinite(value)) refuse(path, show(value), "send finite numbers only (or null)", where);
+      return;
+    case "boolean":
+      return;
+    case "undefined":
+      return refuse(path, "undefined", "use null", where);
+    case "bigint":
+      return refuse(path, `the bigint ${show(value)}`, "send it as a string or a number", where);
+    case "function":
+    case "symbol":
+      return refuse(path, `a ${typeof value}`, "send data only", where);
+  }
+  if (value === null) return;
+  if (depth >= MAX_DEPTH) refuse(path, `nesting deeper than ${MAX_DEPTH} levels (a cycle?)`, "flatten the payload", where);
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) walk(value[i], `${path}[${i}]`, depth + 1, where);
+    return;
+  }
+  const proto = Object.getPrototypeOf(value);
+  if (proto !== Object.prototype && proto !== null) {
+    const fix = value instanceof Date ? "send date.toISOString() (a string) instead" : "convert it to a plain object or array";
+    refuse(path, kindOf(value as object), fix, where);
+  }
+  for (const key in value) {
+    if (!Object.hasOwn(value, key)) continue;
+    const problem = textProblem(key);
+    if (problem) throw new KeyqError("INVALID_PAYLOAD", `The payload of ${where}: the property name ${show(key)} at ${path} ${problem}; rename it.`, { field: path });
+    const v = (value as Record<string, unknown>)[key];
+    // A property holding undefined is left out, as JSON.stringify and optional fields expect.
+    if (v !== undefined) walk(v, /^[A-Za-z_$][\w$]*$/.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`, depth + 1, where);
+  }
+}
+
+/**
+ * Refuses payloads that JSON would silently change (Map, Set, Date, class
+ * instances, undefined in arrays, NaN, bigint…) or Postgres cannot store
+ * (NUL, unpaired surrogates), naming the path such as `payload.items[1]`.
+ */
+export function checkJson(payload: unknown, where: string): void {
+  try {
+    walk(payload, "payload", 0, where);
+  } catch (err) {
+    if (err instanceof KeyqError) throw err;
+    // A getter or proxy that throws while being read.
+    throw new KeyqError("INVALID_PAYLOAD", `The payload of ${where} could not be read (${show(String((err as Error)?.message ?? err))}); send plain data.`, {
+      field: "payload",
+    });
+  }
+}
