@@ -98,7 +98,10 @@ console.log(Object.keys(mods).length + " modules, latestVersion " + mods["keyq"]
   step("keyq CLI (bin)", () => {
     const script = run("node", [join(app, "node_modules/.bin/keyq"), "sql", "--schema", "pack_check"], app);
     if (!script.includes(`create table "pack_check".queue`)) throw new Error("keyq sql did not print the engine");
-    return `keyq sql: ${script.split("\n").length} lines`;
+    const version = run("node", [join(app, "node_modules/.bin/keyq"), "--version"], app).trim();
+    const want = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string }).version;
+    if (version !== want) throw new Error(`keyq --version printed "${version}", package.json says ${want}`);
+    return `keyq sql: ${script.split("\n").length} lines; keyq --version: ${version}`;
   });
   step("bun imports", () => run(bin("bun"), ["check.mjs"], app).trim());
   step("deno imports (npm package in node_modules)", () => run(bin("deno"), ["run", "--allow-read", "--allow-env", "check.mjs"], app).trim());
