@@ -109,15 +109,16 @@ describe("keyq CLI: parsing and formatting (no database)", () => {
 
   test("uses postgres when installed, else pg, else says what to install", async () => {
     const missing = (s: string) => Object.assign(new Error(`Cannot find package '${s}'`), { code: "ERR_MODULE_NOT_FOUND" });
-    const fakePg = { default: { Pool: class { end = async () => {}; query = async () => ({ rows: [] }); connect = async () => ({}) } } };
-    const viaPg = await connect("postgres://x@127.0.0.1:1/x", async (s) => {
-      if (s === "postgres") throw missing(s);
-      return fakePg;
-    });
+    const fakePg = { default: { Pool: class {
+      end = () => Promise.resolve();
+      query = () => Promise.resolve({ rows: [] });
+      connect = () => Promise.resolve({});
+    } } };
+    const viaPg = await connect("postgres://x@127.0.0.1:1/x", (s) => s === "postgres" ? Promise.reject(missing(s)) : Promise.resolve(fakePg));
     assert.equal(viaPg.driver.name, "pg");
     await viaPg.close();
-    await assert.rejects(connect("postgres://x", async (s) => Promise.reject(missing(s))), /No Postgres driver found: install one next to keyq \("npm install postgres" or "npm install pg"\)/);
-    await assert.rejects(connect("postgres://x", async () => Promise.reject(new Error("boom"))), /boom/, "other import errors are not hidden");
+    await assert.rejects(connect("postgres://x", (s) => Promise.reject(missing(s))), /No Postgres driver found: install one next to keyq \("npm install postgres" or "npm install pg"\)/);
+    await assert.rejects(connect("postgres://x", () => Promise.reject(new Error("boom"))), /boom/, "other import errors are not hidden");
   });
 
   test("bin/version.ts matches package.json", () => {
