@@ -59,7 +59,7 @@ function start(cmd: string, args: string[], env: Record<string, string>, unset: 
     child.on("error", reject);
     child.on("close", (code) => resolve({ code, out }));
   });
-  const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
+  const timer = setTimeout(() => child.kill("SIGKILL"), 180_000); // a loaded machine: PGlite alone can take 30 s
   done.finally(() => clearTimeout(timer)).catch(() => {});
   return { done, output: () => out, kill: (s) => child.kill(s) };
 }
