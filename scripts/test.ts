@@ -36,9 +36,9 @@ interface Result {
 /** The closing counts of a runner's output, in one line. */
 export function counts(out: string): string {
   const plain = out.replace(/\x1b\[[0-9;]*m/g, "");
-  const node = /^# pass (\d+)$[\s\S]*?^# fail (\d+)$/m.exec(plain);
+  const node = /^(?:#|ℹ) pass (\d+)$[\s\S]*?^(?:#|ℹ) fail (\d+)$/m.exec(plain);
   if (node) {
-    const skipped = /^# skipped (\d+)$/m.exec(plain)?.[1] ?? "0";
+    const skipped = /^(?:#|ℹ) skipped (\d+)$/m.exec(plain)?.[1] ?? "0";
     return `${node[1]} passed, ${node[2]} failed, ${skipped} skipped`;
   }
   const deno = /(?:ok|FAILED) \| \d+ passed.*\| \d+ failed.*$/m.exec(plain);
@@ -66,7 +66,8 @@ function nodeRun(label: string, node: string): Run {
   return {
     label,
     cmd: node,
-    args: ["--import", "tsx", "--test", "--test-concurrency=2", "--test-timeout=600000", ...files],
+    // TAP on every version: Node 22+ would print its "spec" format (ℹ pass N) even into a pipe.
+    args: ["--import", "tsx", "--test", "--test-reporter=tap", "--test-concurrency=2", "--test-timeout=600000", ...files],
     env: { PATH: `${dirname(node)}${delimiter}${process.env.PATH ?? ""}` },
   };
 }
