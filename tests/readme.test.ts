@@ -104,6 +104,7 @@ describe(`README Tour (${runtime})`, () => {
       assert.match(out, /^appended event 1$/m);
       assert.match(out, /^false true true$/m, "the second send of one dedup key is deduped");
       assert.match(out, /event \d+ failed \(retry 0\): no thumbnail for \/a\.txt/);
+      assert.match(out, /^4 \d+ \[\]$/m, "Tier B (subscribed before producing) delivered the 4 events, no key blocked");
       assert.match(out, /^stopped after \d+ events$/m);
       assert.match(out, /QUEUE_NOT_FOUND|does not exist/, "the Errors block caught its error");
       const { default: postgres } = await import("postgres");
