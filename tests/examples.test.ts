@@ -174,6 +174,14 @@ describe(`examples (${runtime})`, () => {
     }
   });
 
+  test("npm run demo (the README's first command): runs to the end on embedded PGlite without DATABASE_URL", { skip: only("node") }, async () => {
+    const npm = process.platform === "win32" ? "npm.cmd" : "npm";
+    const { code, out } = await start(npm, ["run", "demo"], {}, ["DATABASE_URL"]).done;
+    assert.equal(code, 0, out);
+    assert.match(out, /== Queue =+/);
+    assert.match(out, /maintain\(\): /);
+  });
+
   test("examples/tier-a-migrations.ts: both header commands (PGlite, then DATABASE_URL) migrate every tenant once", { skip: skip || only("node") }, async () => {
     const url = (await databaseUrl())!;
     for (const line of commandsOf("examples/tier-a-migrations.ts", 2)) {
