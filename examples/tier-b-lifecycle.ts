@@ -12,6 +12,10 @@
  *
  *   node --import tsx examples/tier-b-lifecycle.ts              # embedded PGlite
  *   DATABASE_URL=postgres://… WORKER_INDEX=0 WORKERS=3 node --import tsx examples/tier-b-lifecycle.ts
+ *
+ * Run directly, it works in a throwaway schema of its own (`lifecycle_<random>`,
+ * printed at the start) and drops only that schema at the end (KEYQ_KEEP=1
+ * keeps it). It never touches KEYQ_SCHEMA or any schema it did not create.
  */
 import { type Executor, keyq, type KeyqEvent, type RunReport } from "keyq";
 import { fromPGlite } from "keyq/pglite";
@@ -53,7 +57,9 @@ export async function handler(q: ReturnType<typeof keyq>, index: number, workers
 
 async function main(): Promise<void> {
   const url = env("DATABASE_URL");
-  const schema = env("KEYQ_SCHEMA") ?? "keyq_lifecycle";
+  // Its own throwaway schema: dropping it at the end cannot hurt anything else.
+  const schema = `lifecycle_${[...crypto.getRandomValues(new Uint8Array(4))].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
+  console.log(`schema ${schema} (${url ? "PostgreSQL at DATABASE_URL" : "embedded PGlite"})`);
   let close: () => Promise<void>;
   let q: ReturnType<typeof keyq>;
   if (url) {

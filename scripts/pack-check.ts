@@ -1,7 +1,7 @@
 /**
  * Proves the npm package works as published: `npm pack` (which builds), then
  * in a temporary project `npm install --offline` of the tarball (its one
- * dependency, valibot, comes from the npm cache), then imports `keyq` and
+ * dependency, valibot, packed from this repository's node_modules), then imports `keyq` and
  * every `keyq/<driver>` subpath of its `exports` map under Node ESM, Bun and
  * Deno, and type-checks the same imports with tsc (NodeNext and Bundler
  * resolution) and `deno check`. The driver subpaths must load without their
@@ -54,12 +54,16 @@ try {
   }[];
   const tarball = join(work, packed!.filename);
   console.log(`pack-check: packed ${packed!.filename}: ${packed!.files.length} files, ${(packed!.size / 1024).toFixed(1)} kB`);
-  const stray = packed!.files.map((f) => f.path).filter((p) => !/^(dist\/|README\.md$|LICENSE$|package\.json$)/.test(p));
+  const stray = packed!.files.map((f) => f.path).filter((p) => !/^(dist\/|docs\/keyq\.svg$|README\.md$|CHANGELOG\.md$|LICENSE$|package\.json$)/.test(p));
   if (stray.length) throw new Error(`unexpected files in the package: ${stray.join(", ")}`);
 
   mkdirSync(app);
   writeFileSync(join(app, "package.json"), JSON.stringify({ name: "keyq-pack-check", private: true, type: "module" }, null, 2));
-  run("npm", ["install", "--offline", "--no-audit", "--no-fund", "--ignore-scripts", tarball], app);
+  // keyq's one dependency, valibot, comes packed from this repository's node_modules, so the
+  // install works offline even with an empty npm cache; npm still checks it against keyq's range.
+  const valibotOut = run("npm", ["pack", "--json", "--ignore-scripts", "--pack-destination", work, join(root, "node_modules/valibot")], root);
+  const valibot = join(work, (JSON.parse(valibotOut.slice(valibotOut.search(/^\[/m))) as { filename: string }[])[0]!.filename);
+  run("npm", ["install", "--offline", "--no-audit", "--no-fund", "--ignore-scripts", tarball, valibot], app);
 
   // 2. The specifiers: the root and every subpath of the installed package's exports map.
   const pkg = JSON.parse(readFileSync(join(app, "node_modules/keyq/package.json"), "utf8")) as { exports: Record<string, unknown> };
@@ -98,7 +102,20 @@ console.log(Object.keys(mods).length + " modules, latestVersion " + mods["keyq"]
   step("keyq CLI (bin)", () => {
     const script = run("node", [join(app, "node_modules/.bin/keyq"), "sql", "--schema", "pack_check"], app);
     if (!script.includes(`create table "pack_check".queue`)) throw new Error("keyq sql did not print the engine");
-    return `keyq sql: ${script.split("\n").length} lines`;
+    const version = run("node", [join(app, "node_modules/.bin/keyq"), "--version"], app).trim();
+    const want = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string }).version;
+    if (version !== want) throw new Error(`keyq --version printed "${version}", package.json says ${want}`);
+    // No driver is installed in this project: the CLI says which to install.
+    let noDriver = "";
+    try {
+      run("node", [join(app, "node_modules/.bin/keyq"), "status"], app, { DATABASE_URL: "postgres://nobody@127.0.0.1:1/none" });
+    } catch (err) {
+      noDriver = (err as Error).message;
+    }
+    if (!noDriver.includes('No Postgres driver found: install one next to keyq ("npm install postgres" or "npm install pg")')) {
+      throw new Error(`keyq status without a driver did not say what to install:\n${noDriver}`);
+    }
+    return `keyq sql: ${script.split("\n").length} lines; keyq --version: ${version}; without a driver: says what to install`;
   });
   step("bun imports", () => run(bin("bun"), ["check.mjs"], app).trim());
   step("deno imports (npm package in node_modules)", () => run(bin("deno"), ["run", "--allow-read", "--allow-env", "check.mjs"], app).trim());

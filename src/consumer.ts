@@ -19,7 +19,9 @@ import { checkName, checkText, show } from "./validate.ts";
  * and who may run it at once depends on the kind.
  */
 export interface Consumer<P = unknown> {
+  /** The queue it reads. */
   readonly queue: string;
+  /** The consumer's name. */
   readonly name: string;
   /** Creates the consumer at the queue's newest tick (idempotent); true when it was new. */
   subscribe(): Promise<boolean>;

@@ -60,6 +60,8 @@ export async function migrate(driver: Driver, schema: string): Promise<MigrateRe
   }
   try {
     return await driver.transaction(async (tx) => {
+      // "create … if not exists" on existing objects would print NOTICEs on every start.
+      await tx.query("set local client_min_messages = warning");
       await tx.query("select pg_advisory_xact_lock(hashtextextended($1::text, 0))", [`keyq:migrate:${schema}`]);
       await tx.query(bootstrap(schema));
       const rows = await tx.query(`select coalesce(max(version), 0)::text as v from "${schema}".migration`);

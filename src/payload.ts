@@ -17,6 +17,7 @@ export type SchemaResult =
  * valibot schema (`v.object({...})`).
  */
 export interface PayloadSchema {
+  /** The Standard Schema interface (valibot, zod, arktype…): keyq calls its `validate`. */
   readonly "~standard": {
     readonly validate: (value: unknown) => SchemaResult | Promise<SchemaResult>;
   };

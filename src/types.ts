@@ -121,17 +121,29 @@ export interface QueueSettings {
 
 /** A queue as the engine reports it (durations in seconds). */
 export interface QueueInfo {
+  /** The queue's name. */
   name: string;
+  /** Ring tables of its log (2–8). */
   tables: number;
+  /** The ring table new events go to (0-based). */
   currentTable: number;
+  /** When the log last rotated (ISO timestamp). */
   rotatedAt: string;
+  /** Seconds between rotations. */
   rotationPeriod: number;
+  /** A tick is due after this many new events. */
   tickMaxCount: number;
+  /** Seconds a pending event may wait for a tick. */
   tickMaxLag: number;
+  /** Seconds after which an idle queue is ticked anyway. */
   tickIdlePeriod: number;
+  /** Retries of a failed event before it becomes a dead letter. */
   maxRetries: number;
+  /** Seconds before the first retry (doubles with each retry). */
   retryBase: number;
+  /** Longest wait between retries, in seconds. */
   retryCap: number;
+  /** When the queue was created (ISO timestamp). */
   createdAt: string;
 }
 
@@ -308,11 +320,15 @@ export interface MigrateResult {
 
 /** Result of `maintain()` for one queue. */
 export interface MaintainReport {
+  /** The queue maintained. */
   queue: string;
   /** True when another caller was maintaining this queue. */
   skipped: boolean;
+  /** The rotation attempt: whether it rotated, why not, and the new ring table. */
   rotation?: { rotated: boolean; reason?: string; table?: number };
+  /** Ticks no cursor needs any more, deleted. */
   ticksPruned?: number;
+  /** Expired dedup keys collected. */
   dedupExpired?: number;
 }
 
@@ -320,26 +336,37 @@ export interface MaintainReport {
 export interface DeadLetter<P = unknown> {
   /** The dead letter's id (use it with `dlq.replay`). */
   id: string;
+  /** The queue of the event. */
   queue: string;
   /** The consumer that gave up on it; replay goes back to it only. */
   consumer: string;
+  /** The consumer's slot the event belonged to (0 except for Tier B). */
   slot: number;
+  /** The event's id. */
   eventId: string;
+  /** The event's type. */
   type: string;
+  /** The event's partition key. */
   key: string | null;
+  /** The event's payload. */
   payload: P;
+  /** When the event was appended (ISO timestamp). */
   time: string;
   /** Deliveries that failed (maxRetries + 1). */
   attempts: number;
   /** The last error: message, and code/name when the error had them. */
   error: { message: string; code?: string; name?: string } | null;
+  /** When it was dead-lettered (ISO timestamp). */
   deadAt: string;
 }
 
 /** Filters of the dead-letter calls. Durations count back from now. */
 export interface DeadLetterFilter {
+  /** Only this queue. */
   queue?: string;
+  /** Only this consumer. */
   consumer?: string;
+  /** Only this partition key. */
   key?: string;
   /** Only those dead for longer than this. */
   olderThan?: Duration;
@@ -349,10 +376,13 @@ export interface DeadLetterFilter {
 
 /** A key blocked behind its failed head event (Tier B pause policy). */
 export interface BlockedKey {
+  /** The slot the key maps to. */
   slot: number;
+  /** The blocked partition key. */
   key: string;
   /** The failed head event's id; the key flows again once it is acked or dead-lettered. */
   headId: string;
+  /** When the head event first failed (ISO timestamp). */
   since: string;
   /** Later events of the key waiting behind the head. */
   held: number;
@@ -360,6 +390,7 @@ export interface BlockedKey {
 
 /** One cursor (a slot, for Tier B) in `status()`. */
 export interface CursorStatus {
+  /** The slot (0 for plain and exclusive consumers). */
   slot: number;
   /** Events committed to the queue after the cursor's tick (queue-wide; deduplicated and rolled-back sends do not count), counted up to 100,000. */
   lagEvents: number;
@@ -369,20 +400,27 @@ export interface CursorStatus {
   polledAgo: number;
   /** Not polled for `staleAfter`: it pins rotation, so the log grows. */
   stale: boolean;
+  /** True while the cursor is inside a window it has not finished. */
   windowOpen: boolean;
 }
 
 /** One queue in `status()`. */
 export interface QueueStatus {
+  /** The queue's name. */
   queue: string;
+  /** Ring tables of its log. */
   tables: number;
+  /** The ring table new events go to (0-based). */
   currentTable: number;
+  /** When the log last rotated (ISO timestamp). */
   rotatedAt: string;
+  /** The newest tick's id; null before the first tick. */
   lastTick: string | null;
   /** Seconds since the last tick. */
   lastTickAge: number | null;
   /** Events committed since the last tick (not yet in any window), counted up to 100,000. */
   eventsSinceTick: number;
+  /** Its consumers, each with its cursors (one per slot for Tier B). */
   consumers: {
     name: string;
     kind: "plain" | "exclusive" | "ordered";

@@ -1,5 +1,7 @@
 // Runs every example in examples/ against the test database, each in a fresh
-// schema (KEYQ_SCHEMA), as its header says to run it: the test subscribes the
+// schema (KEYQ_SCHEMA), with the very command its header comment gives
+// (headerCommands reads it; only "postgres://…" becomes the test database and
+// the runtime word becomes this runtime's binary): the test subscribes the
 // example's consumer, sends events, starts the example, and checks that it
 // printed every event it consumed and left nothing behind. Each runtime's
 // pass runs the examples written for it (Deno: deno-cron; Bun: bun-sql;
@@ -9,8 +11,9 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import process from "node:process";
+import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { dbSkip } from "./helpers/db.ts";
+import { databaseUrl, dbSkip } from "./helpers/db.ts";
 import { pgFixture } from "./helpers/keyq.ts";
 import { runtimeName, setupNeon, teardownNeon } from "./helpers/drivers.ts";
 
@@ -45,8 +48,10 @@ interface Spawned {
 }
 
 /** Starts `cmd args` in the repository root with the test database and schema in its environment. */
-function start(cmd: string, args: string[], env: Record<string, string>): Spawned {
-  const child = spawn(cmd, args, { cwd: root, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+function start(cmd: string, args: string[], env: Record<string, string>, unset: string[] = []): Spawned {
+  const full: Record<string, string | undefined> = { ...process.env, ...env };
+  for (const name of unset) delete full[name];
+  const child = spawn(cmd, args, { cwd: root, env: full, stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
   child.stdout!.on("data", (d) => (out += String(d)));
   child.stderr!.on("data", (d) => (out += String(d)));
@@ -54,9 +59,42 @@ function start(cmd: string, args: string[], env: Record<string, string>): Spawne
     child.on("error", reject);
     child.on("close", (code) => resolve({ code, out }));
   });
-  const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
+  const timer = setTimeout(() => child.kill("SIGKILL"), 180_000); // a loaded machine: PGlite alone can take 30 s
   done.finally(() => clearTimeout(timer)).catch(() => {});
   return { done, output: () => out, kill: (s) => child.kill(s) };
+}
+
+/** The shell commands in a file's header comment that run an example: `[VAR=value …] node|deno|bun … examples/…`. */
+export function headerCommands(text: string): string[] {
+  const header = text.slice(0, text.indexOf("*/"));
+  return [...header.matchAll(/^\s*\*\s+((?:[A-Z_]+=\S+\s+)*(?:node|deno|bun)\s+(?:.*?\s)?examples\/\S+)(?:\s+#.*)?$/gm)].map((m) => m[1]!.trim());
+}
+
+/** A header command as spawn arguments: its env assignments (the database URL made real), this runtime's binary, its words. */
+export function commandToSpawn(line: string, url: string): { cmd: string; args: string[]; env: Record<string, string>; unset: string[] } {
+  const words = line.split(/\s+/);
+  const env: Record<string, string> = {};
+  while (/^[A-Z_]+=/.test(words[0]!)) {
+    const [name, ...value] = words.shift()!.split("=");
+    env[name!] = value.join("=").replace(/^postgres:\/\/…$/, url);
+  }
+  const runtime = words.shift()!;
+  assert.equal(runtime, runtimeName(), `"${line}" runs under ${runtime}: run it in that runtime's pass`);
+  // A command without DATABASE_URL means "no database" (embedded PGlite): unset the test's.
+  return { cmd: process.execPath, args: words, env, unset: "DATABASE_URL" in env ? [] : ["DATABASE_URL"] };
+}
+
+/** The header commands of `file` (relative to the repository), checked to be `count`. */
+function commandsOf(file: string, count: number): string[] {
+  const found = headerCommands(readFileSync(`${root}/${file}`, "utf8"));
+  assert.equal(found.length, count, `${file} has ${count} command(s) in its header: ${JSON.stringify(found)}`);
+  return found;
+}
+
+/** Starts a header command with extra environment (the schema, a worker name…). */
+function startHeader(line: string, url: string, extra: Record<string, string> = {}): Spawned {
+  const { cmd, args, env, unset } = commandToSpawn(line, url);
+  return start(cmd, args, { ...env, ...extra }, unset);
 }
 
 async function waitFor(what: () => boolean, ms: number, label: () => string): Promise<void> {
@@ -71,11 +109,9 @@ describe(`examples (${runtime})`, () => {
   test("examples/deno-cron.ts: the cron job, run once, consumes the backlog", { skip: skip || only("deno") }, async () => {
     const { f, ids } = await seed("deno-cron", 7);
     try {
-      const { code, out } = await start(process.execPath, ["run", "--allow-net", "--allow-env", "examples/deno-cron.ts"], {
-        DATABASE_URL: f.url,
-        KEYQ_SCHEMA: f.schema,
-        KEYQ_ONCE: "1",
-      }).done;
+      // The header's command has --unstable-cron (a schedule every minute); KEYQ_ONCE=1 makes it run once.
+      const [line] = commandsOf("examples/deno-cron.ts", 1);
+      const { code, out } = await startHeader(line!, f.url, { KEYQ_SCHEMA: f.schema, KEYQ_ONCE: "1" }).done;
       console.log(out.trim());
       assert.equal(code, 0, out);
       assert.match(out, /run: 7 events/);
@@ -88,7 +124,8 @@ describe(`examples (${runtime})`, () => {
   test("examples/bun-sql.ts: one run over Bun.SQL consumes the backlog", { skip: skip || only("bun") }, async () => {
     const { f, ids } = await seed("bun-sql", 7);
     try {
-      const { code, out } = await start(process.execPath, ["examples/bun-sql.ts"], { DATABASE_URL: f.url, KEYQ_SCHEMA: f.schema }).done;
+      const [line] = commandsOf("examples/bun-sql.ts", 1);
+      const { code, out } = await startHeader(line!, f.url, { KEYQ_SCHEMA: f.schema }).done;
       console.log(out.trim());
       assert.equal(code, 0, out);
       assert.match(out, /run: 7 events/);
@@ -101,8 +138,8 @@ describe(`examples (${runtime})`, () => {
   test("examples/node-worker.ts: two workers share the backlog, then stop cleanly on SIGTERM and SIGINT", { skip: skip || only("node") }, async () => {
     const { f } = await seed("node-worker", 0);
     try {
-      const env = { DATABASE_URL: f.url, KEYQ_SCHEMA: f.schema };
-      const workers = ["a", "b"].map((w) => start(process.execPath, ["--import", "tsx", "examples/node-worker.ts"], { ...env, WORKER: w }));
+      const [line] = commandsOf("examples/node-worker.ts", 1);
+      const workers = ["a", "b"].map((w) => startHeader(line!, f.url, { KEYQ_SCHEMA: f.schema, WORKER: w }));
       const all = () => workers.map((w) => w.output()).join("");
       await waitFor(() => workers.every((w) => w.output().includes(": working")), 30_000, all);
       const sent = await f.q.sendBatch("jobs", Array.from({ length: 30 }, (_, i) => ({ type: "Job", payload: { n: i }, key: `tenant-${i % 3}` })));
@@ -125,15 +162,57 @@ describe(`examples (${runtime})`, () => {
   test("examples/cloudflare-worker: scheduled() inside workerd (miniflare) consumes over cloudflare:sockets", { skip: skip || only("node") }, async () => {
     const { f, ids } = await seed("cf-cron", 7);
     try {
-      const { code, out } = await start(process.execPath, ["--import", "tsx", "examples/cloudflare-worker/run.ts"], {
-        DATABASE_URL: f.url,
-        KEYQ_SCHEMA: f.schema,
-      }).done;
+      const [line] = commandsOf("examples/cloudflare-worker/run.ts", 1);
+      const { code, out } = await startHeader(line!, f.url, { KEYQ_SCHEMA: f.schema }).done;
       console.log(out.trim());
       assert.equal(code, 0, out);
       assert.match(out, /cron "\* \* \* \* \*": 7 events/);
       assert.match(out, /scheduled\(\) outcome: ok/);
       await consumedAll(f, "cf-cron", ids, out);
+    } finally {
+      await f.close();
+    }
+  });
+
+  test("npm run demo (the README's first command): runs to the end on embedded PGlite without DATABASE_URL", { skip: only("node") }, async () => {
+    const npm = process.platform === "win32" ? "npm.cmd" : "npm";
+    const { code, out } = await start(npm, ["run", "demo"], {}, ["DATABASE_URL"]).done;
+    assert.equal(code, 0, out);
+    assert.match(out, /== Queue =+/);
+    assert.match(out, /maintain\(\): /);
+  });
+
+  test("examples/tier-a-migrations.ts: both header commands (PGlite, then DATABASE_URL) migrate every tenant once", { skip: skip || only("node") }, async () => {
+    const url = (await databaseUrl())!;
+    for (const line of commandsOf("examples/tier-a-migrations.ts", 2)) {
+      const { code, out } = await startHeader(line, url).done;
+      console.log(`$ ${line}\n${out.trim()}`);
+      assert.equal(code, 0, out);
+      assert.match(out, /invocation 3: \d+ more, nothing left to enqueue/);
+      assert.equal((out.match(/│ '(acme|globex|initech|umbrella)' +│ +3 +│/g) ?? []).length, 4, `every tenant at version 3:\n${out}`);
+    }
+  });
+
+  test("examples/tier-b-lifecycle.ts: both header commands run in a throwaway schema and leave KEYQ_SCHEMA alone", { skip: skip || only("node") }, async () => {
+    const url = (await databaseUrl())!;
+    // A user's schema named by KEYQ_SCHEMA, with something in it: the example must not drop it.
+    const f = await pgFixture({ max: 1 });
+    try {
+      await f.q.createQueue("files");
+      const [pglite, real] = commandsOf("examples/tier-b-lifecycle.ts", 2);
+      const local = await startHeader(pglite!, url, { KEYQ_SCHEMA: f.schema }).done;
+      console.log(local.out.trim());
+      assert.equal(local.code, 0, local.out);
+      assert.match(local.out, /embedded PGlite/);
+      assert.equal((local.out.match(/'\/a\.txt' +│ +'11' +│ +'2'/g) ?? []).length, 3, `each tenant's /a.txt overwritten once, /b.txt deleted:\n${local.out}`);
+      const remote = await startHeader(real!, url, { KEYQ_SCHEMA: f.schema }).done;
+      console.log(remote.out.trim());
+      assert.equal(remote.code, 0, remote.out);
+      assert.match(remote.out, /worker 0\/3: \d+ events/);
+      const own = /schema (lifecycle_[0-9a-f]{8})/.exec(remote.out)?.[1];
+      assert.ok(own, remote.out);
+      assert.deepEqual(await f.raw("select 1 from pg_namespace where nspname = $1", [own]), [], "its own schema is dropped");
+      assert.equal((await f.q.listQueues()).map((q) => q.name).join(), "files", "the KEYQ_SCHEMA schema and its queue are intact");
     } finally {
       await f.close();
     }

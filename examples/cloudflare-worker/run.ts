@@ -5,7 +5,9 @@
  * export condition selects postgres.js's `cloudflare:sockets` build), then
  * fires one Cron Trigger. The Worker's console output is printed as it runs.
  *
- *   DATABASE_URL=postgres://… KEYQ_SCHEMA=keyq node --import tsx examples/cloudflare-worker/run.ts
+ *   DATABASE_URL=postgres://… node --import tsx examples/cloudflare-worker/run.ts
+ *
+ * KEYQ_SCHEMA picks the schema (default keyq).
  */
 import { fileURLToPath } from "node:url";
 import process from "node:process";

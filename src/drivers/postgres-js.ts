@@ -7,6 +7,7 @@ import { KeyqError } from "../errors.ts";
 
 /** A pending postgres.js query; `.simple()` sends it by the simple protocol (several statements). */
 export interface PostgresJsQueryLike extends PromiseLike<unknown> {
+  /** Sends the query by the simple protocol. */
   simple(): PromiseLike<unknown>;
 }
 

@@ -3,14 +3,17 @@
  * files. It finds a Postgres, in this order:
  *
  * 1. `DATABASE_URL`, if set;
- * 2. the local server at postgres://postgres@127.0.0.1:5432/test (started once
+ * 2. a testcontainers PostgreSQL, when a Docker engine answers a ping on
+ *    /var/run/docker.sock within 1 s (`@testcontainers/postgresql`, a dev
+ *    dependency, is imported only then);
+ * 3. the local server at postgres://postgres@127.0.0.1:5432/test (started once
  *    with `pg_ctlcluster` if it is down; the `test` database is created if
  *    missing);
- * 3. a testcontainers PostgreSQL, only when a Docker engine answers a ping on
- *    /var/run/docker.sock (`@testcontainers/postgresql` is imported
- *    dynamically and is not a dependency: install it yourself to use it);
  * 4. none: database tests skip with one loud notice on stderr, or, when `CI`
  *    is set, fail (CI must never skip).
+ *
+ * `chooseDatabase` is that rule as a pure function (tests/db-choice.test.ts);
+ * the helper prints which database it picked and why, once per run.
  *
  * @example
  * ```ts
@@ -136,8 +139,7 @@ interface StartedContainer {
 
 /** Starts a testcontainers PostgreSQL; null when the module is not installed or it fails. */
 async function startContainer(): Promise<string | null> {
-  if (!(await dockerAnswers())) return null;
-  const specifier = "@testcontainers/postgresql"; // not a dependency: resolved only if installed
+  const specifier = "@testcontainers/postgresql"; // a dev dependency, imported only when Docker answers
   try {
     const mod = (await import(specifier)) as {
       PostgreSqlContainer: new (image: string) => { start(): Promise<StartedContainer> };
@@ -149,19 +151,77 @@ async function startContainer(): Promise<string | null> {
   }
 }
 
+/** What the helper knows when it picks a database. */
+export interface DatabaseFacts {
+  /** DATABASE_URL, when set and not empty. */
+  databaseUrl?: string;
+  /** A Docker engine answered GET /_ping on /var/run/docker.sock. */
+  dockerAnswers: boolean;
+  /** The local server (LOCAL_URL) answered, after starting it if it was down. */
+  localAnswers: boolean;
+  /** CI is set: no database is a failure, not a skip. */
+  ci: boolean;
+}
+
+/** Which database the suite uses, and why (one line for the log). */
+export interface DatabaseChoice {
+  source: "env" | "testcontainers" | "local" | "none";
+  reason: string;
+}
+
+/**
+ * The selection rule, pure: DATABASE_URL when set; else a testcontainers
+ * PostgreSQL when Docker answers; else the local server; else none (tests
+ * skip, or fail when CI is set).
+ */
+export function chooseDatabase(f: DatabaseFacts): DatabaseChoice {
+  if (f.databaseUrl) return { source: "env", reason: "DATABASE_URL is set" };
+  if (f.dockerAnswers) return { source: "testcontainers", reason: "no DATABASE_URL; a Docker engine answered, so testcontainers starts PostgreSQL" };
+  if (f.localAnswers) return { source: "local", reason: `no DATABASE_URL and no Docker engine answered; the local server ${LOCAL_URL} answered` };
+  return {
+    source: "none",
+    reason: `no DATABASE_URL, no Docker engine, no local server at ${LOCAL_URL}: database tests ${f.ci ? "fail (CI is set)" : "are skipped"}`,
+  };
+}
+
+async function localAnswers(): Promise<boolean> {
+  return (await probeOrCreate(LOCAL_URL)) || (startLocalCluster() && (await probeOrCreate(LOCAL_URL)));
+}
+
 async function resolveUrl(): Promise<string | null> {
-  const env = process.env.DATABASE_URL;
-  if (env) return env;
-  if (await probeOrCreate(LOCAL_URL)) return LOCAL_URL;
-  if (startLocalCluster() && (await probeOrCreate(LOCAL_URL))) return LOCAL_URL;
-  return await startContainer();
+  const env = process.env.DATABASE_URL || undefined;
+  const docker = env ? false : await dockerAnswers();
+  const local = env || docker ? false : await localAnswers();
+  let choice = chooseDatabase({ databaseUrl: env, dockerAnswers: docker, localAnswers: local, ci: Boolean(process.env.CI) });
+  let url: string | null = choice.source === "env" ? env! : choice.source === "local" ? LOCAL_URL : null;
+  if (choice.source === "testcontainers") {
+    url = await startContainer();
+    if (!url) {
+      choice = chooseDatabase({ dockerAnswers: false, localAnswers: await localAnswers(), ci: Boolean(process.env.CI) });
+      choice.reason = `testcontainers could not start PostgreSQL; ${choice.reason}`;
+      url = choice.source === "local" ? LOCAL_URL : null;
+    }
+  }
+  sayOnce("db", `keyq tests: database ${url ? redact(url) : "none"} — ${choice.reason}`);
+  return url;
+}
+
+/** The URL without its password, for the log. */
+function redact(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = "***";
+    return u.href;
+  } catch {
+    return "(unparsable DATABASE_URL)";
+  }
 }
 
 let memo: Promise<string | null> | undefined;
 
 /**
- * The database URL for this process (memoised): `DATABASE_URL`, else the local
- * server, else a testcontainers PostgreSQL when Docker answers, else null.
+ * The database URL for this process (memoised): `DATABASE_URL`, else a
+ * testcontainers PostgreSQL when Docker answers, else the local server, else null.
  */
 export function databaseUrl(): Promise<string | null> {
   memo ??= resolveUrl();
@@ -177,12 +237,17 @@ let noticed = false;
 function noticeOnce(): void {
   if (noticed) return;
   noticed = true;
+  sayOnce("nodb", `\n${"!".repeat(100)}\n!! ${NOTICE}\n${"!".repeat(100)}\n`);
+}
+
+/** Writes `text` to stderr once per test run: sibling test processes share a marker file. */
+function sayOnce(what: string, text: string): void {
   try {
-    writeFileSync(join(tmpdir(), `keyq-tests-nodb-${process.ppid}`), "", { flag: "wx" });
+    writeFileSync(join(tmpdir(), `keyq-tests-${what}-${process.ppid}`), "", { flag: "wx" });
   } catch {
-    return; // a sibling test process already printed it
+    return; // a sibling test process already said it
   }
-  process.stderr.write(`\n${"!".repeat(100)}\n!! ${NOTICE}\n${"!".repeat(100)}\n\n`);
+  process.stderr.write(`${text}\n`);
 }
 
 /**
