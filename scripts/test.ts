@@ -35,6 +35,7 @@ interface Result {
 
 /** The closing counts of a runner's output, in one line. */
 export function counts(out: string): string {
+  // deno-lint-ignore no-control-regex -- strips ANSI colour codes
   const plain = out.replace(/\x1b\[[0-9;]*m/g, "");
   const node = /^(?:#|ℹ) pass (\d+)$[\s\S]*?^(?:#|ℹ) fail (\d+)$/m.exec(plain);
   if (node) {
