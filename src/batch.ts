@@ -429,7 +429,6 @@ export async function runBatch(
   ];
   const life = batchLife(s.batchTimeoutMs, s.signal);
   const br: BatchRun = { life, until: opts.until ?? Number.POSITIVE_INFINITY, inflight: Promise.resolve() };
-  let committing = false; // past the handlers: a deadline now must not misreport a COMMIT in flight
   try {
     const work = driver.transaction(async (raw) => {
       const lost = () => life.abort("connection", raw.signal?.reason);
@@ -444,7 +443,6 @@ export async function runBatch(
         const out = await handleEvents(ctx, s, target(received), received.events, tx, br);
         if (life.dead()) throw life.error();
         await opts.hooks?.beforeCommit?.(tx);
-        committing = true;
         return { ...out, busy: received.busy, roundTrips: out.roundTrips + 3 };
       })();
       inner.catch(() => {}); // observed by the race; may settle after it
@@ -458,7 +456,7 @@ export async function runBatch(
     // its connection closes) while a handler still runs; and a hung ROLLBACK
     // must not hold run() past the deadline.
     work.catch(() => {}); // it may settle after we gave up on it
-    return await Promise.race([work, life.died.catch((e) => (committing ? work : Promise.reject(e)))]);
+    return await Promise.race([work, life.died]);
   } catch (err) {
     if (err === BUSY) return { events: 0, retried: 0, deadLettered: 0, dropped: 0, deferred: 0, roundTrips: 3, busy: true };
     if (!(err instanceof KeyqError) && classify(err) === "connection") life.abort("connection", err);
