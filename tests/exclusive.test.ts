@@ -227,8 +227,11 @@ describe("Tier A: exclusive consumer", () => {
   // (porsager/postgres#1154, #1208), which would end the test process.
   test("exactly-once in the database under random handler failures and backend kills", { skip }, async () => {
     const f = await pgFixture({ max: 2 });
+    // A name of this test's own: the killer below must never hit another test
+    // file's workers (ordered.test.ts names its workers kq-worker-<i> too).
+    const app = `kq-x-${f.schema}`;
     const workers = Array.from({ length: 4 }, (_, i) => {
-      const pool = new pg.Pool({ connectionString: f.url, application_name: `kq-worker-${i}`, max: 1 });
+      const pool = new pg.Pool({ connectionString: f.url, application_name: `${app}-${i}`, max: 1 });
       pool.on("error", () => {}); // an idle client killed by the chaos loop
       return { q: keyq(fromPg(pool), { schema: f.schema }), sql: { end: () => pool.end() } };
     });
@@ -246,7 +249,8 @@ describe("Tier A: exclusive consumer", () => {
           await sleep(40);
           const r = await f.raw(
             `select count(pg_terminate_backend(pid))::int as n from pg_stat_activity
-              where application_name = 'kq-worker-' || (floor(random() * 4))::int and state <> 'idle'`,
+              where application_name = $1 || '-' || (floor(random() * 4))::int and state <> 'idle'`,
+            [app],
           );
           kills += Number(r[0]!.n);
         }
