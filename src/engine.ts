@@ -189,31 +189,60 @@ export interface SubscribeReply {
 type QC = { queue: string; consumer: string };
 type Filter = { filter: Record<string, unknown> };
 
+/** The TypeScript side of every engine call: [input, result], by TS name. */
+export interface EngineCalls {
+  createQueue: [{ queue: string; settings: Record<string, number> }, { created: boolean; queue: QueueInfo }];
+  updateQueue: [{ queue: string; settings: Record<string, number> }, QueueInfo];
+  dropQueue: [{ queue: string }, { dropped: boolean }];
+  listQueues: [Record<never, never>, QueueInfo[]];
+  status: [{ queue: string | null; staleAfter: number }, QueueStatus[]];
+  tick: [{ queue: string; force: boolean }, { tick: string | null }];
+  maintain: [{ queue: string; forceRotate: boolean }, MaintainReport];
+  send: [{ queue: string; type: string; payload: unknown; key: string | null; dedupKey: string | null; ttl: number | null }, SendResult];
+  sendBatch: [{ queue: string; events: unknown[] }, SendResult[]];
+  subscribe: [QC & { kind: string; slots: number; settings: Record<string, unknown>; indexInline: boolean }, SubscribeReply];
+  unsubscribe: [QC, { removed: boolean }];
+  prepareExclusive: [QC & { chunkSize: number }, { tick: string | null }];
+  receive: [QC & { maxEvents: number }, Received];
+  receiveExclusive: [QC & { maxEvents: number }, Received];
+  receiveOrdered: [QC & { slots: number[]; maxEvents: number; helpAfter: number | null; slotCount: number }, Received];
+  ack: [QC & { slot: number; outcome: AckOutcome }, AckReply];
+  fence: [QC & { slot: number; keys: string[]; holder: string; ms: number }, string[]];
+  unfence: [QC & { holder: string }, number];
+  slotOf: [QC & { key: string | null; n: number }, number];
+  blockedKeys: [QC, BlockedKey[]];
+  dlqList: [Filter & { limit: number }, DeadLetter<unknown>[]];
+  dlqCount: [Filter, number];
+  dlqReplay: [{ ids: readonly string[] }, number];
+  dlqReplayWhere: [Filter, number];
+  dlqPurge: [Filter, number];
+}
+
 const receiveShape = fields({ busy: "boolean", events: "array" });
 const tickShape = fields({ tick: "string|null" });
 
 /** Every engine function the TypeScript calls, by TS name. */
-export const ENGINE = {
-  createQueue: fn<{ queue: string; settings: Record<string, number> }>("create_queue", [
+export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K][0]> } = {
+  createQueue: fn("create_queue", [
     ["queue", "queue", "text"],
     ["settings", "settings", "jsonb"],
   ]),
-  updateQueue: fn<{ queue: string; settings: Record<string, number> }>("update_queue", [
+  updateQueue: fn("update_queue", [
     ["queue", "queue", "text"],
     ["settings", "settings", "jsonb"],
   ]),
-  dropQueue: fn<{ queue: string }>("drop_queue", [["queue", "queue", "text"]]),
-  listQueues: fn<Record<never, never>>("list_queues", []),
-  status: fn<{ queue: string | null; staleAfter: number }>("status", [
+  dropQueue: fn("drop_queue", [["queue", "queue", "text"]]),
+  listQueues: fn("list_queues", []),
+  status: fn("status", [
     ["queue", "queue", "text"],
     ["staleAfter", "stale_after", "float8"],
   ]),
-  tick: fn<{ queue: string; force: boolean }>("tick", [["queue", "queue", "text"], ["force", "force", "boolean"]], tickShape),
-  maintain: fn<{ queue: string; forceRotate: boolean }>("maintain", [
+  tick: fn("tick", [["queue", "queue", "text"], ["force", "force", "boolean"]], tickShape),
+  maintain: fn("maintain", [
     ["queue", "queue", "text"],
     ["forceRotate", "force_rotate", "boolean"],
   ], fields({ queue: "string", skipped: "boolean" })),
-  send: fn<{ queue: string; type: string; payload: unknown; key: string | null; dedupKey: string | null; ttl: number | null }>("send", [
+  send: fn("send", [
     ["queue", "queue", "text"],
     ["type", "type", "text"],
     ["payload", "payload", "jsonb"],
@@ -221,8 +250,8 @@ export const ENGINE = {
     ["dedupKey", "dedup_key", "text"],
     ["ttl", "ttl", "float8"],
   ]),
-  sendBatch: fn<{ queue: string; events: unknown[] }>("send_batch", [["queue", "queue", "text"], ["events", "events", "jsonb"]]),
-  subscribe: fn<QC & { kind: string; slots: number; settings: Record<string, unknown>; indexInline: boolean }>("subscribe", [
+  sendBatch: fn("send_batch", [["queue", "queue", "text"], ["events", "events", "jsonb"]]),
+  subscribe: fn("subscribe", [
     ["queue", "queue", "text"],
     ["consumer", "consumer", "text"],
     ["kind", "kind", "text"],
@@ -230,23 +259,23 @@ export const ENGINE = {
     ["settings", "settings", "jsonb"],
     ["indexInline", "index_inline", "boolean"],
   ], fields({ created: "boolean", build: "array|undefined", wait: "boolean|undefined" })),
-  unsubscribe: fn<QC>("unsubscribe", [["queue", "queue", "text"], ["consumer", "consumer", "text"]]),
-  prepareExclusive: fn<QC & { chunkSize: number }>("prepare_exclusive", [
+  unsubscribe: fn("unsubscribe", [["queue", "queue", "text"], ["consumer", "consumer", "text"]]),
+  prepareExclusive: fn("prepare_exclusive", [
     ["queue", "queue", "text"],
     ["consumer", "consumer", "text"],
     ["chunkSize", "chunk_size", "int"],
   ], tickShape),
-  receive: fn<QC & { maxEvents: number }>("receive", [
+  receive: fn("receive", [
     ["queue", "queue", "text"],
     ["consumer", "consumer", "text"],
     ["maxEvents", "max_events", "int"],
   ], receiveShape),
-  receiveExclusive: fn<QC & { maxEvents: number }>("receive_exclusive", [
+  receiveExclusive: fn("receive_exclusive", [
     ["queue", "queue", "text"],
     ["consumer", "consumer", "text"],
     ["maxEvents", "max_events", "int"],
   ], receiveShape),
-  receiveOrdered: fn<QC & { slots: number[]; maxEvents: number; helpAfter: number | null; slotCount: number }>("receive_ordered", [
+  receiveOrdered: fn("receive_ordered", [
     ["queue", "queue", "text"],
     ["consumer", "consumer", "text"],
     ["slots", "slots", "int[]"],
@@ -254,13 +283,13 @@ export const ENGINE = {
     ["helpAfter", "help_after", "float8"],
     ["slotCount", "slot_count", "int"],
   ], receiveShape, [{ sql: "skip_try_lock", type: "boolean" }]),
-  ack: fn<QC & { slot: number; outcome: AckOutcome }>("ack", [
+  ack: fn("ack", [
     ["queue", "queue", "text"],
     ["consumer", "consumer", "text"],
     ["slot", "s", "int"],
     ["outcome", "outcome", "jsonb"],
   ], fields({ retried: "number", deadLettered: "number", deferred: "number" })),
-  fence: fn<QC & { slot: number; keys: string[]; holder: string; ms: number }>("fence", [
+  fence: fn("fence", [
     ["queue", "queue", "text"],
     ["consumer", "consumer", "text"],
     ["slot", "s", "int"],
@@ -268,24 +297,24 @@ export const ENGINE = {
     ["holder", "holder", "text"],
     ["ms", "ms", "float8"],
   ], isStrings),
-  unfence: fn<QC & { holder: string }>("unfence", [
+  unfence: fn("unfence", [
     ["queue", "queue", "text"],
     ["consumer", "consumer", "text"],
     ["holder", "holder", "text"],
   ], isNumber),
-  slotOf: fn<QC & { key: string | null; n: number }>("consumer_slot_of", [
+  slotOf: fn("consumer_slot_of", [
     ["queue", "queue", "text"],
     ["consumer", "consumer", "text"],
     ["key", "key", "text"],
     ["n", "n", "int"],
   ]),
-  blockedKeys: fn<QC>("blocked_keys", [["queue", "queue", "text"], ["consumer", "consumer", "text"]]),
-  dlqList: fn<Filter & { limit: number }>("dlq_list", [["filter", "filter", "jsonb"], ["limit", "lim", "int"]]),
-  dlqCount: fn<Filter>("dlq_count", [["filter", "filter", "jsonb"]]),
-  dlqReplay: fn<{ ids: readonly string[] }>("dlq_replay", [["ids", "ids", "jsonb"]]),
-  dlqReplayWhere: fn<Filter>("dlq_replay_where", [["filter", "filter", "jsonb"]]),
-  dlqPurge: fn<Filter>("dlq_purge", [["filter", "filter", "jsonb"]]),
-} as const;
+  blockedKeys: fn("blocked_keys", [["queue", "queue", "text"], ["consumer", "consumer", "text"]]),
+  dlqList: fn("dlq_list", [["filter", "filter", "jsonb"], ["limit", "lim", "int"]]),
+  dlqCount: fn("dlq_count", [["filter", "filter", "jsonb"]]),
+  dlqReplay: fn("dlq_replay", [["ids", "ids", "jsonb"]]),
+  dlqReplayWhere: fn("dlq_replay_where", [["filter", "filter", "jsonb"]]),
+  dlqPurge: fn("dlq_purge", [["filter", "filter", "jsonb"]]),
+};
 
 /**
  * Engine functions the TypeScript never calls: helpers of the functions
@@ -302,14 +331,13 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
 
 // ---------------------------------------------------------------- typed calls
 
-/** Input of a declared function. */
-export type InputOf<F> = F extends EngineFn<infer In> ? In : never;
+type Name = keyof EngineCalls;
+type In<K extends Name> = EngineCalls[K][0];
+type Out<K extends Name> = EngineCalls[K][1];
+type Receiving = "receive" | "receiveExclusive" | "receiveOrdered";
 
-type E = typeof ENGINE;
-type Call<K extends keyof E, Out> = (exec: Executor, schema: string, input: InputOf<E[K]>) => Promise<Out>;
-
-const call = <K extends keyof E, Out>(k: K): Call<K, Out> => (exec, schema, input) =>
-  run<InputOf<E[K]>, Out>(exec, schema, ENGINE[k] as EngineFn<InputOf<E[K]>>, input);
+/** A typed call of one engine function. */
+export type Call<K extends Name> = (exec: Executor, schema: string, input: In<K>) => Promise<Out<K>>;
 
 /** Transaction-local settings a receive sets in its own statement. */
 export interface LocalTimeouts {
@@ -320,42 +348,18 @@ export interface LocalTimeouts {
 }
 
 /** A receive call that also sets the batch's local timeouts (one round trip). */
-type Receive<K extends keyof E> = (exec: Executor, schema: string, input: InputOf<E[K]>, local: LocalTimeouts) => Promise<Received>;
+export type Receive<K extends Name> = (exec: Executor, schema: string, input: In<K>, local: LocalTimeouts) => Promise<Out<K>>;
 
-const receiveCall = <K extends "receive" | "receiveExclusive" | "receiveOrdered">(k: K): Receive<K> => (exec, schema, input, local) =>
-  run<InputOf<E[K]>, Received>(exec, schema, ENGINE[k] as EngineFn<InputOf<E[K]>>, input, [
+const call = <K extends Name>(k: K): Call<K> => (exec, schema, input) => run<In<K>, Out<K>>(exec, schema, ENGINE[k] as EngineFn<In<K>>, input);
+
+const receiveCall = <K extends Receiving>(k: K): Receive<K> => (exec, schema, input, local) =>
+  run<In<K>, Out<K>>(exec, schema, ENGINE[k] as EngineFn<In<K>>, input, [
     ["statement_timeout", local.statement],
     ["idle_in_transaction_session_timeout", local.idleInTransaction],
   ]);
 
-/** The typed engine calls. */
-export const engine: {
-  createQueue: Call<"createQueue", { created: boolean; queue: QueueInfo }>;
-  updateQueue: Call<"updateQueue", QueueInfo>;
-  dropQueue: Call<"dropQueue", { dropped: boolean }>;
-  listQueues: Call<"listQueues", QueueInfo[]>;
-  status: Call<"status", QueueStatus[]>;
-  tick: Call<"tick", { tick: string | null }>;
-  maintain: Call<"maintain", MaintainReport>;
-  send: Call<"send", SendResult>;
-  sendBatch: Call<"sendBatch", SendResult[]>;
-  subscribe: Call<"subscribe", SubscribeReply>;
-  unsubscribe: Call<"unsubscribe", { removed: boolean }>;
-  prepareExclusive: Call<"prepareExclusive", { tick: string | null }>;
-  receive: Receive<"receive">;
-  receiveExclusive: Receive<"receiveExclusive">;
-  receiveOrdered: Receive<"receiveOrdered">;
-  ack: Call<"ack", AckReply>;
-  fence: Call<"fence", string[]>;
-  unfence: Call<"unfence", number>;
-  slotOf: Call<"slotOf", number>;
-  blockedKeys: Call<"blockedKeys", BlockedKey[]>;
-  dlqList: Call<"dlqList", DeadLetter<unknown>[]>;
-  dlqCount: Call<"dlqCount", number>;
-  dlqReplay: Call<"dlqReplay", number>;
-  dlqReplayWhere: Call<"dlqReplayWhere", number>;
-  dlqPurge: Call<"dlqPurge", number>;
-} = {
+/** The typed engine calls, one per declaration. */
+export const engine: { readonly [K in Name]: K extends Receiving ? Receive<K> : Call<K> } = {
   createQueue: call("createQueue"),
   updateQueue: call("updateQueue"),
   dropQueue: call("dropQueue"),
