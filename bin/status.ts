@@ -6,6 +6,7 @@
  * @module
  */
 import type { MaintainReport, QueueInfo, QueueStatus } from "../mod.ts";
+import { QUEUE_SETTINGS } from "../src/queue-settings.ts";
 import { humanSeconds } from "./format.ts";
 
 /** Thresholds of `status --check`; a missing one is not checked. */
@@ -84,21 +85,16 @@ export function cursorRows(status: QueueStatus[]): Record<string, unknown>[] {
   );
 }
 
-/** A queue's settings with durations in human units, in a stable order. */
+/** A queue's settings with durations in human units, in the order of the settings table (src/queue-settings.ts). */
 export function queueSettings(q: QueueInfo): Record<string, unknown> {
-  return {
-    name: q.name,
-    tables: q.tables,
-    "current table": q.currentTable + 1,
-    "max retries": q.maxRetries,
-    "retry base": humanSeconds(q.retryBase),
-    "retry cap": humanSeconds(q.retryCap),
-    "rotation period": humanSeconds(q.rotationPeriod),
-    "tick max count": q.tickMaxCount,
-    "tick max lag": humanSeconds(q.tickMaxLag),
-    "tick idle period": humanSeconds(q.tickIdlePeriod),
-    "created at": q.createdAt,
-  };
+  const out: Record<string, unknown> = { name: q.name };
+  for (const [k, spec] of Object.entries(QUEUE_SETTINGS)) {
+    const value = (q as unknown as Record<string, number>)[k];
+    out[k.replace(/[A-Z]/g, (c) => ` ${c.toLowerCase()}`)] = spec.kind === "duration" ? humanSeconds(value) : value;
+    if (k === "tables") out["current table"] = q.currentTable + 1;
+  }
+  out["created at"] = q.createdAt;
+  return out;
 }
 
 /** One row per maintained queue. */

@@ -7,8 +7,8 @@
 
 import * as v from "valibot";
 import type { Driver } from "./driver.ts";
+import { engine } from "./engine.ts";
 import { KeyqError } from "./errors.ts";
-import { call } from "./sql.ts";
 import type { DeadLetter, DeadLetterFilter } from "./types.ts";
 import { checkId, checkName, duration, durationMs, int, parse, show, text } from "./validate.ts";
 
@@ -63,13 +63,11 @@ export function deadLetters(driver: Driver, schema: string): DeadLetters {
   return {
     async list<P>(filter: DeadLetterFilter & { limit?: number; afterId?: string } = {}) {
       const limit = parse(listSchema, filter, "dlq.list filter").limit ?? 100;
-      return await call<DeadLetter<P>[]>(driver, schema, "dlq_list", [
-        ["filter", "jsonb", filterJson(filter, "dlq.list filter", listSchema)],
-        ["lim", "int", limit],
-      ]);
+      const rows = await engine.dlqList(driver, schema, { filter: filterJson(filter, "dlq.list filter", listSchema), limit });
+      return rows as DeadLetter<P>[];
     },
     async count(filter = {}) {
-      return await call<number>(driver, schema, "dlq_count", [["filter", "jsonb", filterJson(filter, "dlq.count filter")]]);
+      return await engine.dlqCount(driver, schema, { filter: filterJson(filter, "dlq.count filter") });
     },
     async replay(ids) {
       const list = typeof ids === "string" ? [ids] : ids;
@@ -79,7 +77,7 @@ export function deadLetters(driver: Driver, schema: string): DeadLetters {
         });
       }
       for (const id of list) checkId("ids", id, "dlq.replay");
-      return await call<number>(driver, schema, "dlq_replay", [["ids", "jsonb", list]]);
+      return await engine.dlqReplay(driver, schema, { ids: list });
     },
     async replayKey(queue, consumer, key) {
       if (typeof key !== "string") {
@@ -88,11 +86,11 @@ export function deadLetters(driver: Driver, schema: string): DeadLetters {
       checkName("queue", queue);
       checkName("consumer", consumer);
       const filter = filterJson({ queue, consumer, key }, "dlq.replayKey");
-      return await call<number>(driver, schema, "dlq_replay_where", [["filter", "jsonb", filter]]);
+      return await engine.dlqReplayWhere(driver, schema, { filter });
     },
     async replayAll(queue, consumer) {
       const filter = filterJson({ queue: checkName("queue", queue), consumer: checkName("consumer", consumer) }, "dlq.replayAll");
-      return await call<number>(driver, schema, "dlq_replay_where", [["filter", "jsonb", filter]]);
+      return await engine.dlqReplayWhere(driver, schema, { filter });
     },
     async purge(filter) {
       if (filter?.olderThan === undefined) {
@@ -100,7 +98,7 @@ export function deadLetters(driver: Driver, schema: string): DeadLetters {
           field: "olderThan",
         });
       }
-      return await call<number>(driver, schema, "dlq_purge", [["filter", "jsonb", filterJson(filter, "dlq.purge filter")]]);
+      return await engine.dlqPurge(driver, schema, { filter: filterJson(filter, "dlq.purge filter") });
     },
   };
 }

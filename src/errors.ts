@@ -26,7 +26,9 @@ export type KeyqErrorCode =
 
 /**
  * The error keyq throws for bad input and engine refusals. Driver and network
- * errors pass through unchanged.
+ * errors pass through unchanged; when a database error is turned into a
+ * `KeyqError` (an engine refusal, a missing schema), the driver's error is
+ * kept as `cause`.
  *
  * @example
  * ```ts
@@ -34,7 +36,7 @@ export type KeyqErrorCode =
  * try {
  *   throw new KeyqError("QUEUE_NOT_FOUND", 'Queue "files" does not exist; call createQueue("files") first.');
  * } catch (err) {
- *   if (err instanceof KeyqError && err.code === "QUEUE_NOT_FOUND") console.log(err.message);
+ *   if (err instanceof KeyqError && err.code === "QUEUE_NOT_FOUND") console.log(err.message, err.cause);
  * }
  * ```
  */
@@ -44,23 +46,64 @@ export class KeyqError extends Error {
   /** Structured details (the offending field, value, persisted setting…). */
   readonly details: Record<string, unknown>;
 
-  /** Creates an error with a stable `code` and a message that says what to do. */
-  constructor(code: KeyqErrorCode, message: string, details: Record<string, unknown> = {}) {
-    super(message);
+  /**
+   * Creates an error with a stable `code` and a message that says what to do;
+   * `options.cause` is the error it stands for (standard `Error` cause).
+   */
+  constructor(code: KeyqErrorCode, message: string, details: Record<string, unknown> = {}, options?: { cause?: unknown }) {
+    super(message, options);
     this.name = "KeyqError";
     this.code = code;
     this.details = details;
   }
 }
 
+/** How one SQLSTATE becomes a KeyqError. */
+interface DatabaseRule {
+  code: KeyqErrorCode;
+  /** Only a missing object named in the schema itself (not migrated), raised at top level. */
+  missing?: true;
+}
+
 /**
- * The engine raises SQLSTATE `KQ###` with a `KEYQ:CODE` hint; this maps such
- * a driver error to a `KeyqError` and passes everything else through.
+ * The one table from SQLSTATEs to codes. The engine raises `KQ###` with the
+ * hint `KEYQ:<CODE>` (the hint names the code; a `KQ` error without one is
+ * INVALID_INPUT). A missing schema or engine function means "not migrated",
+ * but only at top level: the same codes from inside an engine function (a
+ * `where` context) are bugs and pass through. tests/engine-api.test.ts
+ * checks every `KQ` raise of the engine against this table.
  */
-export function fromDatabaseError(err: unknown): unknown {
-  const e = err as { code?: unknown; hint?: unknown; message?: unknown } | null;
-  if (!e || typeof e.code !== "string" || !e.code.startsWith("KQ")) return err;
-  const hint = typeof e.hint === "string" ? e.hint : "";
-  const code = hint.startsWith("KEYQ:") ? hint.slice(5) : "INVALID_INPUT";
-  return new KeyqError(code as KeyqErrorCode, String(e.message ?? "keyq engine error"), { sqlstate: e.code });
+export const DATABASE_ERRORS: Readonly<Record<string, DatabaseRule>> = {
+  KQ001: { code: "QUEUE_NOT_FOUND" },
+  KQ002: { code: "CONSUMER_NOT_FOUND" },
+  KQ003: { code: "CONSUMER_KIND_MISMATCH" },
+  KQ004: { code: "SLOT_COUNT_MISMATCH" },
+  KQ005: { code: "DEAD_LETTER_NOT_FOUND" },
+  KQ010: { code: "WRONG_ISOLATION" },
+  "3F000": { code: "NOT_MIGRATED", missing: true }, // invalid_schema_name
+  "42883": { code: "NOT_MIGRATED", missing: true }, // undefined_function
+};
+
+/**
+ * Maps a driver error to a `KeyqError` by the table above (the driver error
+ * becomes its `cause`) and passes everything else through. `schema`, when
+ * given, enables the NOT_MIGRATED rows: the message must name it.
+ */
+export function fromDatabaseError(err: unknown, schema?: string): unknown {
+  if (err instanceof KeyqError) return err;
+  const e = err as { code?: unknown; hint?: unknown; message?: unknown; where?: unknown } | null;
+  if (!e || typeof e.code !== "string") return err;
+  const message = String(e.message ?? "keyq engine error");
+  if (e.code.startsWith("KQ")) {
+    const hint = typeof e.hint === "string" && e.hint.startsWith("KEYQ:") ? e.hint.slice(5) as KeyqErrorCode : undefined;
+    const code = hint ?? DATABASE_ERRORS[e.code]?.code ?? "INVALID_INPUT";
+    return new KeyqError(code, message, { sqlstate: e.code }, { cause: err });
+  }
+  const rule = Object.hasOwn(DATABASE_ERRORS, e.code) ? DATABASE_ERRORS[e.code] : undefined;
+  if (rule?.missing && schema !== undefined && !e.where && message.includes(schema)) {
+    return new KeyqError(rule.code, `The keyq schema "${schema}" is missing or out of date (${message}); call migrate() first.`, { schema }, {
+      cause: err,
+    });
+  }
+  return err;
 }

@@ -11,15 +11,13 @@
  * @module
  */
 
-import type { BatchHooks, ConsumerContext, Received } from "./batch.ts";
+import type { BatchHooks, ConsumerContext } from "./batch.ts";
 import type { Executor } from "./driver.ts";
+import { engine, type Received } from "./engine.ts";
 import type { BatchLife } from "./life.ts";
-import { call } from "./sql.ts";
 
 /** Past the batch deadline, for clock skew between this process and the server. */
 const LEASE_MARGIN_MS = 2_000;
-
-const isStrings = (x: unknown): boolean => Array.isArray(x) && x.every((k) => typeof k === "string");
 
 /** The hooks of one fenced batch: keys of a Tier A batch, or the slot of a Tier B one. */
 export function fenceHooks(ctx: ConsumerContext, queue: string, consumer: string, mode: "keys" | "slot"): BatchHooks {
@@ -32,14 +30,14 @@ export function fenceHooks(ctx: ConsumerContext, queue: string, consumer: string
         ? (received.events.length > 0 ? [""] : [])
         : [...new Set(live.flatMap((w) => (w.key === null ? [] : [w.key])))];
       if (keys.length === 0) return true;
-      const taken = await call<string[]>(ctx.driver, ctx.schema, "fence", [
-        ["queue", "text", queue],
-        ["consumer", "text", consumer],
-        ["s", "int", mode === "slot" ? received.slot ?? 0 : 0],
-        ["keys", "text[]", `{${keys.map((k) => `"${k.replaceAll("\\", "\\\\").replaceAll('"', '\\"')}"`).join(",")}}`],
-        ["holder", "text", holder],
-        ["ms", "float8", life.deadline.getTime() - Date.now() + LEASE_MARGIN_MS],
-      ], isStrings);
+      const taken = await engine.fence(ctx.driver, ctx.schema, {
+        queue,
+        consumer,
+        slot: mode === "slot" ? received.slot ?? 0 : 0,
+        keys,
+        holder,
+        ms: life.deadline.getTime() - Date.now() + LEASE_MARGIN_MS,
+      });
       leased = true;
       if (mode === "slot") return taken.length === 0;
       const fencedOut = new Set(taken);
@@ -50,11 +48,7 @@ export function fenceHooks(ctx: ConsumerContext, queue: string, consumer: string
     },
     async beforeCommit(tx: Executor): Promise<void> {
       if (!leased) return;
-      await call<number>(tx, ctx.schema, "unfence", [
-        ["queue", "text", queue],
-        ["consumer", "text", consumer],
-        ["holder", "text", holder],
-      ], (x) => typeof x === "number");
+      await engine.unfence(tx, ctx.schema, { queue, consumer, holder });
     },
   };
 }

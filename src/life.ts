@@ -52,14 +52,7 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): Bat
   let die!: (e: KeyqError) => void;
   const died = new Promise<never>((_, reject) => (die = reject));
   died.catch(() => {}); // observed through race() only
-  const error = (): KeyqError => {
-    const text = why === "deadline"
-      ? `The batch ran past its deadline (batchTimeout, ${deadline.toISOString()}) and was rolled back; its events come again. Make handlers honour their signal, or raise batchTimeout.`
-      : why === "connection"
-      ? `The batch's connection was lost and the batch was rolled back; its events come again (${describe(cause)}).`
-      : "The batch was stopped by the worker's signal and was rolled back; its events come again.";
-    return new KeyqError("BATCH_ABORTED", text, { reason: why, cause });
-  };
+  const error = (): KeyqError => abortedError(why, deadline, cause);
   const abort = (reason: AbortReason, c?: unknown): void => {
     if (why !== undefined && !(why === "stopped" && reason !== "stopped")) return;
     const first = why === undefined;
@@ -79,28 +72,8 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): Bat
   else stop?.addEventListener("abort", onStop, { once: true });
   let over = false; // disposed: a handler left behind must not reach a connection back in the pool
   const dead = () => why === "deadline" || why === "connection";
-  const guard = (exec: Executor): Executor => {
-    const query: Executor["query"] = async (text, params) => {
-      if (dead()) throw error();
-      if (over) throw overError();
-      try {
-        return await exec.query(text, params);
-      } catch (err) {
-        if (classify(err) === "connection") abort("connection", err);
-        throw err;
-      }
-    };
-    if (!exec.savepoint) return { query };
-    const savepoint = exec.savepoint.bind(exec);
-    return {
-      query,
-      savepoint: <T>(fn: (sp: Executor) => Promise<T>): Promise<T> => {
-        if (dead()) return Promise.reject(error());
-        if (over) return Promise.reject(overError());
-        return savepoint((sp) => fn(guard(sp)));
-      },
-    };
-  };
+  const refuse = (): KeyqError | undefined => (dead() ? error() : over ? overError() : undefined);
+  const guard = (exec: Executor): Executor => guarded(exec, refuse, (err) => abort("connection", err));
   return {
     signal: ctl.signal,
     deadline,
@@ -116,6 +89,44 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): Bat
       clearTimeout(timer);
       expire();
       stop?.removeEventListener("abort", onStop);
+    },
+  };
+}
+
+/** The BATCH_ABORTED error of a batch that ended early for `why`; a lost connection's error is its cause. */
+function abortedError(why: AbortReason | undefined, deadline: Date, cause: unknown): KeyqError {
+  const text = why === "deadline"
+    ? `The batch ran past its deadline (batchTimeout, ${deadline.toISOString()}) and was rolled back; its events come again. Make handlers honour their signal, or raise batchTimeout.`
+    : why === "connection"
+    ? `The batch's connection was lost and the batch was rolled back; its events come again (${describe(cause)}).`
+    : "The batch was stopped by the worker's signal and was rolled back; its events come again.";
+  return new KeyqError("BATCH_ABORTED", text, { reason: why, cause }, cause === undefined ? undefined : { cause });
+}
+
+/**
+ * Wraps an executor (and its savepoints): a query is refused with
+ * `refuse()`'s error when it has one, and a query failing with a connection
+ * error reports it to `lost`.
+ */
+function guarded(exec: Executor, refuse: () => KeyqError | undefined, lost: (err: unknown) => void): Executor {
+  const query: Executor["query"] = async (text, params) => {
+    const no = refuse();
+    if (no) throw no;
+    try {
+      return await exec.query(text, params);
+    } catch (err) {
+      if (classify(err) === "connection") lost(err);
+      throw err;
+    }
+  };
+  if (!exec.savepoint) return { query };
+  const savepoint = exec.savepoint.bind(exec);
+  return {
+    query,
+    savepoint: <T>(fn: (sp: Executor) => Promise<T>): Promise<T> => {
+      const no = refuse();
+      if (no) return Promise.reject(no);
+      return savepoint((sp) => fn(guarded(sp, refuse, lost)));
     },
   };
 }

@@ -4,7 +4,7 @@
  * @module
  */
 
-import type { BatchSettings } from "./batch.ts";
+import type { BatchSettings } from "./batch-settings.ts";
 import { KeyqError } from "./errors.ts";
 import { backoffMs, classify } from "./faults.ts";
 import type { BatchReport, RunReport } from "./types.ts";

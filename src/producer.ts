@@ -7,9 +7,9 @@
 
 import * as v from "valibot";
 import type { Executor } from "./driver.ts";
+import { engine } from "./engine.ts";
 import { KeyqError } from "./errors.ts";
 import { checkPayload, type PayloadSchema } from "./payload.ts";
-import { call } from "./sql.ts";
 import type { SendInput, SendResult } from "./types.ts";
 import { checkJson } from "./text.ts";
 import { checkName, duration, durationMs, parse, show, text } from "./validate.ts";
@@ -78,14 +78,14 @@ export async function send(
 ): Promise<SendResult> {
   checkName("queue", queue);
   const e = await prepare(queue, input, payloadSchema, "the event");
-  return await call<SendResult>(exec, schemaName, "send", [
-    ["queue", "text", queue],
-    ["type", "text", e.type],
-    ["payload", "jsonb", JSON.stringify(e.payload)],
-    ["key", "text", e.key],
-    ["dedup_key", "text", e.dedupKey ?? null],
-    ["ttl", "float8", e.ttl ?? null],
-  ]);
+  return await engine.send(exec, schemaName, {
+    queue,
+    type: e.type,
+    payload: e.payload,
+    key: e.key,
+    dedupKey: e.dedupKey ?? null,
+    ttl: e.ttl ?? null,
+  });
 }
 
 /** Appends many events in one statement, in array order; returns their ids in the same order. */
@@ -105,8 +105,5 @@ export async function sendBatch(
   for (let i = 0; i < inputs.length; i++) {
     wire.push(await prepare(queue, inputs[i] as SendInput, payloadSchema, `event ${i}`));
   }
-  return await call<SendResult[]>(exec, schemaName, "send_batch", [
-    ["queue", "text", queue],
-    ["events", "jsonb", JSON.stringify(wire)],
-  ]);
+  return await engine.sendBatch(exec, schemaName, { queue, events: wire });
 }

@@ -10,7 +10,7 @@ import { type Driver, type Keyq, keyq, KeyqError } from "../mod.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { backoffMs, classify } from "../src/faults.ts";
-import { call } from "../src/sql.ts";
+import { engine } from "../src/engine.ts";
 import { connect, dbSkip } from "./helpers/db.ts";
 import { pgFixture } from "./helpers/keyq.ts";
 
@@ -66,7 +66,7 @@ function overlaps(calls: Call[]): number {
 describe("reliability", () => {
   test("engine replies are checked: a stale or empty reply is BAD_REPLY, not a TypeError", async () => {
     const stale = { name: "stale", query: () => Promise.resolve([]) } as Driver; // COMMIT's empty result
-    await assert.rejects(call(stale, "keyq", "tick", [["queue", "text", "q"]]), (e: unknown) => {
+    await assert.rejects(engine.tick(stale, "keyq", { queue: "q", force: false }), (e: unknown) => {
       assert.ok(e instanceof KeyqError, String(e));
       assert.equal(e.code, "BAD_REPLY");
       assert.match(e.message, /tick\(\)/);

@@ -1,0 +1,86 @@
+/**
+ * Queue administration of a client: create, update, drop and list queues,
+ * the ticker, maintenance and status.
+ *
+ * @module
+ */
+
+import * as v from "valibot";
+import type { Driver } from "./driver.ts";
+import { engine } from "./engine.ts";
+import { KeyqError } from "./errors.ts";
+import { queueSettings, sameSettings } from "./queue-settings.ts";
+import type { Duration, MaintainReport, QueueInfo, QueueSettings, QueueStatus } from "./types.ts";
+import { checkName, duration, durationMs, parse } from "./validate.ts";
+
+const tickSchema = v.strictObject({ force: v.optional(v.boolean("expected true or false")) });
+const maintainSchema = v.strictObject({ forceRotate: v.optional(v.boolean("expected true or false")) });
+const statusSchema = v.strictObject({ queue: v.optional(v.unknown()), staleAfter: v.optional(duration) });
+
+/** The admin calls of a client, plus the unchecked tick and maintain its consumers use. */
+export interface Admin {
+  createQueue(name: string, settings?: QueueSettings): Promise<{ created: boolean; queue: QueueInfo }>;
+  updateQueue(name: string, settings: QueueSettings): Promise<QueueInfo>;
+  dropQueue(name: string): Promise<boolean>;
+  listQueues(): Promise<QueueInfo[]>;
+  tick(queue: string, options?: { force?: boolean }): Promise<string | null>;
+  maintain(queue?: string, options?: { forceRotate?: boolean }): Promise<MaintainReport[]>;
+  status(options?: { queue?: string; staleAfter?: Duration }): Promise<QueueStatus[]>;
+  /** Advances one queue's ticker; the new tick id or null. */
+  tickOne(queue: string, force: boolean): Promise<string | null>;
+  /** Maintains one queue. */
+  maintainOne(queue: string, forceRotate: boolean): Promise<MaintainReport>;
+}
+
+/** A status call naming a queue that does not exist is an error, not an empty list. */
+async function status(driver: Driver, schema: string, opts: unknown = {}): Promise<QueueStatus[]> {
+  const o = parse(statusSchema, opts, "status options");
+  const queue = o.queue === undefined ? null : checkName("queue", o.queue);
+  const staleAfter = durationMs("staleAfter", o.staleAfter ?? 300_000, 1)! / 1000;
+  const rows = await engine.status(driver, schema, { queue, staleAfter });
+  if (queue !== null && rows.length === 0) {
+    throw new KeyqError("QUEUE_NOT_FOUND", `Queue "${queue}" does not exist; create it with createQueue("${queue}") or list them with listQueues().`, {
+      queue,
+    });
+  }
+  return rows;
+}
+
+/** The admin calls over `driver` in `schema`. */
+export function admin(driver: Driver, schema: string): Admin {
+  const tickOne = async (queue: string, force: boolean): Promise<string | null> => {
+    checkName("queue", queue);
+    return (await engine.tick(driver, schema, { queue, force })).tick;
+  };
+  const maintainOne = (queue: string, forceRotate: boolean): Promise<MaintainReport> => engine.maintain(driver, schema, { queue, forceRotate });
+  const listQueues = (): Promise<QueueInfo[]> => engine.listQueues(driver, schema, {});
+  return {
+    async createQueue(name, settings = {}) {
+      checkName("queue", name);
+      const wanted = queueSettings(settings, true);
+      const r = await engine.createQueue(driver, schema, { queue: name, settings: wanted });
+      if (!r.created) sameSettings(name, wanted, r.queue);
+      return r;
+    },
+    async updateQueue(name, settings) {
+      checkName("queue", name);
+      return await engine.updateQueue(driver, schema, { queue: name, settings: queueSettings(settings, false) });
+    },
+    async dropQueue(name) {
+      checkName("queue", name);
+      return (await engine.dropQueue(driver, schema, { queue: name })).dropped;
+    },
+    listQueues,
+    tick: async (queue, opts) => await tickOne(queue, parse(tickSchema, opts, "tick options").force ?? false),
+    async maintain(queue, opts) {
+      const force = parse(maintainSchema, opts, "maintain options").forceRotate ?? false;
+      if (queue !== undefined) return [await maintainOne(checkName("queue", queue), force)];
+      const out: MaintainReport[] = [];
+      for (const q of await listQueues()) out.push(await maintainOne(q.name, force));
+      return out;
+    },
+    status: (opts) => status(driver, schema, opts),
+    tickOne,
+    maintainOne,
+  };
+}

@@ -1,0 +1,126 @@
+/**
+ * Options of `batch`, `run` and `work`: checked once, defaults applied, and
+ * refused when an option belongs to another call.
+ *
+ * @module
+ */
+
+import * as v from "valibot";
+import type { Executor } from "./driver.ts";
+import { KeyqError } from "./errors.ts";
+import type { BatchContext, HandlerContext, KeyqEvent } from "./types.ts";
+import { duration, durationMs, int, MAX_TIMEOUT_MS, parse } from "./validate.ts";
+
+const batchSchema = v.strictObject({
+  handler: v.optional(v.function("expected a function (event, tx, { signal, deadline }) => …")),
+  handleBatch: v.optional(v.function("expected a function (events, { tx, fail, signal, deadline }) => …")),
+  onError: v.optional(v.function("expected a function (error, event) => …")),
+  maxEvents: v.optional(int(1, 10_000)),
+  statementTimeout: v.optional(duration),
+  idleTimeout: v.optional(duration),
+  budgetMs: v.optional(int(1, 86_400_000)),
+  maxBatches: v.optional(int(1, Number.MAX_SAFE_INTEGER)),
+  signal: v.optional(v.custom<AbortSignal>(isSignal, "expected an AbortSignal")),
+  minPollMs: v.optional(int(1, 3_600_000)),
+  maxPollMs: v.optional(int(1, 3_600_000)),
+  worker: v.optional(int(0, 1023)),
+  workers: v.optional(int(1, 1024)),
+  batchTimeout: v.optional(duration),
+  eventTimeout: v.optional(duration),
+  onRetry: v.optional(v.function("expected a function ({ error, attempt, delayMs }) => …")),
+  retryBackoff: v.optional(v.strictObject({
+    baseMs: v.optional(int(1, MAX_TIMEOUT_MS)),
+    capMs: v.optional(int(1, MAX_TIMEOUT_MS)),
+  })),
+});
+
+/** Duck-typed, so a signal from another realm or polyfill is accepted too. */
+function isSignal(x: unknown): boolean {
+  return x instanceof AbortSignal ||
+    (typeof x === "object" && x !== null && typeof (x as AbortSignal).aborted === "boolean" &&
+      typeof (x as AbortSignal).addEventListener === "function");
+}
+
+/** An event as handlers get it, before the caller's payload type is applied. */
+export type AnyEvent = KeyqEvent<never>;
+
+/** Checked batch settings with defaults applied. */
+export interface BatchSettings {
+  handler: ((event: AnyEvent, tx: Executor, ctx: HandlerContext) => Promise<void> | void) | undefined;
+  handleBatch: ((events: AnyEvent[], ctx: BatchContext) => Promise<void> | void) | undefined;
+  onError: ((error: unknown, event: AnyEvent) => void) | undefined;
+  maxEvents: number;
+  statementTimeoutMs: number;
+  /** The user's idle timeout: a floor; keyq keeps the server's idle timeout past the deadline. */
+  idleTimeoutMs: number;
+  batchTimeoutMs: number;
+  eventTimeoutMs: number;
+  onRetry: ((info: { error: unknown; attempt: number; delayMs: number }) => void) | undefined;
+  retryBackoff: { baseMs: number; capMs: number };
+  budgetMs: number;
+  maxBatches: number;
+  signal: AbortSignal | undefined;
+  minPollMs: number;
+  maxPollMs: number;
+  worker: number | undefined;
+  workers: number | undefined;
+}
+
+/** Options that only some calls use; elsewhere they would be ignored without a word. */
+const ONLY: Record<string, string> = {
+  budgetMs: "run() and work()",
+  maxBatches: "run() and work()",
+  minPollMs: "work()",
+  maxPollMs: "work()",
+  onRetry: "work()",
+  retryBackoff: "work()",
+};
+
+/** Validates batch/run/work options and applies defaults; `what` is "batch options", "run options"… */
+export function batchSettings(options: unknown, what: string): BatchSettings {
+  const o = parse(batchSchema, options, what);
+  const call = `${what.split(" ")[0]}()`;
+  for (const [key, where] of Object.entries(ONLY)) {
+    if ((o as Record<string, unknown>)[key] !== undefined && !where.includes(call)) {
+      throw new KeyqError("INVALID_INPUT", `Option "${key}" applies to ${where}, not ${call}; remove it or call ${where.split(" ")[0]}.`, {
+        field: key,
+      });
+    }
+  }
+  if (o.minPollMs !== undefined && o.maxPollMs !== undefined && o.minPollMs > o.maxPollMs) {
+    throw new KeyqError("INVALID_INPUT", `Option "minPollMs" (${o.minPollMs}) is above "maxPollMs" (${o.maxPollMs}); give minPollMs <= maxPollMs.`, {
+      field: "minPollMs",
+    });
+  }
+  if ((o.handler === undefined) === (o.handleBatch === undefined)) {
+    throw new KeyqError("INVALID_INPUT", `Give ${what} exactly one of "handler" (per event) or "handleBatch" (per batch).`, {
+      field: "handler",
+    });
+  }
+  if ((o.worker === undefined) !== (o.workers === undefined) || (o.worker ?? 0) >= (o.workers ?? 1)) {
+    throw new KeyqError(
+      "INVALID_INPUT",
+      `Options "worker" and "workers" go together, with 0 <= worker < workers (got worker ${o.worker}, workers ${o.workers}).`,
+      { field: "worker" },
+    );
+  }
+  return {
+    handler: o.handler as BatchSettings["handler"],
+    handleBatch: o.handleBatch as BatchSettings["handleBatch"],
+    onError: o.onError as BatchSettings["onError"],
+    maxEvents: o.maxEvents ?? 100,
+    statementTimeoutMs: durationMs("statementTimeout", o.statementTimeout, 1, MAX_TIMEOUT_MS) ?? 30_000,
+    idleTimeoutMs: durationMs("idleTimeout", o.idleTimeout, 1, MAX_TIMEOUT_MS) ?? 0,
+    batchTimeoutMs: durationMs("batchTimeout", o.batchTimeout, 1, MAX_TIMEOUT_MS) ?? 60_000,
+    eventTimeoutMs: durationMs("eventTimeout", o.eventTimeout, 1, MAX_TIMEOUT_MS) ?? Number.POSITIVE_INFINITY,
+    onRetry: o.onRetry as BatchSettings["onRetry"],
+    retryBackoff: { baseMs: o.retryBackoff?.baseMs ?? 200, capMs: o.retryBackoff?.capMs ?? 10_000 },
+    budgetMs: o.budgetMs ?? 10_000,
+    maxBatches: o.maxBatches ?? Number.MAX_SAFE_INTEGER,
+    signal: o.signal,
+    minPollMs: o.minPollMs ?? 100,
+    maxPollMs: o.maxPollMs ?? 5_000,
+    worker: o.worker,
+    workers: o.workers,
+  };
+}

@@ -1,0 +1,388 @@
+/**
+ * The typed seam to the SQL engine: every engine function the TypeScript
+ * calls is declared here once, with its SQL argument names and types, its
+ * return type, the check its reply must pass and a TypeScript result type.
+ * Nothing outside this module names an engine function or builds an
+ * argument list; tests/engine-api.test.ts compares `ENGINE` with the
+ * functions a migrated schema really has, so a renamed or retyped SQL
+ * argument fails the suite.
+ *
+ * The wire is `select "schema".fn(a => $1::text::t, …)::text as r`: every
+ * value is a text bind parameter cast by the statement, the reply one JSON
+ * text column.
+ *
+ * @module
+ */
+
+import type { Executor, SqlParam } from "./driver.ts";
+import { fields, mapError, reply, type Shape } from "./sql.ts";
+import type {
+  BlockedKey,
+  DeadLetter,
+  MaintainReport,
+  QueueInfo,
+  QueueStatus,
+  SendResult,
+} from "./types.ts";
+
+/** SQL types the engine's arguments use, as written in the cast. */
+export type SqlType = "text" | "int" | "int[]" | "text[]" | "jsonb" | "boolean" | "float8";
+
+/** The `format_type()` spelling of each cast type, as pg_proc reports it. */
+export const FORMAT_TYPE: Readonly<Record<SqlType, string>> = {
+  text: "text",
+  int: "integer",
+  "int[]": "integer[]",
+  "text[]": "text[]",
+  jsonb: "jsonb",
+  boolean: "boolean",
+  float8: "double precision",
+};
+
+/** One argument: the caller's field, the SQL argument name, its type. */
+export interface EngineArg<In> {
+  readonly key: keyof In & string;
+  readonly sql: string;
+  readonly type: SqlType;
+}
+
+/** One engine function as the TypeScript calls it. */
+export interface EngineFn<In> {
+  /** The SQL function name. */
+  readonly name: string;
+  /** The arguments TS passes, in SQL order (named, so order is documentation). */
+  readonly args: readonly EngineArg<In>[];
+  /** Arguments the SQL function has that TS leaves to their default. */
+  readonly defaulted: readonly { sql: string; type: SqlType }[];
+  /** The SQL return type (`format_type`). */
+  readonly returns: string;
+  /** What the parsed reply must look like. */
+  readonly shape: Shape;
+}
+
+/** Any JSON value but a missing one. */
+const present: Shape = (x) => x !== undefined;
+const isNumber: Shape = (x) => typeof x === "number";
+const isStrings: Shape = (x) => Array.isArray(x) && x.every((k) => typeof k === "string");
+
+function fn<In>(
+  name: string,
+  args: readonly (readonly [key: keyof In & string, sql: string, type: SqlType])[],
+  shape: Shape = present,
+  defaulted: readonly { sql: string; type: SqlType }[] = [],
+): EngineFn<In> {
+  return { name, args: args.map(([key, sql, type]) => ({ key, sql, type })), defaulted, returns: "jsonb", shape };
+}
+
+/** Converts a value to the text a cast of `type` reads. */
+function encode(type: SqlType, value: unknown): SqlParam {
+  if (type === "jsonb") return JSON.stringify(value) ?? null; // a null payload is JSON null, not SQL NULL
+  if (value === null || value === undefined) return null;
+  if (type === "int[]") return `{${(value as number[]).join(",")}}`;
+  if (type === "text[]") {
+    return `{${(value as string[]).map((k) => `"${k.replaceAll("\\", "\\\\").replaceAll('"', '\\"')}"`).join(",")}}`;
+  }
+  return String(value);
+}
+
+/** A statement calling `f`: its text and its parameters. */
+export interface Statement {
+  text: string;
+  params: SqlParam[];
+}
+
+/**
+ * Builds the call of `f`. `local` settings (name → value) are set for the
+ * transaction in the same statement, before the call runs.
+ */
+export function statement<In>(schema: string, f: EngineFn<In>, input: In, local: readonly [string, string][] = []): Statement {
+  const list = f.args.map((a, i) => `${a.sql} => $${i + 1}::text::${a.type}`).join(", ");
+  const n = f.args.length;
+  const sets = local.map(([name], i) => `set_config('${name}', $${n + i + 1}::text, true), `).join("");
+  return {
+    text: `select ${sets}"${schema}".${f.name}(${list})::text as r`,
+    params: [...f.args.map((a) => encode(a.type, input[a.key])), ...local.map(([, value]) => value)],
+  };
+}
+
+/** Runs `f` on `exec` and returns its checked reply; engine errors become KeyqErrors. */
+async function run<In, Out>(exec: Executor, schema: string, f: EngineFn<In>, input: In, local?: readonly [string, string][]): Promise<Out> {
+  const st = statement(schema, f, input, local);
+  let rows;
+  try {
+    rows = await exec.query(st.text, st.params);
+  } catch (err) {
+    throw mapError(err, schema);
+  }
+  return reply<Out>(rows, f.name, f.shape);
+}
+
+// ---------------------------------------------------------------- result types
+
+/** The engine's JSON form of a received event. */
+export interface WireEvent {
+  id: string;
+  txid: string;
+  type: string;
+  key: string | null;
+  payload: unknown;
+  time: string;
+  retry: number;
+  /** True when it came from the consumer's retry rows (a retry or a replay). */
+  redelivered?: boolean;
+  /** Tier A: false when another worker holds the key. */
+  locked?: boolean;
+  /** Set by a fenced batch: another batch's lease still fences the key (always deferred). */
+  fenced?: boolean;
+}
+
+/** The engine's answer to a receive call. */
+export interface Received {
+  busy: boolean;
+  events: WireEvent[];
+  /** Tier B: the slot this batch read. */
+  slot?: number;
+}
+
+/** An event named by id and transaction, as `ack` takes it. */
+export interface EventRef {
+  id: string;
+  txid: string;
+}
+
+/** What a batch did with its events, recorded by `ack` in the batch's transaction. */
+export interface AckOutcome {
+  /** Redelivered events that succeeded: their retry rows go. */
+  retried: string[];
+  /** Failed events with their described error: retried later or dead-lettered. */
+  failed: (EventRef & { error: unknown })[];
+  /** Contended events (Tier A) offered again after `deferDelay`, no retry spent. */
+  deferred: EventRef[];
+  /** Seconds a deferred event waits. */
+  deferDelay: number;
+  /** Tier B pause policy: a failed key's later events are held. */
+  pause: boolean;
+  /** Events held behind a failed head of their key. */
+  held: EventRef[];
+  /** Events the batch did not start: they come again, in order. */
+  released: EventRef[];
+}
+
+/** What `ack` recorded. */
+export interface AckReply {
+  retried: number;
+  deadLettered: number;
+  deferred: number;
+}
+
+/** The engine's answer to subscribe: done, or slot-index work to do first. */
+export interface SubscribeReply {
+  created: boolean;
+  /** CREATE/DROP INDEX CONCURRENTLY statements to run outside a transaction. */
+  build?: string[];
+  /** Another session is building a slot index of this queue. */
+  wait?: boolean;
+}
+
+// ---------------------------------------------------------------- declarations
+
+type QC = { queue: string; consumer: string };
+type Filter = { filter: Record<string, unknown> };
+
+/** The TypeScript side of every engine call: [input, result], by TS name. */
+export interface EngineCalls {
+  createQueue: [{ queue: string; settings: Record<string, number> }, { created: boolean; queue: QueueInfo }];
+  updateQueue: [{ queue: string; settings: Record<string, number> }, QueueInfo];
+  dropQueue: [{ queue: string }, { dropped: boolean }];
+  listQueues: [Record<never, never>, QueueInfo[]];
+  status: [{ queue: string | null; staleAfter: number }, QueueStatus[]];
+  tick: [{ queue: string; force: boolean }, { tick: string | null }];
+  maintain: [{ queue: string; forceRotate: boolean }, MaintainReport];
+  send: [{ queue: string; type: string; payload: unknown; key: string | null; dedupKey: string | null; ttl: number | null }, SendResult];
+  sendBatch: [{ queue: string; events: unknown[] }, SendResult[]];
+  subscribe: [QC & { kind: string; slots: number; settings: Record<string, unknown>; indexInline: boolean }, SubscribeReply];
+  unsubscribe: [QC, { removed: boolean }];
+  prepareExclusive: [QC & { chunkSize: number }, { tick: string | null }];
+  receive: [QC & { maxEvents: number }, Received];
+  receiveExclusive: [QC & { maxEvents: number }, Received];
+  receiveOrdered: [QC & { slots: number[]; maxEvents: number; helpAfter: number | null; slotCount: number }, Received];
+  ack: [QC & { slot: number; outcome: AckOutcome }, AckReply];
+  fence: [QC & { slot: number; keys: string[]; holder: string; ms: number }, string[]];
+  unfence: [QC & { holder: string }, number];
+  slotOf: [QC & { key: string | null; n: number }, number];
+  blockedKeys: [QC, BlockedKey[]];
+  dlqList: [Filter & { limit: number }, DeadLetter<unknown>[]];
+  dlqCount: [Filter, number];
+  dlqReplay: [{ ids: readonly string[] }, number];
+  dlqReplayWhere: [Filter, number];
+  dlqPurge: [Filter, number];
+}
+
+const receiveShape = fields({ busy: "boolean", events: "array" });
+const tickShape = fields({ tick: "string|null" });
+
+/** Every engine function the TypeScript calls, by TS name. */
+export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K][0]> } = {
+  createQueue: fn("create_queue", [
+    ["queue", "queue", "text"],
+    ["settings", "settings", "jsonb"],
+  ]),
+  updateQueue: fn("update_queue", [
+    ["queue", "queue", "text"],
+    ["settings", "settings", "jsonb"],
+  ]),
+  dropQueue: fn("drop_queue", [["queue", "queue", "text"]]),
+  listQueues: fn("list_queues", []),
+  status: fn("status", [
+    ["queue", "queue", "text"],
+    ["staleAfter", "stale_after", "float8"],
+  ]),
+  tick: fn("tick", [["queue", "queue", "text"], ["force", "force", "boolean"]], tickShape),
+  maintain: fn("maintain", [
+    ["queue", "queue", "text"],
+    ["forceRotate", "force_rotate", "boolean"],
+  ], fields({ queue: "string", skipped: "boolean" })),
+  send: fn("send", [
+    ["queue", "queue", "text"],
+    ["type", "type", "text"],
+    ["payload", "payload", "jsonb"],
+    ["key", "key", "text"],
+    ["dedupKey", "dedup_key", "text"],
+    ["ttl", "ttl", "float8"],
+  ]),
+  sendBatch: fn("send_batch", [["queue", "queue", "text"], ["events", "events", "jsonb"]]),
+  subscribe: fn("subscribe", [
+    ["queue", "queue", "text"],
+    ["consumer", "consumer", "text"],
+    ["kind", "kind", "text"],
+    ["slots", "slots", "int"],
+    ["settings", "settings", "jsonb"],
+    ["indexInline", "index_inline", "boolean"],
+  ], fields({ created: "boolean", build: "array|undefined", wait: "boolean|undefined" })),
+  unsubscribe: fn("unsubscribe", [["queue", "queue", "text"], ["consumer", "consumer", "text"]]),
+  prepareExclusive: fn("prepare_exclusive", [
+    ["queue", "queue", "text"],
+    ["consumer", "consumer", "text"],
+    ["chunkSize", "chunk_size", "int"],
+  ], tickShape),
+  receive: fn("receive", [
+    ["queue", "queue", "text"],
+    ["consumer", "consumer", "text"],
+    ["maxEvents", "max_events", "int"],
+  ], receiveShape),
+  receiveExclusive: fn("receive_exclusive", [
+    ["queue", "queue", "text"],
+    ["consumer", "consumer", "text"],
+    ["maxEvents", "max_events", "int"],
+  ], receiveShape),
+  receiveOrdered: fn("receive_ordered", [
+    ["queue", "queue", "text"],
+    ["consumer", "consumer", "text"],
+    ["slots", "slots", "int[]"],
+    ["maxEvents", "max_events", "int"],
+    ["helpAfter", "help_after", "float8"],
+    ["slotCount", "slot_count", "int"],
+  ], receiveShape, [{ sql: "skip_try_lock", type: "boolean" }]),
+  ack: fn("ack", [
+    ["queue", "queue", "text"],
+    ["consumer", "consumer", "text"],
+    ["slot", "s", "int"],
+    ["outcome", "outcome", "jsonb"],
+  ], fields({ retried: "number", deadLettered: "number", deferred: "number" })),
+  fence: fn("fence", [
+    ["queue", "queue", "text"],
+    ["consumer", "consumer", "text"],
+    ["slot", "s", "int"],
+    ["keys", "keys", "text[]"],
+    ["holder", "holder", "text"],
+    ["ms", "ms", "float8"],
+  ], isStrings),
+  unfence: fn("unfence", [
+    ["queue", "queue", "text"],
+    ["consumer", "consumer", "text"],
+    ["holder", "holder", "text"],
+  ], isNumber),
+  slotOf: fn("consumer_slot_of", [
+    ["queue", "queue", "text"],
+    ["consumer", "consumer", "text"],
+    ["key", "key", "text"],
+    ["n", "n", "int"],
+  ]),
+  blockedKeys: fn("blocked_keys", [["queue", "queue", "text"], ["consumer", "consumer", "text"]]),
+  dlqList: fn("dlq_list", [["filter", "filter", "jsonb"], ["limit", "lim", "int"]]),
+  dlqCount: fn("dlq_count", [["filter", "filter", "jsonb"]]),
+  dlqReplay: fn("dlq_replay", [["ids", "ids", "jsonb"]]),
+  dlqReplayWhere: fn("dlq_replay_where", [["filter", "filter", "jsonb"]]),
+  dlqPurge: fn("dlq_purge", [["filter", "filter", "jsonb"]]),
+};
+
+/**
+ * Engine functions the TypeScript never calls: helpers of the functions
+ * above, and `tick_all`/`rotate` for SQL callers (pg_cron). The API test
+ * requires every function of a migrated schema to be in ENGINE or here.
+ */
+export const INTERNAL_FUNCTIONS: readonly string[] = [
+  "apply_queue_settings", "backoff", "block_key", "check_slots", "claim_dedup", "dedup_gc", "dlq_check",
+  "dlq_requeue", "dlq_where", "ensure_slot_index", "event_json", "get_consumer", "get_queue", "has_pending",
+  "key_budget", "keys_prefix", "lock_key", "lock_keys", "park_events", "plan_chunks", "prune_ticks",
+  "queue_json", "read_window", "release_heads", "release_key", "retry_policy", "rotate", "slot_of",
+  "take_retries", "tick_all", "window_count", "window_events", "window_events_slot",
+];
+
+// ---------------------------------------------------------------- typed calls
+
+type Name = keyof EngineCalls;
+type In<K extends Name> = EngineCalls[K][0];
+type Out<K extends Name> = EngineCalls[K][1];
+type Receiving = "receive" | "receiveExclusive" | "receiveOrdered";
+
+/** A typed call of one engine function. */
+export type Call<K extends Name> = (exec: Executor, schema: string, input: In<K>) => Promise<Out<K>>;
+
+/** Transaction-local settings a receive sets in its own statement. */
+export interface LocalTimeouts {
+  /** `statement_timeout`, e.g. `"30000ms"`. */
+  statement: string;
+  /** `idle_in_transaction_session_timeout`. */
+  idleInTransaction: string;
+}
+
+/** A receive call that also sets the batch's local timeouts (one round trip). */
+export type Receive<K extends Name> = (exec: Executor, schema: string, input: In<K>, local: LocalTimeouts) => Promise<Out<K>>;
+
+const call = <K extends Name>(k: K): Call<K> => (exec, schema, input) => run<In<K>, Out<K>>(exec, schema, ENGINE[k] as EngineFn<In<K>>, input);
+
+const receiveCall = <K extends Receiving>(k: K): Receive<K> => (exec, schema, input, local) =>
+  run<In<K>, Out<K>>(exec, schema, ENGINE[k] as EngineFn<In<K>>, input, [
+    ["statement_timeout", local.statement],
+    ["idle_in_transaction_session_timeout", local.idleInTransaction],
+  ]);
+
+/** The typed engine calls, one per declaration. */
+export const engine: { readonly [K in Name]: K extends Receiving ? Receive<K> : Call<K> } = {
+  createQueue: call("createQueue"),
+  updateQueue: call("updateQueue"),
+  dropQueue: call("dropQueue"),
+  listQueues: call("listQueues"),
+  status: call("status"),
+  tick: call("tick"),
+  maintain: call("maintain"),
+  send: call("send"),
+  sendBatch: call("sendBatch"),
+  subscribe: call("subscribe"),
+  unsubscribe: call("unsubscribe"),
+  prepareExclusive: call("prepareExclusive"),
+  receive: receiveCall("receive"),
+  receiveExclusive: receiveCall("receiveExclusive"),
+  receiveOrdered: receiveCall("receiveOrdered"),
+  ack: call("ack"),
+  fence: call("fence"),
+  unfence: call("unfence"),
+  slotOf: call("slotOf"),
+  blockedKeys: call("blockedKeys"),
+  dlqList: call("dlqList"),
+  dlqCount: call("dlqCount"),
+  dlqReplay: call("dlqReplay"),
+  dlqReplayWhere: call("dlqReplayWhere"),
+  dlqPurge: call("dlqPurge"),
+};

@@ -1,0 +1,216 @@
+/**
+ * Running the user's handlers over a received batch: per event (each in its
+ * own savepoint, `handler`) or all at once (`handleBatch`). Failures are
+ * collected for the kind to record; the batch's life decides when no
+ * further event starts.
+ *
+ * @module
+ */
+
+import type { AnyEvent, BatchSettings } from "./batch-settings.ts";
+import type { Executor } from "./driver.ts";
+import { describeError } from "./error-text.ts";
+import type { EventRef, WireEvent } from "./engine.ts";
+import { KeyqError } from "./errors.ts";
+import { type BatchLife, timer } from "./life.ts";
+import { checkPayload, type PayloadSchema } from "./payload.ts";
+import type { EventScope } from "./savepoint.ts";
+import type { HandlerContext } from "./types.ts";
+
+/** Where a batch stands while it runs: its life, and when it should stop starting events. */
+export interface BatchRun {
+  life: BatchLife;
+  /** Epoch ms after which no further event starts (the run's budget); Infinity for none. */
+  until: number;
+  /** The handler call in progress (settled when none). */
+  inflight: Promise<unknown>;
+}
+
+/** An event ready for the handler, with its wire form. */
+export interface Ready {
+  w: WireEvent;
+  ev: AnyEvent;
+}
+
+/** The failed events of a batch, and their keys. */
+export interface Failures {
+  readonly failed: Map<string, EventRef & { error: unknown }>;
+  /** Keys whose event failed in this batch (the pause policy holds their later events). */
+  readonly keys: Set<string>;
+  fail(w: WireEvent, ev: AnyEvent, err: unknown): void;
+}
+
+/** What the handlers did. */
+export interface Handled {
+  handled: number;
+  /** Held behind a failed head of their key. */
+  held: EventRef[];
+  /** Not started (stopped, out of budget): they come again, in order. */
+  released: EventRef[];
+}
+
+/** A failure log that also tells the user's `onError`. */
+export function failures(s: BatchSettings): Failures {
+  const failed = new Map<string, EventRef & { error: unknown }>();
+  const keys = new Set<string>();
+  return {
+    failed,
+    keys,
+    fail(w, ev, err) {
+      failed.set(w.id, { id: w.id, txid: w.txid, error: describeError(err) });
+      if (w.key !== null) keys.add(w.key);
+      try {
+        s.onError?.(err, ev);
+      } catch { /* logging must not break the batch */ }
+    },
+  };
+}
+
+function toEvent(w: WireEvent, payload: unknown, slot: number | undefined): AnyEvent {
+  const ev: AnyEvent = { id: w.id, type: w.type, key: w.key, payload: payload as never, time: new Date(w.time), retry: w.retry };
+  if (slot !== undefined) ev.slot = slot;
+  return ev;
+}
+
+/** Checks payloads against the queue's schema: a payload that fails is a failure of that event, not a crash. */
+export async function readyEvents(
+  schema: PayloadSchema | undefined,
+  queue: string,
+  live: WireEvent[],
+  slot: number | undefined,
+  log: Failures,
+): Promise<Ready[]> {
+  const ready: Ready[] = [];
+  for (const w of live) {
+    try {
+      const payload = await checkPayload(schema, w.payload, `event ${w.id} (queue "${queue}")`);
+      ready.push({ w, ev: toEvent(w, payload, slot) });
+    } catch (err) {
+      log.fail(w, toEvent(w, w.payload, slot), err);
+    }
+  }
+  return ready;
+}
+
+/** A handler call that ran past eventTimeout. */
+function eventTimedOut(ms: number): Error {
+  const e = new Error(`The handler ran past eventTimeout (${ms} ms); the event fails and the batch ends early.`);
+  e.name = "TimeoutError";
+  return e;
+}
+
+/**
+ * Calls one handler with its own signal (the batch's, plus eventTimeout).
+ * Resolves to the handler's error (undefined when it succeeded), or
+ * "timeout"; rejects with BATCH_ABORTED when the batch dies meanwhile. A
+ * handler still running then is left behind, its rejection observed.
+ */
+async function callHandler(
+  s: BatchSettings,
+  br: BatchRun,
+  fn: (ctx: HandlerContext) => Promise<void> | void,
+): Promise<{ error?: unknown; timedOut?: boolean }> {
+  const life = br.life;
+  const ctl = new AbortController();
+  const relay = () => ctl.abort(life.signal.reason);
+  if (life.signal.aborted) relay();
+  else life.signal.addEventListener("abort", relay, { once: true });
+  const limit = Math.min(life.deadline.getTime(), Date.now() + s.eventTimeoutMs);
+  const t = timer(Number.isFinite(s.eventTimeoutMs) ? s.eventTimeoutMs : Number.POSITIVE_INFINITY);
+  try {
+    const run = Promise.resolve().then(() => fn({ signal: ctl.signal, deadline: new Date(limit) }));
+    br.inflight = run.catch(() => {}); // a handler left behind must not become an unhandled rejection
+    return await Promise.race([
+      run.then(() => ({}), (error) => ({ error })),
+      t.done.then(() => {
+        ctl.abort(eventTimedOut(s.eventTimeoutMs));
+        return { timedOut: true, error: eventTimedOut(s.eventTimeoutMs) };
+      }),
+      life.died,
+    ]);
+  } finally {
+    t.cancel();
+    life.signal.removeEventListener("abort", relay);
+  }
+}
+
+/** One event in its savepoint; the result says whether it counts as handled, failed or released. */
+async function handleOne(s: BatchSettings, br: BatchRun, scope: EventScope, r: Ready, log: Failures): Promise<"ok" | "released" | "failed" | "timeout"> {
+  const { life } = br;
+  scope.next();
+  let current = true; // a call left behind (eventTimeout) must not write into later events
+  const exec: Executor = {
+    query: (text, params) => current ? scope.exec.query(text, params) : Promise.reject(eventTimedOut(s.eventTimeoutMs)),
+  };
+  const res = await callHandler(s, br, (hc) => s.handler!(r.ev, exec, hc));
+  current = false;
+  if (life.dead()) throw life.error();
+  if (!("error" in res)) {
+    await scope.commit();
+    return "ok";
+  }
+  await scope.rollback(res.error);
+  // It gave up because the worker is stopping: not a failure, it comes again.
+  if (!res.timedOut && life.reason() === "stopped") return "released";
+  log.fail(r.w, r.ev, res.error);
+  return res.timedOut ? "timeout" : "failed";
+}
+
+/**
+ * `handler`: one call per event, in order. Once the batch is stopped, out of
+ * budget or past an event timeout, no further event starts (those are
+ * released); with `hold`, nothing of a failed key may overtake its head.
+ */
+export async function handleEach(s: BatchSettings, br: BatchRun, scope: EventScope, ready: Ready[], hold: boolean, log: Failures): Promise<Handled> {
+  const { life } = br;
+  const out: Handled = { handled: 0, held: [], released: [] };
+  let ended = false; // stopped, out of budget, or an event timed out: start nothing more
+  for (const r of ready) {
+    const ref = { id: r.w.id, txid: r.w.txid };
+    if (hold && r.w.key !== null && log.keys.has(r.w.key)) {
+      out.held.push(ref);
+      continue;
+    }
+    if (life.dead()) throw life.error();
+    // Out of budget: stop, but only after one call, so a run slowed down
+    // before its first event still makes progress.
+    ended ||= life.signal.aborted || (out.handled > 0 && Date.now() >= br.until);
+    if (ended) {
+      out.released.push(ref);
+      continue;
+    }
+    const result = await handleOne(s, br, scope, r, log);
+    if (result === "released") out.released.push(ref);
+    else out.handled++;
+    ended ||= result === "timeout";
+  }
+  return out;
+}
+
+/** `handleBatch`: one call for all events; an error rolls the whole batch back. */
+export async function handleAll(s: BatchSettings, br: BatchRun, tx: Executor, ready: Ready[], log: Failures): Promise<Handled> {
+  const { life } = br;
+  const out: Handled = { handled: 0, held: [], released: [] };
+  if (ready.length === 0) return out; // an empty look (or only contended keys) is not a batch
+  const byEvent = new Map(ready.map(({ w, ev }) => [ev, w] as const));
+  if (life.signal.aborted) throw life.error(); // stopped before it began: nothing done, nothing lost
+  const r = await callHandler(s, br, (hc) =>
+    s.handleBatch!(ready.map((e) => e.ev), {
+      tx,
+      signal: hc.signal,
+      deadline: hc.deadline,
+      fail: (ev, err) => {
+        const w = byEvent.get(ev as AnyEvent);
+        if (!w) throw new KeyqError("INVALID_INPUT", "fail() takes one of the events of this batch.", { field: "event" });
+        log.fail(w, ev as AnyEvent, err);
+      },
+    }));
+  if (life.dead()) throw life.error();
+  if ("error" in r) {
+    if (r.timedOut) life.abort("deadline", r.error); // one call is the whole batch
+    if (r.timedOut || life.reason() === "stopped") throw life.error();
+    throw r.error; // the whole batch rolls back; the same events come again
+  }
+  out.handled = ready.length;
+  return out;
+}

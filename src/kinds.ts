@@ -1,0 +1,198 @@
+/**
+ * The three consumer kinds as strategies: each owns how it checks options,
+ * prepares a run, receives a batch, sorts contended events and records
+ * outcomes. The batch runner (batch.ts) and the consumer surface
+ * (consumer.ts) are the same for all three.
+ *
+ * @module
+ */
+
+import type { BatchSettings } from "./batch-settings.ts";
+import type { BatchKind, ConsumerContext, Outcome, Sorted } from "./batch.ts";
+import type { Executor } from "./driver.ts";
+import { type AckReply, engine, type Received } from "./engine.ts";
+import { KeyqError } from "./errors.ts";
+import { fenceHooks } from "./fence.ts";
+
+/** One kind of consumer: what it persists, and its own steps of a run and a batch. */
+export interface ConsumerKind extends BatchKind {
+  readonly kind: "plain" | "exclusive" | "ordered";
+  /** The slot count N (1 for the kinds without slots). */
+  readonly slots: number;
+  /** Engine-side settings persisted with the consumer (retry overrides…). */
+  readonly settings: Record<string, unknown>;
+  /** Refuses settings this kind cannot use, before anything is written. */
+  check(s: BatchSettings): void;
+  /** Ticks (and plans); true when a tick was written. */
+  prepare(s: BatchSettings): Promise<boolean>;
+}
+
+/** The consumer a kind serves. */
+export interface KindTarget {
+  readonly ctx: ConsumerContext;
+  readonly queue: string;
+  readonly name: string;
+  /** Engine-side settings persisted with the consumer. */
+  readonly settings: Record<string, unknown>;
+}
+
+/** Static assignment (`worker`/`workers`) is a Tier B option; elsewhere it would be silently ignored. */
+function noWorkers(s: BatchSettings, kind: string): void {
+  if (s.worker !== undefined) {
+    throw new KeyqError("INVALID_INPUT", `Options "worker" and "workers" assign the slots of an ordered consumer; a ${kind} consumer has none, so remove them.`, {
+      field: "worker",
+    });
+  }
+}
+
+/** Every event is handled; nothing is contended. */
+const handleAll = (received: Received, slot?: number, holdFailedKeys = false): Sorted => ({
+  live: received.events,
+  slot,
+  deferred: [],
+  dropped: 0,
+  holdFailedKeys,
+});
+
+/** Records a batch's outcome with the kind's policy (`ack`). */
+function ack(
+  t: KindTarget,
+  policy: { slot: (r: Received) => number; deferDelay: number; pause: boolean },
+): (tx: Executor, r: Received, o: Outcome) => Promise<AckReply> {
+  return (tx, r, o) =>
+    engine.ack(tx, t.ctx.schema, {
+      queue: t.queue,
+      consumer: t.name,
+      slot: policy.slot(r),
+      outcome: { retried: o.retried, failed: o.failed, deferred: o.deferred, deferDelay: policy.deferDelay, pause: policy.pause, held: o.held, released: o.released },
+    });
+}
+
+/** The plain kind: one cursor; a second worker finds it busy and skips. */
+export function plainKind(t: KindTarget): ConsumerKind {
+  const { ctx, queue, name } = t;
+  return {
+    kind: "plain",
+    slots: 1,
+    settings: t.settings,
+    check: (s) => noWorkers(s, "plain"),
+    prepare: () => ctx.tick(queue),
+    receive: (tx, s, local) => engine.receive(tx, ctx.schema, { queue, consumer: name, maxEvents: s.maxEvents }, local),
+    sort: (r) => handleAll(r),
+    record: ack(t, { slot: () => 0, deferDelay: 1, pause: false }),
+    hooks: () => ({}),
+  };
+}
+
+/** Options of the exclusive kind, checked by the client. */
+export interface ExclusiveSettings {
+  /** Contended events are acked and dropped instead of deferred. */
+  idempotent: boolean;
+  /** Seconds a deferred event waits. */
+  deferDelayS: number;
+  /** Lease the batch's keys past its session (see fence.ts). */
+  fenced: boolean;
+}
+
+/**
+ * Tier A: any worker takes any chunk of any window, at most one worker holds
+ * a key at a time. Contended keys are dropped (`idempotent`) or deferred
+ * without spending a retry; keys another fenced batch still leases are
+ * always deferred.
+ */
+export function exclusiveKind(t: KindTarget, o: ExclusiveSettings): ConsumerKind {
+  const { ctx, queue, name } = t;
+  return {
+    kind: "exclusive",
+    slots: 1,
+    settings: t.settings,
+    check: (s) => noWorkers(s, "exclusive"),
+    async prepare(s) {
+      const r = await engine.prepareExclusive(ctx.driver, ctx.schema, { queue, consumer: name, chunkSize: s.maxEvents });
+      return r.tick !== null;
+    },
+    receive: (tx, s, local) => engine.receiveExclusive(tx, ctx.schema, { queue, consumer: name, maxEvents: s.maxEvents }, local),
+    sort(r) {
+      const contended = r.events.filter((w) => w.locked === false);
+      const deferred = contended.filter((w) => !o.idempotent || w.fenced).map((w) => ({ id: w.id, txid: w.txid }));
+      return {
+        live: r.events.filter((w) => w.locked !== false),
+        slot: undefined,
+        deferred,
+        dropped: o.idempotent ? contended.length - deferred.length : 0,
+        holdFailedKeys: false,
+      };
+    },
+    record: ack(t, { slot: () => 0, deferDelay: o.deferDelayS, pause: false }),
+    hooks: () => (o.fenced ? fenceHooks(ctx, queue, name, "keys") : {}),
+  };
+}
+
+/** Options of a Tier B kind, checked by the client. */
+export interface OrderedSettings {
+  slots: number;
+  pause: boolean;
+  /** Seconds after which a static worker helps on a slot nobody polled. */
+  helpAfterS: number;
+  /** Lease the slot past the batch's session (see fence.ts). */
+  fenced: boolean;
+}
+
+/** The ordered kind's refusals: the pause policy needs per-event handlers; a worker must read some slot. */
+function checkOrdered(o: OrderedSettings, s: BatchSettings): void {
+  if (o.pause && s.handleBatch) {
+    throw new KeyqError("INVALID_INPUT", 'The pause policy needs a per-event "handler" (events after a failed head are held back); use handler instead of handleBatch.', {
+      field: "handleBatch",
+    });
+  }
+  if (s.worker !== undefined && s.worker >= o.slots) {
+    throw new KeyqError(
+      "INVALID_INPUT",
+      `Worker ${s.worker} of ${s.workers} would read no slot: the consumer has ${o.slots} slots (worker k reads slots k, k + workers, …); ` +
+        `run at most ${o.slots} workers, or create the consumer with more slots.`,
+      { field: "worker", value: s.worker },
+    );
+  }
+}
+
+/**
+ * The slots a worker tries, in order: all of them from a turning start, or
+ * with `worker`/`workers` its own (worker, worker + workers, …) plus help on
+ * any slot not polled for `helpAfter`.
+ */
+function slotOrder(o: OrderedSettings): (s: BatchSettings) => { slots: number[]; helpAfter: number | null } {
+  let turn = Math.floor(Math.random() * o.slots);
+  return (s) => {
+    turn++;
+    if (s.worker === undefined) {
+      return { slots: Array.from({ length: o.slots }, (_, i) => (turn + i) % o.slots), helpAfter: null };
+    }
+    const mine: number[] = [];
+    for (let k = s.worker; k < o.slots; k += s.workers!) mine.push(k);
+    const start = turn % Math.max(mine.length, 1);
+    return { slots: [...mine.slice(start), ...mine.slice(0, start)], helpAfter: o.helpAfterS };
+  };
+}
+
+/**
+ * Tier B: slot k of N is read by one worker at a time, in order; events
+ * carry the slot that delivered them. No leader, no rebalance.
+ */
+export function orderedKind(t: KindTarget, o: OrderedSettings): ConsumerKind {
+  const { ctx, queue, name } = t;
+  const order = slotOrder(o);
+  return {
+    kind: "ordered",
+    slots: o.slots,
+    settings: t.settings,
+    check: (s) => checkOrdered(o, s),
+    prepare: () => ctx.tick(queue),
+    receive(tx, s, local) {
+      const { slots, helpAfter } = order(s);
+      return engine.receiveOrdered(tx, ctx.schema, { queue, consumer: name, slots, maxEvents: s.maxEvents, helpAfter, slotCount: o.slots }, local);
+    },
+    sort: (r) => handleAll(r, r.slot ?? 0, o.pause),
+    record: ack(t, { slot: (r) => r.slot ?? 0, deferDelay: 1, pause: o.pause }),
+    hooks: () => (o.fenced ? fenceHooks(ctx, queue, name, "slot") : {}),
+  };
+}
