@@ -84,7 +84,8 @@ function counted(driver: Driver, proxy: WireProxy, done: (c: WireCounts) => void
   };
 }
 
-const show = (c: WireCounts): string => `${c.roundTrips} round trips (Sync ${c.sync}, Query ${c.query}, Flush ${c.flush}; Parse ${c.parse}, Bind ${c.bind})`;
+const show = (c: WireCounts): string =>
+  `${c.roundTrips} round trips (${c.waits} waits: Sync ${c.sync}, Query ${c.query}, Flush ${c.flush}; Parse ${c.parse}, Bind ${c.bind}; ${c.writes} writes)`;
 
 for (const spec of specs) {
   describe(`round trips: ${spec.label} on ${runtimeName()}`, { skip: skip || spec.skip }, () => {
@@ -111,6 +112,7 @@ for (const spec of specs) {
       for (let i = 0; i < 102; i++) {
         await f.q.send("jobs", { type: "Warm", payload: i, key: "w" });
         await consumer(q, kinds[i % 3]!).run({ maxBatches: 1, handler: () => {} });
+        if (i === 3) console.log(`${spec.label} on ${runtimeName()}: an early batch of 1 event (postgres.js checks its COMMIT) = ${show(lastTx!)}`);
       }
       for (const k of kinds) await consumer(q, k).run({ handler: () => {} });
     });
@@ -127,6 +129,7 @@ for (const spec of specs) {
       const c = proxy.counts();
       console.log(`${spec.label} on ${runtimeName()}: 5 sends = ${show(c)}`);
       assert.equal(c.roundTrips, 5, show(c));
+      assert.equal(c.waits, 5, show(c)); // no Parse/Describe/Flush exchange before the Bind
     });
 
     for (const kind of kinds) {
@@ -149,3 +152,26 @@ for (const spec of specs) {
     }
   });
 }
+
+test(`round trips: postgres.js with prepare: false (the pooler opt-out) prepares nothing on ${runtimeName()}`, { skip }, async () => {
+  const url = await requireDatabase();
+  const f = await pgFixture({ max: 1 });
+  const proxy = await startWireProxy(url);
+  const sql = postgres(proxy.url, { max: 1, prepare: false, idle_timeout: 5, onnotice: () => {} });
+  try {
+    const q = keyq(fromPostgresJs(sql), { schema: f.schema });
+    await f.q.createQueue("jobs");
+    await q.send("jobs", { type: "Warm", payload: 0 });
+    proxy.reset();
+    for (let i = 0; i < 3; i++) await q.send("jobs", { type: "E", payload: i });
+    const c = proxy.counts();
+    console.log(`postgres.js prepare: false on ${runtimeName()}: 3 sends = ${show(c)}`);
+    // Unnamed statements every time: Parse/Describe/Flush, then Bind/Execute/Sync.
+    assert.equal(c.parse, 3, show(c));
+    assert.equal(c.roundTrips, 6, show(c));
+  } finally {
+    await sql.end({ timeout: 2 });
+    await proxy.stop();
+    await f.close();
+  }
+});

@@ -4,12 +4,16 @@
  * the client's side of the wire protocol (after the startup packet and any
  * SSLRequest/GSSENCRequest) into message counts.
  *
- * A network round trip is a point where the client stops and waits for the
- * server: Sync ('S') ends an extended-protocol exchange, a simple Query ('Q')
- * is answered on its own, and Flush ('H') asks for the answers so far
- * (postgres.js sends Parse/Describe/Flush and waits before it binds). So
- * `roundTrips` = Sync + Query + Flush. Parse and Bind counts show whether
- * statements were prepared (a named statement is parsed once per connection).
+ * Two measures of round trips:
+ * - `waits` = Sync + Query + Flush messages: the points where a client asks
+ *   for answers (Sync ends an extended-protocol exchange, a simple Query is
+ *   answered on its own, Flush asks for the answers so far: postgres.js sends
+ *   Parse/Describe/Flush and waits for the types before it binds).
+ * - `roundTrips` = turns: client data that follows server data on the same
+ *   connection (or opens it). Messages written together (pipelined) are one
+ *   turn, so this is the number of times the client waited for the network.
+ * Parse and Bind counts show whether statements were prepared (a named
+ * statement is parsed once per connection).
  *
  * @example
  * ```ts
@@ -18,7 +22,7 @@
  * await sql`select 1`;
  * proxy.reset();
  * await sql`select 1`;
- * console.log(proxy.counts()); // { roundTrips: 1, parse: 0, bind: 1, … }
+ * console.log(proxy.counts()); // { roundTrips: 1, waits: 1, parse: 0, bind: 1, … }
  * await sql.end();
  * await proxy.stop();
  * ```
@@ -27,8 +31,10 @@ import { createServer, type Server, type Socket, connect as netConnect } from "n
 
 /** Messages the clients sent since the last `reset()`. */
 export interface WireCounts {
-  /** Sync + Query + Flush: the times a client waited for the server. */
+  /** Turns: client data sent after the server answered (pipelined messages count once). */
   roundTrips: number;
+  /** Sync + Query + Flush messages: the points where a client asks for answers. */
+  waits: number;
   sync: number;
   query: number;
   flush: number;
@@ -53,7 +59,7 @@ export interface WireProxy {
   stop(): Promise<void>;
 }
 
-const zero = (): WireCounts => ({ roundTrips: 0, sync: 0, query: 0, flush: 0, parse: 0, bind: 0, execute: 0, describe: 0, writes: 0 });
+const zero = (): WireCounts => ({ roundTrips: 0, waits: 0, sync: 0, query: 0, flush: 0, parse: 0, bind: 0, execute: 0, describe: 0, writes: 0 });
 
 const PROTOCOL_3 = 196608;
 
@@ -82,9 +88,9 @@ function clientParser(get: () => WireCounts): (chunk: Uint8Array) => void {
       const len = view().getInt32(1);
       if (buf.length < 1 + len) return;
       switch (String.fromCharCode(buf[0]!)) {
-        case "S": c.sync++, c.roundTrips++; break;
-        case "Q": c.query++, c.roundTrips++; break;
-        case "H": c.flush++, c.roundTrips++; break;
+        case "S": c.sync++, c.waits++; break;
+        case "Q": c.query++, c.waits++; break;
+        case "H": c.flush++, c.waits++; break;
         case "P": c.parse++; break;
         case "B": c.bind++; break;
         case "E": c.execute++; break;
@@ -104,11 +110,17 @@ export async function startWireProxy(url: string): Promise<WireProxy> {
     const upstream = netConnect(Number(target.port || 5432), target.hostname);
     sockets.add(client).add(upstream);
     const parse = clientParser(() => counts);
+    let answered = true; // the connection's first data is a turn
     client.on("data", (d: Uint8Array) => {
+      if (answered) counts.roundTrips++;
+      answered = false;
       parse(d);
       upstream.write(d);
     });
-    upstream.on("data", (d: Uint8Array) => client.write(d));
+    upstream.on("data", (d: Uint8Array) => {
+      answered = true;
+      client.write(d);
+    });
     const end = () => {
       client.destroy();
       upstream.destroy();
