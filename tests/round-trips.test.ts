@@ -112,7 +112,7 @@ for (const spec of specs) {
       for (let i = 0; i < 102; i++) {
         await f.q.send("jobs", { type: "Warm", payload: i, key: "w" });
         await consumer(q, kinds[i % 3]!).run({ maxBatches: 1, handler: () => {} });
-        if (i === 3) console.log(`${spec.label} on ${runtimeName()}: an early batch of 1 event (postgres.js checks its COMMIT) = ${show(lastTx!)}`);
+        if (i === 3) console.log(`${spec.label} on ${runtimeName()}: an early batch of 1 event (postgres.js with prepare: true checks its first 100 COMMITs) = ${show(lastTx!)}`);
       }
       for (const k of kinds) await consumer(q, k).run({ handler: () => {} });
     });
