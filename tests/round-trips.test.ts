@@ -175,3 +175,21 @@ test(`round trips: postgres.js with prepare: false (the pooler opt-out) prepares
     await f.close();
   }
 });
+
+test("postgres.js adapter: names the first 200 distinct statement texts, then sends new texts unnamed", async () => {
+  const seen: { text: string; prepare?: boolean }[] = [];
+  const q = (text: string, _p?: unknown[], o?: { prepare?: boolean }) => {
+    seen.push({ text, prepare: o?.prepare });
+    const res = Promise.resolve([{ r: "1" }]);
+    return Object.assign(res, { simple: () => res });
+  };
+  const fake = { unsafe: q, typed: (v: string) => v, begin: () => Promise.reject(new Error("unused")) };
+  const d = fromPostgresJs(fake as never);
+  for (let i = 0; i < 205; i++) await d.query(`select $1::text as r${i}`, ["x"]);
+  await d.query("select $1::text as r0", ["x"]); // named before: stays named
+  await d.query("select 1"); // no parameters: the simple protocol
+  assert.deepEqual(seen.slice(0, 200).map((s) => s.prepare), Array(200).fill(true));
+  assert.deepEqual(seen.slice(200, 205).map((s) => s.prepare), Array(5).fill(false));
+  assert.equal(seen[205]!.prepare, true);
+  assert.equal(seen[206]!.prepare, undefined);
+});

@@ -33,6 +33,17 @@ export interface PostgresJsLike extends PostgresJsTxLike {
   readonly options?: { readonly prepare?: boolean };
 }
 
+/** Whether a statement text may be a named prepared statement (true for the first `MAX_NAMED` texts seen). */
+type Names = (text: string) => boolean;
+
+/** Distinct statement texts a driver names: keyq's own (a few dozen) plus room for a handler's. */
+const MAX_NAMED = 200;
+
+function names(): Names {
+  const named = new Set<string>();
+  return (text) => named.has(text) || (named.size < MAX_NAMED && !!named.add(text));
+}
+
 /**
  * Params go as `text` (oid 25), else postgres.js serializes by the server-inferred type
  * (JSON.stringify for `$1::jsonb`). Several statements give one result per row-returning one.
@@ -41,14 +52,18 @@ export interface PostgresJsLike extends PostgresJsTxLike {
  * (`prepare: true`): postgres.js sends an unnamed one as Parse/Describe/Flush,
  * waits for the parameter types, then Bind/Execute/Sync — two round trips
  * every time. A named one costs those two once per connection, then one
- * (Bind/Execute/Sync). keyq's statement texts are a small fixed set, so the
- * cache stays small. A client created with `prepare: false` (transaction
- * poolers) overrides this: postgres.js then prepares nothing.
+ * (Bind/Execute/Sync). keyq's statement texts are a small fixed set; a
+ * handler's `tx.query` texts may not be (postgres.js never deallocates a
+ * statement), so only the first `MAX_NAMED` distinct texts of a driver are
+ * named, the rest go unnamed. A client created with `prepare: false`
+ * (transaction poolers) overrides this: postgres.js then prepares nothing.
  */
-async function run(sql: PostgresJsTxLike, text: string, params?: readonly SqlParam[]): Promise<Row[]> {
+async function run(sql: PostgresJsTxLike, text: string, params?: readonly SqlParam[], named?: Names): Promise<Row[]> {
   const res = (await (params === undefined
     ? sql.unsafe(text).simple()
-    : sql.unsafe(text, params.map((p) => (p === null ? null : sql.typed(p, 25))), { prepare: true }))) as Row[] | Row[][];
+    : sql.unsafe(text, params.map((p) => (p === null ? null : sql.typed(p, 25))), { prepare: named?.(text) ?? false }))) as
+      | Row[]
+      | Row[][];
   return Array.from(Array.isArray(res[0]) ? (res.at(-1) as Row[]) : (res as Row[]));
 }
 
@@ -59,9 +74,9 @@ async function run(sql: PostgresJsTxLike, text: string, params?: readonly SqlPar
  * client's server connection) reaches here and becomes
  * PREPARED_STATEMENTS_UNSUPPORTED, whose message names `prepare: false`.
  */
-async function autocommit(sql: PostgresJsLike, text: string, params?: readonly SqlParam[]): Promise<Row[]> {
+async function autocommit(sql: PostgresJsLike, text: string, params: readonly SqlParam[] | undefined, named: Names): Promise<Row[]> {
   try {
-    return await run(sql, text, params);
+    return await run(sql, text, params, named);
   } catch (err) {
     const code = (err as { code?: unknown } | null)?.code;
     if (params !== undefined && sql.options?.prepare !== false && (code === "42P05" || code === "26000")) throw astrayError(err);
@@ -83,6 +98,8 @@ interface TxState {
   ctl: AbortController;
   /** The first error that shows a named prepared statement went astray. */
   astray?: unknown;
+  /** The driver's choice of texts to name. */
+  named: Names;
 }
 
 /**
@@ -131,7 +148,7 @@ function deadError(cause: unknown): Error {
 async function guarded(st: TxState, sql: PostgresJsTxLike, text: string, params?: readonly SqlParam[], prepare = false): Promise<Row[]> {
   if (st.dead) throw deadError(st.ctl.signal.reason);
   try {
-    return await run(sql, text, params);
+    return await run(sql, text, params, st.named);
   } catch (err) {
     noteAstray(st, prepare, err);
     if (gone(err) && !st.astray) kill(st, err);
@@ -214,8 +231,11 @@ function isTransaction(x: unknown): x is PostgresJsTransactionLike {
  * connection: the transaction rejects with the connection error, and the
  * process does not crash.
  *
+ * Statements with parameters go as named prepared statements (one round
+ * trip each once prepared on a connection, instead of two); see `run`.
+ *
  * Behind a transaction-mode pooler (PgBouncer, Supavisor, a pooled serverless
- * endpoint) create the client with `prepare: false`. With the default
+ * endpoint) create the client with `prepare: false`: nothing is prepared then. With the default
  * `prepare: true`, postgres.js's own SAVEPOINT and COMMIT statements go
  * astray there (a COMMIT can silently roll back); the adapter detects it
  * (the server's 26000/42P05/08P01, and `pg_xact_status` of the first 100
@@ -234,16 +254,17 @@ function isTransaction(x: unknown): x is PostgresJsTransactionLike {
  */
 export function fromPostgresJs(sql: PostgresJsLike): Driver {
   let verified = 0;
+  const named = names();
   return {
     name: "postgres-js",
     // The caller's own transaction: keyq does not own its life, so a fresh state.
     adopt: (native) =>
       isTransaction(native)
-        ? wrapTransaction(native, { dead: false, ctl: new AbortController() }, sql.options?.prepare !== false)
+        ? wrapTransaction(native, { dead: false, ctl: new AbortController(), named }, sql.options?.prepare !== false)
         : undefined,
-    query: (text, params) => autocommit(sql, text, params),
+    query: (text, params) => autocommit(sql, text, params, named),
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
-      const st: TxState = { dead: false, ctl: new AbortController() };
+      const st: TxState = { dead: false, ctl: new AbortController(), named };
       const prepare = sql.options?.prepare !== false;
       const verify = prepare && verified < PROBATION;
       let xid: Promise<Row[]> | undefined;
@@ -271,7 +292,7 @@ export function fromPostgresJs(sql: PostgresJsLike): Driver {
       const x = xid && (await xid.catch((err: unknown) => Promise.reject(astrayError(err))))[0]?.x;
       if (typeof x === "string") {
         // A COMMIT whose prepared statement went astray rolls back without an error: ask the server.
-        const [r] = await autocommit(sql, "select pg_xact_status($1::xid8)::text as s", [x]);
+        const [r] = await autocommit(sql, "select pg_xact_status($1::xid8)::text as s", [x], named);
         if (r?.s === "aborted") throw astrayError(null);
         verified++;
       }
