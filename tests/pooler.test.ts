@@ -1,8 +1,8 @@
 // Transaction poolers: the conformance cases that need several connections
 // (Tier A, Tier B, work()) plus the single-connection ones, through a real
 // PgBouncer in transaction mode (pool size 4, a private port and ini) in
-// front of the test database, with postgres.js (`prepare: false`) and a pg
-// Pool. Skipped with a reason when pgbouncer is not installed (outside CI;
+// front of the test database, with postgres.js (`prepare: false`), a pg
+// Pool and, under Bun, Bun.SQL (`prepare: false`). Skipped with a reason when pgbouncer is not installed (outside CI;
 // .ci/run installs it).
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -38,7 +38,7 @@ after(closeShared);
 for (const spec of poolerSpecs) {
   describe(`pooler: ${spec.label} (transaction mode) on ${runtimeName()}`, () => {
     for (const { c, skip: only } of cases) {
-      test(c.name, { skip: skip || only }, async () => {
+      test(c.name, { skip: skip || spec.skip || only }, async () => {
         const { max: _max, ...options } = c.options ?? {};
         const f = await fixtureFor(spec, url, options);
         try {

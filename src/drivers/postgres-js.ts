@@ -13,8 +13,8 @@ export interface PostgresJsQueryLike extends PromiseLike<unknown> {
 
 /** The part of a postgres.js `sql` (or transaction `tx`) the adapter uses. */
 export interface PostgresJsTxLike {
-  /** `sql.unsafe(text, params)`. */
-  unsafe(text: string, params?: unknown[]): PostgresJsQueryLike;
+  /** `sql.unsafe(text, params, { prepare })`; `prepare` is ignored when the client has `prepare: false`. */
+  unsafe(text: string, params?: unknown[], options?: { prepare?: boolean }): PostgresJsQueryLike;
   /** `sql.typed(value, oid)`: a parameter with an explicit type. */
   typed(value: string, oid: number): unknown;
 }
@@ -33,13 +33,55 @@ export interface PostgresJsLike extends PostgresJsTxLike {
   readonly options?: { readonly prepare?: boolean };
 }
 
-async function run(sql: PostgresJsTxLike, text: string, params?: readonly SqlParam[]): Promise<Row[]> {
-  // Params go as `text` (oid 25), else postgres.js serializes by the server-inferred type
-  // (JSON.stringify for `$1::jsonb`). Several statements give one result per row-returning one.
+/** Whether a statement text may be a named prepared statement (true for the first `MAX_NAMED` texts seen). */
+type Names = (text: string) => boolean;
+
+/** Distinct statement texts a driver names: keyq's own (a few dozen) plus room for a handler's. */
+const MAX_NAMED = 200;
+
+function names(): Names {
+  const named = new Set<string>();
+  return (text) => named.has(text) || (named.size < MAX_NAMED && !!named.add(text));
+}
+
+/**
+ * Params go as `text` (oid 25), else postgres.js serializes by the server-inferred type
+ * (JSON.stringify for `$1::jsonb`). Several statements give one result per row-returning one.
+ *
+ * A statement with parameters is sent as a named prepared statement
+ * (`prepare: true`): postgres.js sends an unnamed one as Parse/Describe/Flush,
+ * waits for the parameter types, then Bind/Execute/Sync — two round trips
+ * every time. A named one costs those two once per connection, then one
+ * (Bind/Execute/Sync). keyq's statement texts are a small fixed set; a
+ * handler's `tx.query` texts may not be (postgres.js never deallocates a
+ * statement), so only the first `MAX_NAMED` distinct texts of a driver are
+ * named, the rest go unnamed. A client created with `prepare: false`
+ * (transaction poolers) overrides this: postgres.js then prepares nothing.
+ */
+async function run(sql: PostgresJsTxLike, text: string, params?: readonly SqlParam[], named?: Names): Promise<Row[]> {
   const res = (await (params === undefined
     ? sql.unsafe(text).simple()
-    : sql.unsafe(text, params.map((p) => (p === null ? null : sql.typed(p, 25)))))) as Row[] | Row[][];
+    : sql.unsafe(text, params.map((p) => (p === null ? null : sql.typed(p, 25))), { prepare: named?.(text) ?? false }))) as
+      | Row[]
+      | Row[][];
   return Array.from(Array.isArray(res[0]) ? (res.at(-1) as Row[]) : (res as Row[]));
+}
+
+/**
+ * A statement outside a transaction. postgres.js re-prepares a named
+ * statement the server connection lacks (26000) by itself; a name that
+ * exists already (42P05: a transaction pooler handed this client another
+ * client's server connection) reaches here and becomes
+ * PREPARED_STATEMENTS_UNSUPPORTED, whose message names `prepare: false`.
+ */
+async function autocommit(sql: PostgresJsLike, text: string, params: readonly SqlParam[] | undefined, named: Names): Promise<Row[]> {
+  try {
+    return await run(sql, text, params, named);
+  } catch (err) {
+    const code = (err as { code?: unknown } | null)?.code;
+    if (params !== undefined && sql.options?.prepare !== false && (code === "42P05" || code === "26000")) throw astrayError(err);
+    throw err;
+  }
 }
 
 /** postgres.js error codes for a connection that is gone. */
@@ -56,6 +98,8 @@ interface TxState {
   ctl: AbortController;
   /** The first error that shows a named prepared statement went astray. */
   astray?: unknown;
+  /** The driver's choice of texts to name. */
+  named: Names;
 }
 
 /**
@@ -104,7 +148,7 @@ function deadError(cause: unknown): Error {
 async function guarded(st: TxState, sql: PostgresJsTxLike, text: string, params?: readonly SqlParam[], prepare = false): Promise<Row[]> {
   if (st.dead) throw deadError(st.ctl.signal.reason);
   try {
-    return await run(sql, text, params);
+    return await run(sql, text, params, st.named);
   } catch (err) {
     noteAstray(st, prepare, err);
     if (gone(err) && !st.astray) kill(st, err);
@@ -187,8 +231,11 @@ function isTransaction(x: unknown): x is PostgresJsTransactionLike {
  * connection: the transaction rejects with the connection error, and the
  * process does not crash.
  *
+ * Statements with parameters go as named prepared statements (one round
+ * trip each once prepared on a connection, instead of two); see `run`.
+ *
  * Behind a transaction-mode pooler (PgBouncer, Supavisor, a pooled serverless
- * endpoint) create the client with `prepare: false`. With the default
+ * endpoint) create the client with `prepare: false`: nothing is prepared then. With the default
  * `prepare: true`, postgres.js's own SAVEPOINT and COMMIT statements go
  * astray there (a COMMIT can silently roll back); the adapter detects it
  * (the server's 26000/42P05/08P01, and `pg_xact_status` of the first 100
@@ -207,25 +254,27 @@ function isTransaction(x: unknown): x is PostgresJsTransactionLike {
  */
 export function fromPostgresJs(sql: PostgresJsLike): Driver {
   let verified = 0;
+  const named = names();
   return {
     name: "postgres-js",
     // The caller's own transaction: keyq does not own its life, so a fresh state.
     adopt: (native) =>
       isTransaction(native)
-        ? wrapTransaction(native, { dead: false, ctl: new AbortController() }, sql.options?.prepare !== false)
+        ? wrapTransaction(native, { dead: false, ctl: new AbortController(), named }, sql.options?.prepare !== false)
         : undefined,
-    query: (text, params) => run(sql, text, params),
+    query: (text, params) => autocommit(sql, text, params, named),
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
-      const st: TxState = { dead: false, ctl: new AbortController() };
+      const st: TxState = { dead: false, ctl: new AbortController(), named };
       const prepare = sql.options?.prepare !== false;
       const verify = prepare && verified < PROBATION;
-      let xid: unknown;
+      let xid: Promise<Row[]> | undefined;
       let out: T;
       try {
         out = (await sql.begin(async (tx) => {
           try {
             const out = await fn(wrapTransaction(tx, st, prepare));
-            if (verify && !st.dead) [{ x: xid }] = await run(tx, "select pg_current_xact_id_if_assigned()::text as x") as [Row];
+            // Not awaited: it goes out in the same write as postgres.js's COMMIT (no round trip of its own).
+            if (verify && !st.dead) xid = run(tx, "select pg_current_xact_id_if_assigned()::text as x");
             return st.dead ? await never : out;
           } catch (err) {
             if (st.dead) return await never;
@@ -233,14 +282,17 @@ export function fromPostgresJs(sql: PostgresJsLike): Driver {
           }
         })) as T;
       } catch (err) {
+        xid?.catch(() => {}); // settles with the transaction; its error is the transaction's
         if (st.astray) throw astrayError(st.astray);
         if (gone(err)) kill(st, err);
         throw err;
       }
       if (st.astray) throw astrayError(st.astray);
-      if (typeof xid === "string") {
+      // It failed only in an aborted transaction, whose COMMIT then rolled back without an error.
+      const x = xid && (await xid.catch((err: unknown) => Promise.reject(astrayError(err))))[0]?.x;
+      if (typeof x === "string") {
         // A COMMIT whose prepared statement went astray rolls back without an error: ask the server.
-        const [r] = await run(sql, "select pg_xact_status($1::xid8)::text as s", [xid]);
+        const [r] = await autocommit(sql, "select pg_xact_status($1::xid8)::text as s", [x], named);
         if (r?.s === "aborted") throw astrayError(null);
         verified++;
       }

@@ -71,7 +71,7 @@ export interface DriverSpec {
   open?(url: string): Promise<Opened>;
 }
 
-type BunSqlClass = new (url: string, options?: { max?: number }) => BunSqlLike & { close(): Promise<void> };
+type BunSqlClass = new (url: string, options?: { max?: number; prepare?: boolean }) => BunSqlLike & { close(): Promise<void> };
 const BunGlobal = (globalThis as { Bun?: { SQL: BunSqlClass } }).Bun;
 
 let proxy: NeonProxy | undefined;
@@ -147,6 +147,19 @@ export const poolerSpecs: DriverSpec[] = [
     open: async (url) => {
       const pool = new pg.Pool({ connectionString: await viaPgBouncer(url), max: 4 });
       return { driver: fromPg(pool), close: () => pool.end() };
+    },
+  },
+  {
+    id: "bun-sql-pgbouncer",
+    label: "Bun.SQL via PgBouncer",
+    module: "keyq/bun-sql",
+    client: "`new Bun.SQL(url, { prepare: false })`",
+    pooled: true,
+    transactions: true,
+    skip: !BunGlobal && "Bun.SQL is a global of the Bun runtime only",
+    open: async (url) => {
+      const sql = new BunGlobal!.SQL(await viaPgBouncer(url), { max: 4, prepare: false });
+      return { driver: fromBunSql(sql), close: () => sql.close() };
     },
   },
 ];
