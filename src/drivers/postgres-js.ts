@@ -127,6 +127,7 @@ function astrayError(cause: unknown): KeyqError {
       e?.code ? `${String(e.code)}: ` : ""
     }${String(e?.message ?? "its COMMIT silently rolled back")}): a transaction-mode pooler (PgBouncer, Supavisor, a pooled serverless endpoint) is in front of Postgres. Create the client with postgres(url, { prepare: false }). The batch was rolled back.`,
     { code: e?.code, prepare: true },
+    cause === undefined ? undefined : { cause },
   );
 }
 
