@@ -174,11 +174,16 @@ async function drive(pool: Client[], kind: Kind, name: string, n: number, sizes:
   let handled = 0;
   const d: Drive = { seconds: 0, deliveries: 0, batches: 0, statements: 0, deferred: 0 };
   let doneAt = 0;
-  const insert = `insert into "${schema}".bench_sink (event_id, key, seq) values ($1, $2, $3)`;
+  const insert = `insert into "${schema}".bench_sink (event_id, key, seq) values ($1, $2, $3::int)`;
+  let broken: unknown;
   const handler = async (ev: KeyqEvent<FilePayload>, tx: Executor) => {
     d.deliveries++;
     if (o.failFirst && ev.retry === 0) throw new Error("first delivery fails");
-    if (o.insert) await tx.query(insert, [ev.id, ev.key ?? "", String(ev.payload.seq)]);
+    // A failing insert is a bench bug: stop every loop at once rather than retry until the timeout.
+    if (o.insert) await tx.query(insert, [ev.id, ev.key ?? "", String(ev.payload.seq)]).catch((err: unknown) => {
+      broken ??= err;
+      throw err;
+    });
     if (++handled === n) doneAt = performance.now();
   };
   const t0 = performance.now();
@@ -187,6 +192,7 @@ async function drive(pool: Client[], kind: Kind, name: string, n: number, sizes:
     const consumer = makeConsumer(c.q, kind, name, sizes, o)!;
     const common = { handler, budgetMs: 30_000, ...(o.maxEvents === undefined ? {} : { maxEvents: o.maxEvents }) };
     while (handled < n && !stopAll) {
+      if (broken) throw broken;
       const r: RunReport = kind === "ordered"
         ? await (consumer as OrderedConsumer).run({ ...common, worker: w, workers: pool.length })
         : await (consumer as Consumer<FilePayload>).run(common);
@@ -280,7 +286,8 @@ export function consumeExclusive(admin: Sql, sizes: Sizes, seed: number): Promis
  */
 export function exclusiveWrite(admin: Sql, sizes: Sizes, seed: number, hot: boolean): Promise<ConsumeResult | null> {
   const mix: KeyMix = hot ? { keys: sizes.writeKeys, hotShare: sizes.hotPercent / 100 } : { keys: sizes.writeKeys };
-  return consume(admin, sizes, seed, "exclusive", sizes.writeEvents, sizes.workers, { mix, insert: true });
+  const n = hot ? sizes.hotEvents : sizes.writeEvents;
+  return consume(admin, sizes, seed, "exclusive", n, sizes.workers, { mix, insert: true });
 }
 
 /** Tier A with a handler that fails every event's first delivery; events/s of retried events. */

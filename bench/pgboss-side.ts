@@ -211,7 +211,8 @@ export function consumeExclusive(admin: Sql, sizes: Sizes, seed: number): Promis
 /** Tier A's writing scenario on a `singleton` queue: the same keys and one-row insert per job as keyq's. */
 export function exclusiveWrite(admin: Sql, sizes: Sizes, seed: number, hot: boolean): Promise<ConsumeResult> {
   const mix: KeyMix = hot ? { keys: sizes.writeKeys, hotShare: sizes.hotPercent / 100 } : { keys: sizes.writeKeys };
-  return consume(admin, sizes, seed, "singleton", sizes.writeEvents, sizes.workers, { mix, insert: true });
+  const n = hot ? sizes.hotEvents : sizes.writeEvents;
+  return consume(admin, sizes, seed, "singleton", n, sizes.workers, { mix, insert: true });
 }
 
 /** Tier A's retry scenario on pg-boss: retryLimit 5, retryDelay 0, every first attempt fails. */

@@ -44,7 +44,7 @@ function notes(): string[] {
     `Drivers with their default settings: keyq on postgres.js (one connection per worker), pg-boss on node-postgres, ` +
     `raw references on postgres.js. Every consumer loops run() (pg-boss: fetch → handle → complete) on its own connection.`,
     `Tier A with a writing handler: ${fmt0(s.writeEvents)} events, keys drawn uniformly from ${fmt0(s.writeKeys)}` +
-    ` (hot case: ${s.hotPercent} % on one extra key); keyq's handler inserts one row through tx in the batch transaction ` +
+    ` (hot case: ${fmt0(s.hotEvents)} events, ${s.hotPercent} % of them on one extra key); keyq's handler inserts one row through tx in the batch transaction ` +
     `(engine defaults: deferDelay, maxEvents); pg-boss's worker inserts the same row on its connection, then completes ` +
     `(fetch batchSize ${s.maxEvents}). Deferrals = RunReport.deferred summed / events.`,
     `Read limit: ${s.rawConns} connections read an equivalent table (keyq's event columns, one btree) by keyset, ` +

@@ -40,7 +40,7 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
       ];
     case "exclusive-hot":
       return [
-        ["hot", `Tier A, ${w} workers, ${s.hotPercent} % of events on one key, one insert`, "ev/s", "pg-boss singleton, same", true],
+        ["hot", `Tier A, ${w} workers, ${fmt(s.hotEvents)} events, ${s.hotPercent} % on one key, one insert`, "ev/s", "pg-boss singleton, same", true],
         ["hot-deferrals", `Tier A deferrals, ${s.hotPercent} % on one key (per 100 events)`, "%", "", false],
       ];
     case "backlog":
@@ -146,7 +146,7 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
       const hot = id === "exclusive-hot";
       const [k, b] = await both(book, id, keyqFirst, () => kq.exclusiveWrite(admin, s, seed, hot), () => boss.exclusiveWrite(admin, s, seed, hot));
       noteRetried(book, id, b);
-      const deferrals = k?.deferred === undefined ? null : (100 * k.deferred) / s.writeEvents;
+      const deferrals = k?.deferred === undefined ? null : (100 * k.deferred) / (hot ? s.hotEvents : s.writeEvents);
       put(book, hot ? "hot" : "write", k?.eventsPerSec, b?.eventsPerSec);
       put(book, hot ? "hot-deferrals" : "write-deferrals", deferrals);
       return `${vs(k?.eventsPerSec, b?.eventsPerSec, "pg-boss")} · keyq deferrals ${fmt(deferrals ?? undefined)} %`;

@@ -42,6 +42,8 @@ export interface Sizes {
   writeEvents: number;
   /** Distinct keys, drawn uniformly, of the writing Tier A scenarios. */
   writeKeys: number;
+  /** Events of the hot-key Tier A scenario (pg-boss takes one hot job per fetch: keep it small). */
+  hotEvents: number;
   /** Share of the events on one hot key in the hot-key Tier A scenario, in percent. */
   hotPercent: number;
   /** Backlog of the plain read-limit scenario (consumed with a no-op handler). */
@@ -72,6 +74,7 @@ export const FULL: Sizes = {
   dedupLarge: 100_000,
   writeEvents: 10_000,
   writeKeys: 1_000,
+  hotEvents: 2_000,
   hotPercent: 50,
   backlogEvents: 100_000,
   rawConns: 4,
@@ -92,6 +95,7 @@ export const QUICK: Sizes = {
   dedupSmall: 2_000,
   dedupLarge: 20_000,
   writeEvents: 2_000,
+  hotEvents: 400,
   backlogEvents: 10_000,
   rtStatements: 50,
 };
