@@ -75,6 +75,8 @@ export interface RoundTrips {
   perStatement: number;
   /** One `q.send` of one event. */
   perSend: number;
+  /** One batch of a plain consumer's `run()` (maxEvents 10, no-op handler; the run's tick and maintenance included). */
+  perBatch: number;
 }
 
 /**
@@ -93,6 +95,8 @@ export async function roundTrips(admin: Sql, sizes: Sizes, driver: "postgres-js"
     const q = keyq(d, { schema });
     await q.migrate();
     await q.createQueue("files", { rotationPeriod: "1 hour" });
+    const consumer = q.consumer("files", "rt");
+    await consumer.subscribe();
     const n = sizes.rtStatements;
     const events = makeEvents(n + 5, 7).map((e) => ({ type: e.type, key: e.key, payload: e.payload }));
     for (let i = 0; i < 5; i++) {
@@ -104,7 +108,16 @@ export async function roundTrips(admin: Sql, sizes: Sizes, driver: "postgres-js"
     const perStatement = (proxy.turns() - t) / n;
     t = proxy.turns();
     for (let i = 0; i < n; i++) await q.send("files", events[i]!);
-    return { perStatement, perSend: (proxy.turns() - t) / n };
+    const perSend = (proxy.turns() - t) / n;
+    t = proxy.turns();
+    let handled = 0;
+    let batches = 0;
+    while (handled < n + 5) {
+      const r = await consumer.run({ handler: () => void handled++, maxEvents: 10, budgetMs: 30_000 });
+      batches += r.batches;
+      if (r.batches === 0) throw new Error(`round trips (${driver}): run() found nothing with ${handled}/${n + 5} handled`);
+    }
+    return { perStatement, perSend, perBatch: (proxy.turns() - t) / batches };
   } finally {
     await sqlJs?.end({ timeout: 5 });
     await pgClient?.end();

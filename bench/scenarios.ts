@@ -55,6 +55,7 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
       return [
         ["rt-statement", "network round trips per statement, postgres.js adapter", "", "pg adapter", false, atMost(1)],
         ["rt-send", "network round trips per send, postgres.js adapter", "", "pg adapter", false],
+        ["rt-batch", "network round trips per plain batch (10 events, no-op; run's tick included), postgres.js adapter", "", "pg adapter", false, atMost(3)],
       ];
     case "ordered":
       return [["ordered", `Tier B, ${s.slots} slots, ${w} workers, no-op`, "ev/s", "pg-boss key_strict_fifo", true, atLeast(20)]];
@@ -169,7 +170,9 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
       const [js, pg] = await both(book, id, keyqFirst, () => roundTrips(admin, s, "postgres-js"), () => roundTrips(admin, s, "pg"));
       put(book, "rt-statement", js?.perStatement, pg?.perStatement);
       put(book, "rt-send", js?.perSend, pg?.perSend);
-      return `per statement: postgres.js ${fmt(js?.perStatement)}, pg ${fmt(pg?.perStatement)} · per send: postgres.js ${fmt(js?.perSend)}, pg ${fmt(pg?.perSend)}`;
+      put(book, "rt-batch", js?.perBatch, pg?.perBatch);
+      return `per statement: postgres.js ${fmt(js?.perStatement)}, pg ${fmt(pg?.perStatement)} · per send: postgres.js ${fmt(js?.perSend)}, pg ${fmt(pg?.perSend)} · ` +
+        `per batch: postgres.js ${fmt(js?.perBatch)}, pg ${fmt(pg?.perBatch)}`;
     }
     case "produce-send":
     case "produce-batch": {
