@@ -26,7 +26,13 @@ import { replaceBetweenMarkers, result, type RowResult, table } from "./rows.ts"
 import { type Book, declare, runScenario } from "./scenarios.ts";
 import { progress } from "./util.ts";
 
-const parsed = parseArgs(process.argv.slice(2));
+let parsed: ReturnType<typeof parseArgs>;
+try {
+  parsed = parseArgs(process.argv.slice(2));
+} catch (err) {
+  console.error((err as Error).message);
+  process.exit(2);
+}
 if (parsed === "help") {
   console.log(usage());
   process.exit(0);

@@ -54,7 +54,7 @@ export interface Sizes {
   rtStatements: number;
 }
 
-/** Defaults of a full run (see the README for how long it takes). */
+/** Defaults of a full run (its output header says how long it took). */
 export const FULL: Sizes = {
   sends: 1_000,
   batchEvents: 20_000,
