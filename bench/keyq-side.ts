@@ -9,10 +9,10 @@ import { type Consumer, type Executor, type Keyq, keyq, type KeyqEvent, type Run
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { APP, analyzeSchema, connect, dropSchema, freshSchema, rowsRead, type Sql, waitBackendsGone } from "./db.ts";
 import type { ConsumeResult, LatencyResult, Sizes } from "./sizes.ts";
-import * as raw from "./raw-side.ts";
 import { type BenchEvent, type FilePayload, type KeyMix, makeEvents, nowMs, quantile, sleep, until } from "./util.ts";
 
-const QUEUE = "files";
+/** The queue every keyq scenario uses. */
+export const QUEUE = "files";
 const EVENT_TABLES = "event\\_%";
 
 /** Tier B as documented (`q.ordered(queue, name, { slots, onFailure })`), typed here until it lands. */
@@ -41,7 +41,7 @@ export function hasTierB(): boolean {
 }
 
 /** A client over its own connection. */
-interface Client {
+export interface Client {
   q: Keyq;
   sql: Sql;
 }
@@ -52,7 +52,7 @@ function client(schema: string, app: string): Client {
 }
 
 /** A fresh schema with the engine and one queue; the returned loader client is open. */
-async function setup(tag: string, retry?: { maxRetries: number; retryBase: number }): Promise<{ schema: string; loader: Client }> {
+export async function setup(tag: string, retry?: { maxRetries: number; retryBase: number }): Promise<{ schema: string; loader: Client }> {
   const schema = freshSchema(`kqb_${tag}`);
   const loader = client(schema, `${APP}-load`);
   await loader.q.migrate();
@@ -61,7 +61,8 @@ async function setup(tag: string, retry?: { maxRetries: number; retryBase: numbe
   return { schema, loader };
 }
 
-async function teardown(admin: Sql, schema: string, ...clients: Client[]): Promise<void> {
+/** Closes the clients and drops the schema. */
+export async function teardown(admin: Sql, schema: string, ...clients: Client[]): Promise<void> {
   await Promise.all(clients.map((c) => c.sql.end({ timeout: 5 })));
   await dropSchema(admin, schema);
 }
@@ -71,7 +72,7 @@ function toSend(e: BenchEvent, sentAt = 0) {
 }
 
 /** Loads events with sendBatch (not timed). */
-async function load(q: Keyq, events: BenchEvent[], batchSize: number): Promise<void> {
+export async function load(q: Keyq, events: BenchEvent[], batchSize: number): Promise<void> {
   for (let i = 0; i < events.length; i += batchSize) {
     await q.sendBatch(QUEUE, events.slice(i, i + batchSize).map((e) => toSend(e)));
   }
@@ -157,7 +158,8 @@ function makeConsumer(q: Keyq, kind: Kind, name: string, sizes: Sizes, o: Consum
   return ordered ? ordered(QUEUE, name, { slots: sizes.slots }) : null;
 }
 
-interface Drive {
+/** What `drive` counted: seconds to the n-th handled event, and RunReport sums. */
+export interface Drive {
   seconds: number;
   deliveries: number;
   batches: number;
@@ -170,7 +172,7 @@ interface Drive {
  * consumer `name` until `n` events were handled; seconds from the start to
  * the n-th handled event.
  */
-async function drive(pool: Client[], kind: Kind, name: string, n: number, sizes: Sizes, o: ConsumeOptions, schema: string): Promise<Drive> {
+export async function drive(pool: Client[], kind: Kind, name: string, n: number, sizes: Sizes, o: ConsumeOptions, schema: string): Promise<Drive> {
   let handled = 0;
   const d: Drive = { seconds: 0, deliveries: 0, batches: 0, statements: 0, deferred: 0 };
   let doneAt = 0;
@@ -213,7 +215,8 @@ async function drive(pool: Client[], kind: Kind, name: string, n: number, sizes:
   return d;
 }
 
-async function openPool(schema: string, tag: string, workers: number): Promise<Client[]> {
+/** `workers` clients on `schema`, connected, tagged `${tag}-<i>`. */
+export async function openPool(schema: string, tag: string, workers: number): Promise<Client[]> {
   const pool: Client[] = [];
   for (let i = 0; i < workers; i++) {
     const c = client(schema, `${tag}-${i}`);
@@ -302,57 +305,6 @@ export function retryExclusive(admin: Sql, sizes: Sizes, seed: number): Promise<
 /** Tier B (ordered, `slots` slots, static assignment over `workers`); null while Tier B does not exist. */
 export function consumeOrdered(admin: Sql, sizes: Sizes, seed: number): Promise<ConsumeResult | null> {
   return consume(admin, sizes, seed, "ordered", sizes.orderedEvents, sizes.workers, { maxEvents: sizes.maxEvents });
-}
-
-/** What the read-limit scenario measured, events/s each. */
-export interface BacklogResult {
-  raw: number;
-  plain1000: number;
-  plainDefault: number;
-  plain4x1000: number;
-}
-
-/**
- * Plain consumption of one `backlogEvents` backlog (no-op handler), three
- * plain consumers subscribed before loading so each reads the whole log:
- * 1 worker with maxEvents 1000, 1 worker with the default, `workers`
- * workers with maxEvents 1000; and the read-limit reference: a raw keyset
- * read of the same events from an equivalent table over `rawConns`
- * connections. `flip` reverses the order (interleaved rounds).
- */
-export async function backlog(admin: Sql, sizes: Sizes, seed: number, flip: boolean): Promise<BacklogResult> {
-  const { schema, loader } = await setup("backlog");
-  const tag = `${APP}-wbacklog`;
-  const n = sizes.backlogEvents;
-  const out: BacklogResult = { raw: Number.NaN, plain1000: Number.NaN, plainDefault: Number.NaN, plain4x1000: Number.NaN };
-  try {
-    for (const name of ["m1000", "mdefault", "w4"]) await loader.q.consumer(QUEUE, name).subscribe();
-    const events = makeEvents(n, seed);
-    await load(loader.q, events, sizes.batchSize);
-    await raw.createTable(loader.sql, schema);
-    for (let i = 0; i < n; i += sizes.batchSize) await raw.insertDocument(loader.sql, schema, events.slice(i, i + sizes.batchSize));
-    await analyzeSchema(admin, schema);
-    const steps: (() => Promise<void>)[] = [
-      async () => void (out.raw = await raw.keysetRead(schema, sizes.rawConns, sizes.batchSize)),
-      async () => void (out.plain1000 = await plainRun(schema, tag, "m1000", 1, n, sizes, 1000)),
-      async () => void (out.plainDefault = await plainRun(schema, tag, "mdefault", 1, n, sizes, undefined)),
-      async () => void (out.plain4x1000 = await plainRun(schema, tag, "w4", sizes.workers, n, sizes, 1000)),
-    ];
-    for (const step of flip ? steps.reverse() : steps) await step();
-    return out;
-  } finally {
-    await teardown(admin, schema, loader);
-  }
-}
-
-async function plainRun(schema: string, tag: string, name: string, workers: number, n: number, sizes: Sizes, maxEvents: number | undefined) {
-  const pool = await openPool(schema, `${tag}-${name}`, workers);
-  try {
-    const d = await drive(pool, "plain", name, n, sizes, maxEvents === undefined ? {} : { maxEvents }, schema);
-    return n / d.seconds;
-  } finally {
-    await Promise.all(pool.map((c) => c.sql.end({ timeout: 5 })));
-  }
 }
 
 /**

@@ -8,6 +8,7 @@
  */
 
 import type { ScenarioId } from "./args.ts";
+import { backlog } from "./backlog.ts";
 import type { Sql } from "./db.ts";
 import * as kq from "./keyq-side.ts";
 import * as boss from "./pgboss-side.ts";
@@ -153,7 +154,7 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
       return `${vs(k?.eventsPerSec, b?.eventsPerSec, "pg-boss")} · keyq deferrals ${fmt(deferrals ?? undefined)} %`;
     }
     case "backlog": {
-      const r = await measure(book, id, () => kq.backlog(admin, s, seed, !keyqFirst));
+      const r = await measure(book, id, () => backlog(admin, s, seed, !keyqFirst));
       put(book, "backlog-1000", r?.plain1000, r?.raw);
       put(book, "backlog-default", r?.plainDefault, r?.raw);
       put(book, "plain-workers", r?.plain4x1000, r?.plain1000);
