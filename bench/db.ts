@@ -1,13 +1,12 @@
 /**
- * Database plumbing of the benchmark: connections (postgres.js with
- * TCP_NODELAY for keyq, node-postgres inside pg-boss), fresh schemas, and
+ * Database plumbing of the benchmark: connections (postgres.js for keyq,
+ * node-postgres inside pg-boss, both with default sockets), fresh schemas, and
  * the table statistics read amplification is computed from.
  *
  * @module
  */
 
 import { randomBytes } from "node:crypto";
-import net from "node:net";
 import process from "node:process";
 import postgres from "postgres";
 import { sleep } from "./util.ts";
@@ -19,33 +18,17 @@ export const DATABASE_URL: string = process.env.DATABASE_URL || "postgres://post
 export type Sql = postgres.Sql;
 
 /**
- * postgres.js does not set TCP_NODELAY, so a large message (a 1,000-event
- * batch is ~250 kB) can wait ~40 ms on a delayed ACK. node-postgres, which
- * pg-boss uses, sets it; this socket factory gives postgres.js the same.
- */
-function noDelaySocket(o: { host: string[]; port: number[] }): Promise<net.Socket> {
-  return new Promise((resolve, reject) => {
-    const s = net.connect(o.port[0]!, o.host[0]!);
-    s.setNoDelay(true);
-    s.once("connect", () => resolve(s));
-    s.once("error", reject);
-  });
-}
-
-/**
  * A postgres.js client tagged with `application_name` (so the benchmark can
- * wait for its backends to exit). `noDelay: false` keeps postgres.js's own socket.
+ * wait for its backends to exit), with the driver's default socket settings
+ * (what a user gets). `url` defaults to `DATABASE_URL`.
  */
-export function connect(app: string, opts: { max?: number; noDelay?: boolean } = {}): Sql {
-  const url = new URL(DATABASE_URL);
-  const isTcp = !url.searchParams.has("host") && url.hostname !== "";
-  return postgres(DATABASE_URL, {
+export function connect(app: string, opts: { max?: number; url?: string } = {}): Sql {
+  return postgres(opts.url ?? DATABASE_URL, {
     max: opts.max ?? 1,
     idle_timeout: 30,
     connect_timeout: 10,
     onnotice: () => {},
     connection: { application_name: app },
-    ...(opts.noDelay !== false && isTcp ? { socket: noDelaySocket as never } : {}),
   });
 }
 

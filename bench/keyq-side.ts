@@ -5,13 +5,14 @@
  * @module
  */
 
-import { type Consumer, type Keyq, keyq, type KeyqEvent, type RunReport } from "../mod.ts";
+import { type Consumer, type Executor, type Keyq, keyq, type KeyqEvent, type RunReport } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { APP, analyzeSchema, connect, dropSchema, freshSchema, rowsRead, type Sql, waitBackendsGone } from "./db.ts";
 import type { ConsumeResult, LatencyResult, Sizes } from "./sizes.ts";
-import { type BenchEvent, type FilePayload, makeEvents, nowMs, quantile, sleep, until } from "./util.ts";
+import { type BenchEvent, type FilePayload, type KeyMix, makeEvents, nowMs, quantile, sleep, until } from "./util.ts";
 
-const QUEUE = "files";
+/** The queue every keyq scenario uses. */
+export const QUEUE = "files";
 const EVENT_TABLES = "event\\_%";
 
 /** Tier B as documented (`q.ordered(queue, name, { slots, onFailure })`), typed here until it lands. */
@@ -20,7 +21,7 @@ interface OrderedConsumer {
   run(options: {
     worker: number;
     workers: number;
-    handler: (event: KeyqEvent<FilePayload>) => void | Promise<void>;
+    handler: (event: KeyqEvent<FilePayload>, tx: Executor) => void | Promise<void>;
     budgetMs?: number;
     maxEvents?: number;
   }): Promise<RunReport>;
@@ -40,7 +41,7 @@ export function hasTierB(): boolean {
 }
 
 /** A client over its own connection. */
-interface Client {
+export interface Client {
   q: Keyq;
   sql: Sql;
 }
@@ -51,7 +52,7 @@ function client(schema: string, app: string): Client {
 }
 
 /** A fresh schema with the engine and one queue; the returned loader client is open. */
-async function setup(tag: string, retry?: { maxRetries: number; retryBase: number }): Promise<{ schema: string; loader: Client }> {
+export async function setup(tag: string, retry?: { maxRetries: number; retryBase: number }): Promise<{ schema: string; loader: Client }> {
   const schema = freshSchema(`kqb_${tag}`);
   const loader = client(schema, `${APP}-load`);
   await loader.q.migrate();
@@ -60,7 +61,8 @@ async function setup(tag: string, retry?: { maxRetries: number; retryBase: numbe
   return { schema, loader };
 }
 
-async function teardown(admin: Sql, schema: string, ...clients: Client[]): Promise<void> {
+/** Closes the clients and drops the schema. */
+export async function teardown(admin: Sql, schema: string, ...clients: Client[]): Promise<void> {
   await Promise.all(clients.map((c) => c.sql.end({ timeout: 5 })));
   await dropSchema(admin, schema);
 }
@@ -70,7 +72,7 @@ function toSend(e: BenchEvent, sentAt = 0) {
 }
 
 /** Loads events with sendBatch (not timed). */
-async function load(q: Keyq, events: BenchEvent[], batchSize: number): Promise<void> {
+export async function load(q: Keyq, events: BenchEvent[], batchSize: number): Promise<void> {
   for (let i = 0; i < events.length; i += batchSize) {
     await q.sendBatch(QUEUE, events.slice(i, i + batchSize).map((e) => toSend(e)));
   }
@@ -124,6 +126,105 @@ export async function produceDedup(admin: Sql, n: number, seed: number): Promise
 }
 
 type Kind = "plain" | "exclusive" | "ordered";
+type AnyConsumer = Consumer<FilePayload> | OrderedConsumer;
+
+/** What a scenario varies: key mix, a writing handler, Tier A's deferDelay (default: the engine's), batch size. */
+export interface ConsumeOptions {
+  failFirst?: boolean;
+  mix?: KeyMix;
+  /** The handler inserts one row into `bench_sink` through `tx`. */
+  insert?: boolean;
+  /** Tier A deferDelay in ms; undefined leaves the engine's default. */
+  deferMs?: number;
+  /** maxEvents; undefined leaves the engine's default. */
+  maxEvents?: number;
+}
+
+/** RunReport's statement count, whatever this build calls it (`statements` or `roundTrips`). */
+function statementsOf(r: RunReport): number {
+  const rec = r as unknown as Record<string, number | undefined>;
+  return rec.statements ?? rec.roundTrips ?? Number.NaN;
+}
+
+/** The table a writing handler inserts into (same shape on the pg-boss side). */
+export function sinkDdl(schema: string): string {
+  return `create table "${schema}".bench_sink (event_id text not null, key text not null, seq int not null)`;
+}
+
+function makeConsumer(q: Keyq, kind: Kind, name: string, sizes: Sizes, o: ConsumeOptions): AnyConsumer | null {
+  if (kind === "plain") return q.consumer<FilePayload>(QUEUE, name);
+  if (kind === "exclusive") return q.exclusive<FilePayload>(QUEUE, name, o.deferMs === undefined ? {} : { deferDelay: o.deferMs });
+  const ordered = orderedOf(q);
+  return ordered ? ordered(QUEUE, name, { slots: sizes.slots }) : null;
+}
+
+/** What `drive` counted: seconds to the n-th handled event, and RunReport sums. */
+export interface Drive {
+  seconds: number;
+  deliveries: number;
+  batches: number;
+  statements: number;
+  deferred: number;
+}
+
+/**
+ * `pool.length` workers (one connection each) call `run()` in a loop on
+ * consumer `name` until `n` events were handled; seconds from the start to
+ * the n-th handled event.
+ */
+export async function drive(pool: Client[], kind: Kind, name: string, n: number, sizes: Sizes, o: ConsumeOptions, schema: string): Promise<Drive> {
+  let handled = 0;
+  const d: Drive = { seconds: 0, deliveries: 0, batches: 0, statements: 0, deferred: 0 };
+  let doneAt = 0;
+  const insert = `insert into "${schema}".bench_sink (event_id, key, seq) values ($1, $2, $3::int)`;
+  let broken: unknown;
+  const handler = async (ev: KeyqEvent<FilePayload>, tx: Executor) => {
+    d.deliveries++;
+    if (o.failFirst && ev.retry === 0) throw new Error("first delivery fails");
+    // A failing insert is a bench bug: stop every loop at once rather than retry until the timeout.
+    if (o.insert) await tx.query(insert, [ev.id, ev.key ?? "", String(ev.payload.seq)]).catch((err: unknown) => {
+      broken ??= err;
+      throw err;
+    });
+    if (++handled === n) doneAt = performance.now();
+  };
+  const t0 = performance.now();
+  let stopAll = false;
+  await Promise.allSettled(pool.map(async (c, w) => {
+    const consumer = makeConsumer(c.q, kind, name, sizes, o)!;
+    const common = { handler, budgetMs: 30_000, ...(o.maxEvents === undefined ? {} : { maxEvents: o.maxEvents }) };
+    while (handled < n && !stopAll) {
+      if (broken) throw broken;
+      const r: RunReport = kind === "ordered"
+        ? await (consumer as OrderedConsumer).run({ ...common, worker: w, workers: pool.length })
+        : await (consumer as Consumer<FilePayload>).run(common);
+      d.batches += r.batches;
+      d.statements += statementsOf(r);
+      d.deferred += r.deferred ?? 0;
+      if (r.batches === 0) await sleep(2);
+      if (performance.now() - t0 > 300_000) throw new Error(`keyq ${kind}: not done after 300 s (${handled}/${n})`);
+    }
+  }).map((p) => p.catch((err: unknown) => {
+    stopAll = true; // stops the other loops; the first error is reported once all have ended
+    throw err;
+  }))).then((all) => {
+    const bad = all.find((r) => r.status === "rejected");
+    if (bad) throw bad.reason;
+  });
+  d.seconds = (doneAt - t0) / 1000;
+  return d;
+}
+
+/** `workers` clients on `schema`, connected, tagged `${tag}-<i>`. */
+export async function openPool(schema: string, tag: string, workers: number): Promise<Client[]> {
+  const pool: Client[] = [];
+  for (let i = 0; i < workers; i++) {
+    const c = client(schema, `${tag}-${i}`);
+    await c.sql.unsafe("select 1");
+    pool.push(c);
+  }
+  return pool;
+}
 
 /**
  * Throughput of one consumer kind: `n` events loaded up front (then ANALYZE),
@@ -138,74 +239,33 @@ async function consume(
   kind: Kind,
   n: number,
   workers: number,
-  opts: { failFirst?: boolean } = {},
+  o: ConsumeOptions = {},
 ): Promise<ConsumeResult | null> {
-  const { schema, loader } = await setup(kind, opts.failFirst ? { maxRetries: 5, retryBase: 1 } : undefined);
+  const { schema, loader } = await setup(kind, o.failFirst ? { maxRetries: 5, retryBase: 1 } : undefined);
   const tag = `${APP}-w${kind}`;
   const pool: Client[] = [];
   try {
-    const make = (q: Keyq) => {
-      if (kind === "plain") return q.consumer<FilePayload>(QUEUE, "bench");
-      if (kind === "exclusive") return q.exclusive<FilePayload>(QUEUE, "bench", { deferDelay: sizes.deferMs });
-      const ordered = orderedOf(q);
-      if (!ordered) return null;
-      return ordered(QUEUE, "bench", { slots: sizes.slots });
-    };
-    const first = make(loader.q);
+    const first = makeConsumer(loader.q, kind, "bench", sizes, o);
     if (!first) return null;
     await first.subscribe?.();
-    await load(loader.q, makeEvents(n, seed), sizes.batchSize);
+    if (o.insert) await loader.sql.unsafe(sinkDdl(schema));
+    await load(loader.q, makeEvents(n, seed, o.mix), sizes.batchSize);
     await analyzeSchema(admin, schema);
     await loader.sql.end({ timeout: 5 });
     await waitBackendsGone(admin, `${APP}-load`);
     const before = await rowsRead(admin, schema, EVENT_TABLES);
-
-    for (let i = 0; i < workers; i++) {
-      const c = client(schema, `${tag}-${i}`);
-      await c.sql.unsafe("select 1");
-      pool.push(c);
-    }
-    let handled = 0;
-    let deliveries = 0;
-    let batches = 0;
-    let roundTrips = 0;
-    let doneAt = 0;
-    const handler = (ev: KeyqEvent<FilePayload>) => {
-      deliveries++;
-      if (opts.failFirst && ev.retry === 0) throw new Error("first delivery fails");
-      if (++handled === n) doneAt = performance.now();
-    };
-    const t0 = performance.now();
-    let stopAll = false;
-    await Promise.allSettled(pool.map(async (c, w) => {
-      const consumer = make(c.q)!;
-      const common = { handler, budgetMs: 30_000, maxEvents: sizes.maxEvents };
-      while (handled < n && !stopAll) {
-        const r: RunReport = kind === "ordered"
-          ? await (consumer as OrderedConsumer).run({ ...common, worker: w, workers })
-          : await (consumer as Consumer<FilePayload>).run(common);
-        batches += r.batches;
-        roundTrips += r.roundTrips;
-        if (r.batches === 0) await sleep(2);
-        if (performance.now() - t0 > 300_000) throw new Error(`keyq ${kind}: not done after 300 s (${handled}/${n})`);
-      }
-    }).map((p) => p.catch((err: unknown) => {
-      stopAll = true; // stops the other loops; the first error is reported once all have ended
-      throw err;
-    }))).then((all) => {
-      const bad = all.find((r) => r.status === "rejected");
-      if (bad) throw bad.reason;
-    });
-    const seconds = (doneAt - t0) / 1000;
+    pool.push(...await openPool(schema, tag, workers));
+    const d = await drive(pool, kind, "bench", n, sizes, o, schema);
     await Promise.all(pool.splice(0).map((c) => c.sql.end({ timeout: 5 })));
     await waitBackendsGone(admin, tag);
     const after = await rowsRead(admin, schema, EVENT_TABLES);
     return {
-      eventsPerSec: n / seconds,
-      roundTripsPerBatch: roundTrips / batches,
-      eventsPerBatch: deliveries / batches,
+      eventsPerSec: n / d.seconds,
+      roundTripsPerBatch: d.statements / d.batches,
+      eventsPerBatch: d.deliveries / d.batches,
       readAmp: (after - before) / n,
-      deliveries,
+      deliveries: d.deliveries,
+      deferred: d.deferred,
     };
   } finally {
     await teardown(admin, schema, loader, ...pool);
@@ -214,22 +274,37 @@ async function consume(
 
 /** Plain consumer, one worker. */
 export function consumePlain(admin: Sql, sizes: Sizes, seed: number): Promise<ConsumeResult | null> {
-  return consume(admin, sizes, seed, "plain", sizes.plainEvents, 1);
+  return consume(admin, sizes, seed, "plain", sizes.plainEvents, 1, { maxEvents: sizes.maxEvents });
 }
 
 /** Tier A, `workers` workers, handler no-op. */
 export function consumeExclusive(admin: Sql, sizes: Sizes, seed: number): Promise<ConsumeResult | null> {
-  return consume(admin, sizes, seed, "exclusive", sizes.exclusiveEvents, sizes.workers);
+  return consume(admin, sizes, seed, "exclusive", sizes.exclusiveEvents, sizes.workers, { deferMs: sizes.deferMs, maxEvents: sizes.maxEvents });
+}
+
+/**
+ * Tier A, `workers` workers, `writeKeys` uniform keys (plus a hot key when
+ * `hot`), the handler inserts one row through `tx`; engine defaults otherwise
+ * (deferDelay, maxEvents).
+ */
+export function exclusiveWrite(admin: Sql, sizes: Sizes, seed: number, hot: boolean): Promise<ConsumeResult | null> {
+  const mix: KeyMix = hot ? { keys: sizes.writeKeys, hotShare: sizes.hotPercent / 100 } : { keys: sizes.writeKeys };
+  const n = hot ? sizes.hotEvents : sizes.writeEvents;
+  return consume(admin, sizes, seed, "exclusive", n, sizes.workers, { mix, insert: true });
 }
 
 /** Tier A with a handler that fails every event's first delivery; events/s of retried events. */
 export function retryExclusive(admin: Sql, sizes: Sizes, seed: number): Promise<ConsumeResult | null> {
-  return consume(admin, sizes, seed, "exclusive", sizes.retryEvents, sizes.workers, { failFirst: true });
+  return consume(admin, sizes, seed, "exclusive", sizes.retryEvents, sizes.workers, {
+    failFirst: true,
+    deferMs: sizes.deferMs,
+    maxEvents: sizes.maxEvents,
+  });
 }
 
 /** Tier B (ordered, `slots` slots, static assignment over `workers`); null while Tier B does not exist. */
 export function consumeOrdered(admin: Sql, sizes: Sizes, seed: number): Promise<ConsumeResult | null> {
-  return consume(admin, sizes, seed, "ordered", sizes.orderedEvents, sizes.workers);
+  return consume(admin, sizes, seed, "ordered", sizes.orderedEvents, sizes.workers, { maxEvents: sizes.maxEvents });
 }
 
 /**

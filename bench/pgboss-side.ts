@@ -19,7 +19,8 @@ import pg from "pg";
 import { PgBoss, type QueuePolicy } from "pg-boss";
 import { APP, analyzeSchema, DATABASE_URL, dropSchema, freshSchema, rowsRead, type Sql, waitBackendsGone } from "./db.ts";
 import type { ConsumeResult, LatencyResult, Sizes } from "./sizes.ts";
-import { type BenchEvent, type FilePayload, makeEvents, nowMs, quantile, sleep, until } from "./util.ts";
+import { sinkDdl } from "./keyq-side.ts";
+import { type BenchEvent, type FilePayload, type KeyMix, makeEvents, nowMs, quantile, sleep, until } from "./util.ts";
 
 const QUEUE = "files";
 const JOB_TABLES = "job%";
@@ -111,13 +112,14 @@ async function consume(
   policy: QueuePolicy,
   n: number,
   workers: number,
-  opts: { failFirst?: boolean } = {},
+  opts: { failFirst?: boolean; mix?: KeyMix; insert?: boolean } = {},
 ): Promise<ConsumeResult> {
   const { schema, loader } = await setup(policy, policy, opts.failFirst ? { retryLimit: 5, retryDelay: 0 } : undefined);
   const tag = `${APP}-w${policy}`;
   const pool: PgBoss[] = [];
   try {
-    const events = makeEvents(n, seed);
+    const events = makeEvents(n, seed, opts.mix);
+    if (opts.insert) await loader.getDb().executeSql(sinkDdl(schema));
     for (let i = 0; i < n; i += sizes.batchSize) await loader.insert(QUEUE, events.slice(i, i + sizes.batchSize).map((e) => toJob(e)));
     await stop(loader);
     await analyzeSchema(admin, schema);
@@ -143,6 +145,7 @@ async function consume(
         }
       }
     };
+    const insert = `insert into "${schema}".bench_sink (event_id, key, seq) values ($1, $2, $3)`;
     const q0 = queries;
     const t0 = performance.now();
     let stopAll = false;
@@ -160,6 +163,9 @@ async function consume(
         deliveries += jobs.length;
         const first = opts.failFirst ? jobs.filter((j) => j.retryCount === 0) : [];
         const done = opts.failFirst ? jobs.filter((j) => j.retryCount > 0) : jobs;
+        // The same one-row insert as keyq's handler, on the worker's connection
+        // (pg-boss has no transaction spanning the job and the handler's writes).
+        if (opts.insert) for (const j of done) await b.getDb().executeSql(insert, [j.id, j.data.tenant, j.data.seq]);
         if (first.length) await retrying(() => b.fail(QUEUE, first.map((j) => j.id)));
         if (done.length) await retrying(() => b.complete(QUEUE, done.map((j) => j.id)));
         handled += done.length;
@@ -200,6 +206,13 @@ export function consumePlain(admin: Sql, sizes: Sizes, seed: number): Promise<Co
 /** `workers` workers on a `singleton` queue keyed by tenant: the peer of Tier A. */
 export function consumeExclusive(admin: Sql, sizes: Sizes, seed: number): Promise<ConsumeResult> {
   return consume(admin, sizes, seed, "singleton", sizes.exclusiveEvents, sizes.workers);
+}
+
+/** Tier A's writing scenario on a `singleton` queue: the same keys and one-row insert per job as keyq's. */
+export function exclusiveWrite(admin: Sql, sizes: Sizes, seed: number, hot: boolean): Promise<ConsumeResult> {
+  const mix: KeyMix = hot ? { keys: sizes.writeKeys, hotShare: sizes.hotPercent / 100 } : { keys: sizes.writeKeys };
+  const n = hot ? sizes.hotEvents : sizes.writeEvents;
+  return consume(admin, sizes, seed, "singleton", n, sizes.workers, { mix, insert: true });
 }
 
 /** Tier A's retry scenario on pg-boss: retryLimit 5, retryDelay 0, every first attempt fails. */

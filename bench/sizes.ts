@@ -38,9 +38,23 @@ export interface Sizes {
   dedupSmall: number;
   /** keyq only: events of the larger single `sendBatch` call with a dedup key each. */
   dedupLarge: number;
+  /** Events of the Tier A scenarios whose handler inserts one row through `tx`. */
+  writeEvents: number;
+  /** Distinct keys, drawn uniformly, of the writing Tier A scenarios. */
+  writeKeys: number;
+  /** Events of the hot-key Tier A scenario (pg-boss takes one hot job per fetch: keep it small). */
+  hotEvents: number;
+  /** Share of the events on one hot key in the hot-key Tier A scenario, in percent. */
+  hotPercent: number;
+  /** Backlog of the plain read-limit scenario (consumed with a no-op handler). */
+  backlogEvents: number;
+  /** Connections of the raw keyset read (the read-limit reference). */
+  rawConns: number;
+  /** Statements timed per driver in the round-trip scenario. */
+  rtStatements: number;
 }
 
-/** Defaults of a full run: about 6 minutes for 5 rounds on 2 busy cores. */
+/** Defaults of a full run (its output header says how long it took). */
 export const FULL: Sizes = {
   sends: 1_000,
   batchEvents: 20_000,
@@ -58,6 +72,13 @@ export const FULL: Sizes = {
   deferMs: 20,
   dedupSmall: 10_000,
   dedupLarge: 100_000,
+  writeEvents: 10_000,
+  writeKeys: 1_000,
+  hotEvents: 2_000,
+  hotPercent: 50,
+  backlogEvents: 100_000,
+  rawConns: 4,
+  rtStatements: 200,
 };
 
 /** `--quick`: a ~30 s smoke run. */
@@ -73,6 +94,10 @@ export const QUICK: Sizes = {
   orderedEvents: 3_000,
   dedupSmall: 2_000,
   dedupLarge: 20_000,
+  writeEvents: 2_000,
+  hotEvents: 400,
+  backlogEvents: 10_000,
+  rtStatements: 50,
 };
 
 /** What a throughput scenario measured on one side. */
@@ -87,6 +112,8 @@ export interface ConsumeResult {
   readAmp: number;
   /** Handler deliveries (more than the events when some failed or were deferred). */
   deliveries: number;
+  /** Tier A: events put back because another worker held their key (RunReport.deferred summed). */
+  deferred?: number;
   /** Errors the consume loop met and retried (pg-boss fetch deadlocks), if any. */
   errors?: string;
 }

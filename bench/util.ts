@@ -79,14 +79,27 @@ export interface FilePayload {
   sentAt: number;
 }
 
-/** `n` events from a seeded stream: random tenants out of `TENANTS`, types in a fixed mix. */
-export function makeEvents(n: number, seed: number, startSeq = 0): BenchEvent[] {
+/** How the keys of a stream are drawn. */
+export interface KeyMix {
+  /** Distinct keys drawn uniformly (default `TENANTS`). */
+  keys?: number;
+  /** Share (0–1) of the events that all carry one hot key; the rest are uniform (default 0). */
+  hotShare?: number;
+  /** Sequence number of the first event (default 0). */
+  startSeq?: number;
+}
+
+/** `n` events from a seeded stream: random keys out of `mix.keys` (plus a hot key), types in a fixed mix. */
+export function makeEvents(n: number, seed: number, mix: KeyMix = {}): BenchEvent[] {
   const rnd = prng(seed);
+  const keys = mix.keys ?? TENANTS;
+  const width = String(keys - 1).length < 3 ? 3 : String(keys - 1).length;
   const out: BenchEvent[] = [];
   for (let i = 0; i < n; i++) {
-    const seq = startSeq + i;
-    const t = Math.floor(rnd() * TENANTS);
-    const tenant = `tenant-${String(t).padStart(3, "0")}`;
+    const seq = (mix.startSeq ?? 0) + i;
+    const hot = mix.hotShare !== undefined && rnd() < mix.hotShare;
+    const t = Math.floor(rnd() * keys);
+    const tenant = hot ? "tenant-hot" : `tenant-${String(t).padStart(width, "0")}`;
     const etag = Math.floor(rnd() * 2 ** 52).toString(16).padStart(13, "0").repeat(2).slice(0, 24);
     out.push({
       type: TYPES[seq % 3]!,
@@ -103,6 +116,18 @@ export function makeEvents(n: number, seed: number, startSeq = 0): BenchEvent[] 
     });
   }
   return out;
+}
+
+/** Median of the finite values, NaN when there are none. */
+export function median(values: readonly number[]): number {
+  return summarize(values)?.median ?? Number.NaN;
+}
+
+/** Formats a ratio: `0.86×`, `19.9×`, `0.0023×`; `—` when not finite. */
+export function fmtRatio(r: number | null | undefined): string {
+  if (r === null || r === undefined || !Number.isFinite(r)) return "—";
+  if (r < 0.1) return `${r.toPrecision(2)}×`;
+  return `${r >= 10 ? r.toFixed(1) : r.toFixed(2)}×`;
 }
 
 /** Prints a progress line to stderr (stdout stays clean for the table or JSON). */

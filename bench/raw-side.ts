@@ -1,0 +1,90 @@
+/**
+ * Raw Postgres references, on the same driver (postgres.js, defaults) as the
+ * keyq side: a table equivalent to keyq's event table (the same columns,
+ * one btree index), filled by one-JSON-document inserts and read back by
+ * keyset pagination over several connections. They bound what a queue on
+ * this database and driver can reach: the producer and the read limit.
+ *
+ * @module
+ */
+
+import { APP, connect, dropSchema, freshSchema, type Sql } from "./db.ts";
+import type { Sizes } from "./sizes.ts";
+import { type BenchEvent, makeEvents } from "./util.ts";
+
+/** keyq's event columns; a primary key on ev_id stands in for keyq's (ev_txid, ev_id) index. */
+export async function createTable(sql: Sql, schema: string): Promise<void> {
+  await sql.unsafe(`create schema if not exists "${schema}"`);
+  await sql.unsafe(`create table "${schema}".raw_event (
+    ev_id    bigserial primary key,
+    ev_txid  xid8 not null default pg_current_xact_id(),
+    ev_time  timestamptz not null default now(),
+    ev_type  text not null,
+    ev_key   text,
+    ev_data  jsonb not null)`);
+}
+
+/** One statement, one bind parameter: the whole batch as one JSON document. */
+export async function insertDocument(sql: Sql, schema: string, events: readonly BenchEvent[]): Promise<void> {
+  const doc = JSON.stringify(events.map((e) => ({ type: e.type, key: e.key, payload: e.payload })));
+  await sql.unsafe(
+    `insert into "${schema}".raw_event (ev_type, ev_key, ev_data)
+     select e->>'type', e->>'key', e->'payload' from jsonb_array_elements($1::text::jsonb) as e`,
+    [doc],
+  );
+}
+
+/**
+ * Events/s of one connection inserting `batchEvents` events in
+ * one-document statements of `batchSize` (the sendBatch reference).
+ */
+export async function produceDocument(admin: Sql, sizes: Sizes, seed: number): Promise<number> {
+  const schema = freshSchema("raw_batch");
+  const sql = connect(`${APP}-raw`);
+  try {
+    await createTable(sql, schema);
+    const events = makeEvents(sizes.batchEvents, seed);
+    await insertDocument(sql, schema, events.slice(0, sizes.batchSize)); // warm-up, as on the keyq side
+    const t0 = performance.now();
+    for (let i = 0; i < events.length; i += sizes.batchSize) await insertDocument(sql, schema, events.slice(i, i + sizes.batchSize));
+    return sizes.batchEvents / ((performance.now() - t0) / 1000);
+  } finally {
+    await sql.end({ timeout: 5 });
+    await dropSchema(admin, schema);
+  }
+}
+
+/**
+ * Events/s of reading every row of `raw_event` in `schema`, `page` rows a
+ * statement by keyset (`ev_id > last order by ev_id limit page`), the id
+ * range split evenly over `conns` connections that read at once.
+ */
+export async function keysetRead(schema: string, conns: number, page: number): Promise<number> {
+  const pool = Array.from({ length: conns }, (_, i) => connect(`${APP}-rawread-${i}`));
+  try {
+    const [b] = await pool[0]!.unsafe(`select min(ev_id)::text as lo, max(ev_id)::text as hi from "${schema}".raw_event`);
+    const lo = Number(b!.lo) - 1;
+    const hi = Number(b!.hi);
+    for (const sql of pool) await sql.unsafe("select 1");
+    const step = Math.ceil((hi - lo) / conns);
+    let rows = 0;
+    const t0 = performance.now();
+    await Promise.all(pool.map(async (sql, i) => {
+      let last = lo + i * step;
+      const end = Math.min(hi, last + step);
+      while (last < end) {
+        const got = await sql.unsafe(
+          `select ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data from "${schema}".raw_event
+            where ev_id > $1 and ev_id <= $2 order by ev_id limit $3`,
+          [last, end, page],
+        );
+        if (got.length === 0) break;
+        rows += got.length;
+        last = Number(got.at(-1)!.ev_id);
+      }
+    }));
+    return rows / ((performance.now() - t0) / 1000);
+  } finally {
+    await Promise.all(pool.map((sql) => sql.end({ timeout: 5 })));
+  }
+}

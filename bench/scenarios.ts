@@ -1,0 +1,220 @@
+/**
+ * The scenarios of `npm run bench`: which rows each one fills, and one
+ * round of it. Within a round a scenario measures keyq and its reference
+ * one right after the other (the order alternates between rounds), so each
+ * round's ratio compares figures taken under the same load.
+ *
+ * @module
+ */
+
+import type { ScenarioId } from "./args.ts";
+import { backlog } from "./backlog.ts";
+import type { Sql } from "./db.ts";
+import * as kq from "./keyq-side.ts";
+import * as boss from "./pgboss-side.ts";
+import * as raw from "./raw-side.ts";
+import { roundTrips } from "./roundtrips.ts";
+import type { Row, Target } from "./rows.ts";
+import type { ConsumeResult, Sizes } from "./sizes.ts";
+import { fmt, fmtRatio, progress } from "./util.ts";
+
+/** Rows, by id, in table order; statement errors pg-boss's loops retried; failed measurements. */
+export interface Book {
+  rows: Map<string, Row>;
+  retried: Map<string, number>;
+  errors: string[];
+}
+
+const atLeast = (value: number, on: Target["on"] = "ratio"): Target => ({ on, op: ">=", value });
+const atMost = (value: number, on: Target["on"] = "keyq"): Target => ({ on, op: "<=", value });
+
+type RowSpec = [id: string, label: string, unit: string, reference: string, ratio: boolean, target?: Target];
+
+/** The rows each scenario fills. */
+export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
+  const w = s.workers;
+  switch (id) {
+    case "exclusive-write":
+      return [
+        ["write", `Tier A, ${w} workers, ${fmt(s.writeKeys)} uniform keys, handler does one insert through tx`, "ev/s", "pg-boss singleton (singletonKey), same insert", true, atLeast(5)],
+        ["write-deferrals", `Tier A deferrals at ${fmt(s.writeKeys)} uniform keys, ${w} workers (per 100 events)`, "%", "", false, atMost(2)],
+      ];
+    case "exclusive-hot":
+      return [
+        ["hot", `Tier A, ${w} workers, ${fmt(s.hotEvents)} events, ${s.hotPercent} % on one key, one insert`, "ev/s", "pg-boss singleton, same", true],
+        ["hot-deferrals", `Tier A deferrals, ${s.hotPercent} % on one key (per 100 events)`, "%", "", false],
+      ];
+    case "backlog":
+      return [
+        ["backlog-1000", `plain consume, ${fmt(s.backlogEvents)} backlog, no-op, 1 worker, maxEvents 1000`, "ev/s", `raw keyset read (${s.rawConns} conns)`, true, atLeast(0.5)],
+        ["backlog-default", `plain consume, ${fmt(s.backlogEvents)} backlog, no-op, 1 worker, default maxEvents`, "ev/s", `raw keyset read (${s.rawConns} conns)`, true, atLeast(0.5)],
+        ["plain-workers", `plain consumer, ${w} workers vs 1 (same backlog, maxEvents 1000)`, "ev/s", "keyq, 1 worker", true, atLeast(1)],
+      ];
+    case "produce-raw":
+      return [["produce-raw", `sendBatch ${fmt(s.batchSize)}, 1 connection`, "ev/s", "raw one-JSON-document insert", true, atLeast(0.7)]];
+    case "round-trips":
+      return [
+        ["rt-statement", "network round trips per statement, postgres.js adapter", "", "pg adapter", false, atMost(1)],
+        ["rt-send", "network round trips per send, postgres.js adapter", "", "pg adapter", false],
+        ["rt-batch", "network round trips per plain batch (10 events, no-op; run's tick included), postgres.js adapter", "", "pg adapter", false, atMost(3)],
+      ];
+    case "ordered":
+      return [["ordered", `Tier B, ${s.slots} slots, ${w} workers, no-op`, "ev/s", "pg-boss key_strict_fifo", true, atLeast(20)]];
+    case "produce-send":
+      return [["produce-send", "send, 1 connection", "ev/s", "pg-boss send", true]];
+    case "produce-batch":
+      return [["produce-batch", `sendBatch ${fmt(s.batchSize)}, 1 connection`, "ev/s", "pg-boss insert", true]];
+    case "produce-dedup":
+      return [
+        ["dedup-small", `one sendBatch of ${fmt(s.dedupSmall)} events with dedup keys (↓)`, "ms", "", false],
+        ["dedup-large", `one sendBatch of ${fmt(s.dedupLarge)} events with dedup keys (↓)`, "ms", "", false],
+      ];
+    case "plain":
+      return [
+        ["plain", `plain consume, 1 worker, maxEvents ${s.maxEvents}, no-op`, "ev/s", "pg-boss standard", true],
+        ["stmt-plain", "statements per batch: plain (↓)", "", "pg-boss queries", true],
+        ["ra-plain", "rows read per event: plain (↓)", "", "pg-boss", true],
+      ];
+    case "exclusive":
+      return [
+        ["exclusive", `Tier A, ${w} workers, 200 keys, no-op, deferDelay ${s.deferMs} ms`, "ev/s", "pg-boss singleton", true],
+        ["stmt-exclusive", "statements per batch: Tier A (↓)", "", "pg-boss queries", true],
+        ["ra-exclusive", "rows read per event: Tier A (↓)", "", "pg-boss", true],
+      ];
+    case "latency":
+      return [
+        ["latency-p50", `Tier A latency p50 at ${s.rate}/s (↓)`, "ms", "pg-boss singleton", true],
+        ["latency-p95", `Tier A latency p95 at ${s.rate}/s (↓)`, "ms", "pg-boss singleton", true],
+      ];
+    case "retry":
+      return [["retry", `retry: every event fails once, Tier A, ${w} workers`, "ev/s", "pg-boss singleton", true]];
+  }
+}
+
+/** Declares every row of `ids`, in order, so the table keeps it. */
+export function declare(book: Book, ids: readonly ScenarioId[], s: Sizes): void {
+  for (const id of ids) {
+    for (const [rid, label, unit, reference, ratio, target] of rowSpecs(id, s)) {
+      book.rows.set(rid, { id: rid, label, unit, reference, ratio, ...(target ? { target } : {}), keyq: [], ref: [], ratios: [] });
+    }
+  }
+}
+
+/** Records one round of a row: both values and, when both are there, their ratio. */
+function put(book: Book, id: string, keyq: number | null | undefined, ref?: number | null): void {
+  const row = book.rows.get(id)!;
+  const k = keyq ?? Number.NaN;
+  const r = ref ?? Number.NaN;
+  row.keyq.push(k);
+  row.ref.push(r);
+  if (Number.isFinite(k) && Number.isFinite(r) && r !== 0) row.ratios.push(k / r);
+}
+
+/** Runs `fn`; on a throw, records the failure and returns null. */
+async function measure<T>(book: Book, what: string, fn: () => Promise<T>): Promise<T | null> {
+  try {
+    return await fn();
+  } catch (err) {
+    const msg = `${what} failed: ${(err as Error).stack ?? err}`;
+    book.errors.push(msg);
+    progress(`  ! ${msg}`);
+    return null;
+  }
+}
+
+/** Runs keyq's and the reference's measurement in `keyqFirst` order. */
+async function both<A, B>(book: Book, id: string, keyqFirst: boolean, k: () => Promise<A>, r: () => Promise<B>): Promise<[A | null, B | null]> {
+  if (keyqFirst) {
+    const a = await measure(book, `${id} (keyq)`, k);
+    return [a, await measure(book, `${id} (reference)`, r)];
+  }
+  const b = await measure(book, `${id} (reference)`, r);
+  return [await measure(book, `${id} (keyq)`, k), b];
+}
+
+const ev = (x: number | null | undefined) => (x === null || x === undefined ? "error" : `${fmt(x)} ev/s`);
+const vs = (k: number | null | undefined, r: number | null | undefined, ref: string) =>
+  `keyq ${ev(k)} · ${ref} ${ev(r)} · ${fmtRatio(k && r ? k / r : null)}`;
+
+function noteRetried(book: Book, id: string, r: ConsumeResult | null): void {
+  if (r?.errors) book.retried.set(id, (book.retried.get(id) ?? 0) + Number(r.errors.split(" ")[0]));
+}
+
+/** One round of scenario `id`; returns the progress line's details. */
+export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Sizes, seed: number, keyqFirst: boolean): Promise<string> {
+  switch (id) {
+    case "exclusive-write":
+    case "exclusive-hot": {
+      const hot = id === "exclusive-hot";
+      const [k, b] = await both(book, id, keyqFirst, () => kq.exclusiveWrite(admin, s, seed, hot), () => boss.exclusiveWrite(admin, s, seed, hot));
+      noteRetried(book, id, b);
+      const deferrals = k?.deferred === undefined ? null : (100 * k.deferred) / (hot ? s.hotEvents : s.writeEvents);
+      put(book, hot ? "hot" : "write", k?.eventsPerSec, b?.eventsPerSec);
+      put(book, hot ? "hot-deferrals" : "write-deferrals", deferrals);
+      return `${vs(k?.eventsPerSec, b?.eventsPerSec, "pg-boss")} · keyq deferrals ${fmt(deferrals ?? undefined)} %`;
+    }
+    case "backlog": {
+      const r = await measure(book, id, () => backlog(admin, s, seed, !keyqFirst));
+      put(book, "backlog-1000", r?.plain1000, r?.raw);
+      put(book, "backlog-default", r?.plainDefault, r?.raw);
+      put(book, "plain-workers", r?.plain4x1000, r?.plain1000);
+      return r
+        ? `raw ${ev(r.raw)} · keyq maxEvents 1000 ${ev(r.plain1000)} · default ${ev(r.plainDefault)} · ${s.workers} workers ${ev(r.plain4x1000)}`
+        : "error";
+    }
+    case "produce-raw": {
+      const [k, r] = await both(book, id, keyqFirst, () => kq.produceBatch(admin, s, seed), () => raw.produceDocument(admin, s, seed));
+      put(book, id, k, r);
+      return vs(k, r, "raw insert");
+    }
+    case "round-trips": {
+      const [js, pg] = await both(book, id, keyqFirst, () => roundTrips(admin, s, "postgres-js"), () => roundTrips(admin, s, "pg"));
+      put(book, "rt-statement", js?.perStatement, pg?.perStatement);
+      put(book, "rt-send", js?.perSend, pg?.perSend);
+      put(book, "rt-batch", js?.perBatch, pg?.perBatch);
+      return `per statement: postgres.js ${fmt(js?.perStatement)}, pg ${fmt(pg?.perStatement)} · per send: postgres.js ${fmt(js?.perSend)}, pg ${fmt(pg?.perSend)} · ` +
+        `per batch: postgres.js ${fmt(js?.perBatch)}, pg ${fmt(pg?.perBatch)}`;
+    }
+    case "produce-send":
+    case "produce-batch": {
+      const single = id === "produce-send";
+      const [k, b] = await both(book, id, keyqFirst, () => (single ? kq.produceSingle : kq.produceBatch)(admin, s, seed), () =>
+        (single ? boss.produceSingle : boss.produceBatch)(admin, s, seed));
+      put(book, id, k, b);
+      return vs(k, b, "pg-boss");
+    }
+    case "produce-dedup": {
+      const a = await measure(book, id, () => kq.produceDedup(admin, s.dedupSmall, seed));
+      const b = await measure(book, id, () => kq.produceDedup(admin, s.dedupLarge, seed));
+      put(book, "dedup-small", a);
+      put(book, "dedup-large", b);
+      return `${fmt(s.dedupSmall)} events ${fmt(a ?? undefined)} ms · ${fmt(s.dedupLarge)} events ${fmt(b ?? undefined)} ms`;
+    }
+    case "plain":
+    case "exclusive":
+    case "ordered": {
+      const fk = id === "plain" ? kq.consumePlain : id === "exclusive" ? kq.consumeExclusive : kq.consumeOrdered;
+      const fb = id === "plain" ? boss.consumePlain : id === "exclusive" ? boss.consumeExclusive : boss.consumeOrdered;
+      const [k, b] = await both(book, id, keyqFirst, () => fk(admin, s, seed), () => fb(admin, s, seed));
+      noteRetried(book, id, b);
+      put(book, id, k?.eventsPerSec, b?.eventsPerSec);
+      if (id !== "ordered") {
+        put(book, `stmt-${id}`, k?.roundTripsPerBatch, b?.roundTripsPerBatch);
+        put(book, `ra-${id}`, k?.readAmp, b?.readAmp);
+      }
+      return vs(k?.eventsPerSec, b?.eventsPerSec, "pg-boss");
+    }
+    case "latency": {
+      const [k, b] = await both(book, id, keyqFirst, () => kq.latencyExclusive(admin, s, seed), () => boss.latencyExclusive(admin, s, seed));
+      put(book, "latency-p50", k?.p50, b?.p50);
+      put(book, "latency-p95", k?.p95, b?.p95);
+      return `keyq p50 ${fmt(k?.p50)} ms p95 ${fmt(k?.p95)} ms · pg-boss p50 ${fmt(b?.p50)} ms p95 ${fmt(b?.p95)} ms`;
+    }
+    case "retry": {
+      const [k, b] = await both(book, id, keyqFirst, () => kq.retryExclusive(admin, s, seed), () => boss.retryExclusive(admin, s, seed));
+      noteRetried(book, id, b);
+      put(book, id, k?.eventsPerSec, b?.eventsPerSec);
+      return vs(k?.eventsPerSec, b?.eventsPerSec, "pg-boss");
+    }
+  }
+}
