@@ -88,10 +88,10 @@ export function functionsHash(functions: { name: string; sql: string }[]): strin
 /**
  * Renders `src/migrations.ts` from the SQL files (pure). Migrations must be
  * named `NNN_name.sql`, numbered 001, 002, … without gaps; function files
- * `NN_name.sql` (applied in name order). CRLF line endings are normalised to
- * LF, so a Windows checkout renders the same.
+ * `NN_name.sql` (applied in name order); `version` is the package's.
+ * CRLF line endings are normalised to LF, so a Windows checkout renders the same.
  */
-export function renderMigrations(migrationFiles: SqlFile[], functionFiles: SqlFile[] = []): string {
+export function renderMigrations(migrationFiles: SqlFile[], functionFiles: SqlFile[] = [], version = "0.0.0"): string {
   const migrations = parseMigrations(migrationFiles);
   const functions = parseFunctions(functionFiles);
   checkFrozen(migrations, functions);
@@ -130,6 +130,9 @@ export const functions: readonly FunctionFile[] = [${list(fEntries)}];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
 export const functionsHash: string = ${JSON.stringify(functionsHash(functions))};
+
+/** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
+export const functionsVersion: string = ${JSON.stringify(version)};
 `;
 }
 
@@ -147,11 +150,17 @@ export function readSqlFiles(dir: string): SqlFile[] {
     .map((name) => ({ name, text: readFileSync(join(dir, name), "utf8") }));
 }
 
+/** The version in the package.json next to `sqlDir`'s repository root, if any. */
+export function packageVersion(rootDir: string): string {
+  const file = join(rootDir, "package.json");
+  return existsSync(file) ? String(JSON.parse(readFileSync(file, "utf8")).version ?? "0.0.0") : "0.0.0";
+}
+
 /** Renders `sqlDir`'s `migrations/` and `functions/` into `outFile`; returns the number of files. */
-export function buildMigrations(sqlDir: string, outFile: string): number {
+export function buildMigrations(sqlDir: string, outFile: string, version = "0.0.0"): number {
   const m = readSqlFiles(join(sqlDir, "migrations"));
   const f = readSqlFiles(join(sqlDir, "functions"));
-  writeFileSync(outFile, renderMigrations(m, f));
+  writeFileSync(outFile, renderMigrations(m, f, version));
   return m.length + f.length;
 }
 
@@ -159,6 +168,6 @@ const root = resolve(fileURLToPath(import.meta.url), "../..");
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const sqlDir = resolve(process.argv[2] ?? join(root, "src/sql"));
   const outFile = resolve(process.argv[3] ?? join(root, "src/migrations.ts"));
-  const n = buildMigrations(sqlDir, outFile);
+  const n = buildMigrations(sqlDir, outFile, packageVersion(root));
   console.log(`build-migrations: wrote ${outFile} (${n} file${n === 1 ? "" : "s"} from ${sqlDir})`);
 }

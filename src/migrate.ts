@@ -10,7 +10,8 @@
  *   (functionsHash) differs from the one recorded in the schema's
  *   function_set table, migrate() drops every function of the schema except
  *   the frozen ones and creates the set anew: a changed body, return type,
- *   argument list or a removed function needs no migration.
+ *   argument list or a removed function needs no migration. A set recorded
+ *   by a newer keyq version is left alone (no downgrade in a rolling deploy).
  * - Frozen functions (slot_of: indexes depend on it) live in migrations only.
  *
  * All of it runs in one transaction behind an advisory lock; a migrate()
@@ -21,7 +22,7 @@
 
 import type { Driver, Executor } from "./driver.ts";
 import { KeyqError } from "./errors.ts";
-import { frozenFunctions, functions, functionsHash, type Migration, migrations } from "./migrations.ts";
+import { frozenFunctions, functions, functionsHash, functionsVersion, type Migration, migrations } from "./migrations.ts";
 import { mapError } from "./sql.ts";
 import type { MigrateResult } from "./types.ts";
 import { checkSchemaName } from "./validate.ts";
@@ -65,7 +66,7 @@ begin
   end loop;
 end $keyq$;`;
   const record = `delete from "${schema}".function_set;
-insert into "${schema}".function_set (hash) values ('${functionsHash}');`;
+insert into "${schema}".function_set (hash, version) values ('${functionsHash}', '${functionsVersion}');`;
   return [drop, ...functions.map((f) => `-- functions/${f.name}.sql\n\n${render(f.sql, schema)}`), record].join("\n\n");
 }
 
@@ -90,10 +91,28 @@ export function migrationSql(schema = "keyq"): string {
   return parts.join("\n\n");
 }
 
-/** Re-applies the function set when the recorded hash is not this build's; true if it did. */
+/** major.minor.patch as numbers (a pre-release tag is ignored). */
+function semver(v: string): number[] {
+  return v.split(/[-+]/)[0]!.split(".").map((n) => Number(n) || 0);
+}
+
+/** a < b by major.minor.patch. */
+function olderVersion(a: string, b: string): boolean {
+  const [x, y] = [semver(a), semver(b)];
+  for (let i = 0; i < 3; i++) if ((x[i] ?? 0) !== (y[i] ?? 0)) return (x[i] ?? 0) < (y[i] ?? 0);
+  return false;
+}
+
+/**
+ * Re-applies the function set when the recorded hash is not this build's,
+ * unless a newer keyq recorded it: during a rolling deploy, an old process
+ * that restarts must not put the old functions back.
+ */
 async function applyFunctions(tx: Executor, schema: string): Promise<boolean> {
-  const rows = await tx.query(`select hash from "${schema}".function_set`);
-  if (rows.length === 1 && rows[0]!.hash === functionsHash) return false;
+  const rows = await tx.query(`select hash, version from "${schema}".function_set`);
+  const recorded = rows.length === 1 ? rows[0]! : undefined;
+  if (recorded?.hash === functionsHash) return false;
+  if (recorded && olderVersion(functionsVersion, String(recorded.version))) return false;
   await tx.query(functionSetSql(schema));
   return true;
 }

@@ -1407,10 +1407,12 @@ as $$ select coalesce((((pg_catalog.hashtextextended(key, 0) operator(pg_catalog
     name: "function_set",
     sql: `-- The engine functions (src/sql/functions/) are not numbered migrations:
 -- migrate() re-applies the whole set when its content hash differs from the
--- one recorded here (one row), dropping the previous set first.
+-- one recorded here (one row), dropping the previous set first, unless the
+-- recorded set is a newer keyq version's (an older build never downgrades it).
 
 create table :KEYQ_SCHEMA.function_set (
   hash       text not null,
+  version    text not null,
   applied_at timestamptz not null default now()
 );
 `,
@@ -2909,3 +2911,6 @@ $$;
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
 export const functionsHash: string = "074d6470dafc3d68895cd603e5f5dc2f1e8e6a11c3b931d21beee8c30f159024";
+
+/** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
+export const functionsVersion: string = "0.1.0";

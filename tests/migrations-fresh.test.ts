@@ -7,7 +7,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { buildMigrations, functionsHash, HEADER, readSqlFiles, renderMigrations } from "../scripts/build-migrations.ts";
+import { buildMigrations, functionsHash, HEADER, packageVersion, readSqlFiles, renderMigrations } from "../scripts/build-migrations.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 
@@ -15,6 +15,7 @@ test("src/migrations.ts is fresh (else: run npm run build:migrations)", () => {
   const expected = renderMigrations(
     readSqlFiles(join(root, "src/sql/migrations")),
     readSqlFiles(join(root, "src/sql/functions")),
+    packageVersion(root),
   );
   const actual = readFileSync(join(root, "src/migrations.ts"), "utf8");
   assert.ok(

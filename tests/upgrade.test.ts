@@ -172,3 +172,26 @@ test("a function set whose recorded hash differs is re-applied: changed, missing
     await dropSchema(url, schema);
   }
 });
+
+test("a function set recorded by a newer keyq is left alone (no downgrade in a rolling deploy)", { skip }, async () => {
+  const url = (await databaseUrl())!;
+  const schema = freshSchema("upgrade");
+  const sql = connect(url);
+  try {
+    const q = keyq(fromPostgresJs(sql), { schema });
+    await q.migrate();
+    await sql.unsafe(`update "${schema}".function_set set hash = 'a newer set', version = '999.0.0'`);
+    await sql.unsafe(`create function "${schema}".newer_only() returns int language sql as 'select 1'`);
+    await q.migrate();
+    const [kept] = await sql.unsafe(`select to_regprocedure('"${schema}".newer_only()')::text as f, hash from "${schema}".function_set`);
+    assert.deepEqual({ ...kept }, { f: `"${schema}".newer_only()`.replaceAll('"', ""), hash: "a newer set" });
+    // An older recorded version is replaced, as an upgrade is.
+    await sql.unsafe(`update "${schema}".function_set set version = '0.0.1'`);
+    await q.migrate();
+    const [now] = await sql.unsafe(`select to_regprocedure('"${schema}".newer_only()')::text as f, hash from "${schema}".function_set`);
+    assert.deepEqual({ ...now }, { f: null, hash: functionsHash });
+  } finally {
+    await sql.end({ timeout: 2 });
+    await dropSchema(url, schema);
+  }
+});

@@ -64,6 +64,7 @@ event (partitioned by LIST (queue_id))
   ev_data jsonb not null
 function_set (table)
   hash text not null
+  version text not null
   applied_at timestamp with time zone not null default now()
 lease (table)
   consumer_id integer not null
