@@ -112,6 +112,14 @@ test("0.1 → current: in-flight events of every consumer kind are delivered exa
       }
     }
     assert.equal(await catalogDump(sql, schema), snapshot, "the upgraded schema has the committed snapshot's shape");
+    // 0.1's slot index (on the queue's parent) now has per-table names: a new
+    // ordered consumer of the same N builds no twin indexes.
+    const slotIndexes = `select string_agg(c.relname, ',' order by c.relname) as names from pg_class c
+      where c.relnamespace = '"${schema}"'::regnamespace and c.relkind = 'i' and c.relname like '%slots4'`;
+    const [names] = await sql.unsafe(slotIndexes);
+    assert.equal(names!.names, "event_1_0_slots4,event_1_1_slots4,event_1_2_slots4");
+    await q.ordered("jobs", "ord2", { slots: 4 }).subscribe();
+    assert.deepEqual([...await sql.unsafe(slotIndexes)], [names]);
   } finally {
     await sql.end({ timeout: 2 });
     await dropSchema(url, schema);
