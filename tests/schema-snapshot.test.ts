@@ -7,9 +7,9 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
-import { keyq } from "../mod.ts";
+import { keyq, migrationSql } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
-import { migrations } from "../src/migrations.ts";
+import { functionsHash, migrations } from "../src/migrations.ts";
 import { catalogDump, normalise, SNAPSHOT_PATH } from "../scripts/catalog-dump.ts";
 import { connect, databaseUrl, dbSkip, dropSchema, freshSchema } from "./helpers/db.ts";
 
@@ -72,6 +72,23 @@ test("a freshly migrated schema matches src/sql/schema.snapshot.sql", { skip }, 
           `${JSON.stringify(e[i])}). If the change is intended, run npm run snapshot and review the diff.`,
       );
     }
+  } finally {
+    await sql.end();
+    await dropSchema(url, schema);
+  }
+});
+
+test("migrationSql() applied by hand gives the same schema, and migrate() then has nothing to do", { skip }, async () => {
+  const url = (await databaseUrl())!;
+  const schema = freshSchema("snap");
+  const sql = connect(url); // one connection: the script has its own BEGIN/COMMIT
+  try {
+    await sql.unsafe(migrationSql(schema));
+    assert.equal(await catalogDump(sql, schema), readFileSync(new URL(SNAPSHOT_PATH, root), "utf8"));
+    const r = await keyq(fromPostgresJs(sql), { schema }).migrate();
+    assert.deepEqual(r.applied, []);
+    const set = [...await sql.unsafe(`select hash from "${schema}".function_set`)];
+    assert.deepEqual(set.map((x) => x.hash), [functionsHash]);
   } finally {
     await sql.end();
     await dropSchema(url, schema);
