@@ -1,13 +1,28 @@
 /**
- * Applies the engine's numbered, immutable migrations in one transaction
- * behind an advisory lock, and renders them as plain SQL for DBAs.
+ * Applies the engine to a schema, and renders it as plain SQL for DBAs.
+ *
+ * How the engine evolves (README, "How the engine evolves"):
+ * - Tables, types, indexes and data live in numbered migrations
+ *   (src/sql/migrations/NNN_name.sql), applied once each, in order, and
+ *   never edited once released: a change is a new migration. 001–005 are
+ *   0.1's files, as 0.1 databases recorded them.
+ * - Functions live in src/sql/functions/*.sql. Whenever the set's hash
+ *   (functionsHash) differs from the one recorded in the schema's
+ *   function_set table, migrate() drops every function of the schema except
+ *   the frozen ones and creates the set anew: a changed body, return type,
+ *   argument list or a removed function needs no migration. A set recorded
+ *   by a newer keyq version is left alone (no downgrade in a rolling deploy).
+ * - Frozen functions (slot_of: indexes depend on it) live in migrations only.
+ *
+ * All of it runs in one transaction behind an advisory lock; a migrate()
+ * with nothing to do reads two rows and runs no DDL.
  *
  * @module
  */
 
-import type { Driver } from "./driver.ts";
+import type { Driver, Executor } from "./driver.ts";
 import { KeyqError } from "./errors.ts";
-import { type Migration, migrations } from "./migrations.ts";
+import { frozenFunctions, functions, functionsHash, functionsVersion, type Migration, migrations } from "./migrations.ts";
 import { mapError } from "./sql.ts";
 import type { MigrateResult } from "./types.ts";
 import { checkSchemaName } from "./validate.ts";
@@ -15,8 +30,8 @@ import { checkSchemaName } from "./validate.ts";
 /** The newest schema version this build knows. */
 export const latestVersion: number = migrations.length === 0 ? 0 : migrations[migrations.length - 1]!.version;
 
-function render(m: Migration, schema: string): string {
-  return m.sql.replaceAll(":KEYQ_SCHEMA_NAME", `'${schema}'`).replaceAll(":KEYQ_SCHEMA", `"${schema}"`);
+function render(sql: string, schema: string): string {
+  return sql.replaceAll(":KEYQ_SCHEMA_NAME", `'${schema}'`).replaceAll(":KEYQ_SCHEMA", `"${schema}"`);
 }
 
 function bootstrap(schema: string): string {
@@ -26,6 +41,33 @@ create table if not exists "${schema}".migration (
   name text not null,
   applied_at timestamptz not null default now()
 );`;
+}
+
+function recordMigration(m: Migration, schema: string): string {
+  return `insert into "${schema}".migration (version, name) values (${m.version}, '${m.name}');`;
+}
+
+/**
+ * The function set as one script: drops the schema's functions (all but the
+ * frozen ones: a changed signature or return type cannot be replaced), then
+ * creates the set and records its hash. The schema belongs to keyq.
+ */
+function functionSetSql(schema: string): string {
+  const keep = frozenFunctions.map((f) => `'${f}'`).join(", ");
+  const drop = `do $keyq$
+declare f record;
+begin
+  for f in select p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid) as args
+             from pg_catalog.pg_proc p
+            where p.pronamespace = '"${schema}"'::regnamespace and p.prokind = 'f'
+              and p.proname <> all (array[${keep}]::text[])
+  loop
+    execute pg_catalog.format('drop function %I.%I(%s)', '${schema}', f.proname, f.args);
+  end loop;
+end $keyq$;`;
+  const record = `delete from "${schema}".function_set;
+insert into "${schema}".function_set (hash, version) values ('${functionsHash}', '${functionsVersion}');`;
+  return [drop, ...functions.map((f) => `-- functions/${f.name}.sql\n\n${render(f.sql, schema)}`), record].join("\n\n");
 }
 
 /**
@@ -43,11 +85,36 @@ export function migrationSql(schema = "keyq"): string {
   checkSchemaName(schema);
   const parts = [`begin;`, bootstrap(schema)];
   for (const m of migrations) {
-    parts.push(`-- ${String(m.version).padStart(3, "0")}_${m.name}.sql`, render(m, schema));
-    parts.push(`insert into "${schema}".migration (version, name) values (${m.version}, '${m.name}');`);
+    parts.push(`-- ${String(m.version).padStart(3, "0")}_${m.name}.sql`, render(m.sql, schema), recordMigration(m, schema));
   }
-  parts.push(`commit;`);
+  parts.push(functionSetSql(schema), `commit;`);
   return parts.join("\n\n");
+}
+
+/** major.minor.patch as numbers (a pre-release tag is ignored). */
+function semver(v: string): number[] {
+  return v.split(/[-+]/)[0]!.split(".").map((n) => Number(n) || 0);
+}
+
+/** a < b by major.minor.patch. */
+function olderVersion(a: string, b: string): boolean {
+  const [x, y] = [semver(a), semver(b)];
+  for (let i = 0; i < 3; i++) if ((x[i] ?? 0) !== (y[i] ?? 0)) return (x[i] ?? 0) < (y[i] ?? 0);
+  return false;
+}
+
+/**
+ * Re-applies the function set when the recorded hash is not this build's,
+ * unless a newer keyq recorded it: during a rolling deploy, an old process
+ * that restarts must not put the old functions back.
+ */
+async function applyFunctions(tx: Executor, schema: string): Promise<boolean> {
+  const rows = await tx.query(`select hash, version from "${schema}".function_set`);
+  const recorded = rows.length === 1 ? rows[0]! : undefined;
+  if (recorded?.hash === functionsHash) return false;
+  if (recorded && olderVersion(functionsVersion, String(recorded.version))) return false;
+  await tx.query(functionSetSql(schema));
+  return true;
 }
 
 /** Applies pending migrations; safe to call from many processes at once. */
@@ -76,13 +143,14 @@ export async function migrate(driver: Driver, schema: string): Promise<MigrateRe
       const applied: number[] = [];
       for (const m of migrations) {
         if (m.version <= from) continue;
-        await tx.query(render(m, schema));
+        await tx.query(render(m.sql, schema));
         await tx.query(`insert into "${schema}".migration (version, name) values ($1::int, $2::text)`, [
           String(m.version),
           m.name,
         ]);
         applied.push(m.version);
       }
+      await applyFunctions(tx, schema);
       return { from, to: Math.max(from, latestVersion), applied };
     });
   } catch (err) {

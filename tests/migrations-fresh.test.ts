@@ -1,21 +1,26 @@
 // The committed src/migrations.ts must be what scripts/build-migrations.ts
-// renders from src/sql/*.sql; and the renderer itself, on a temporary directory.
+// renders from src/sql/migrations/*.sql and src/sql/functions/*.sql; and the
+// renderer itself, on a temporary directory.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { buildMigrations, HEADER, readSqlFiles, renderMigrations } from "../scripts/build-migrations.ts";
+import { buildMigrations, functionsHash, HEADER, packageVersion, readSqlFiles, renderMigrations } from "../scripts/build-migrations.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 
 test("src/migrations.ts is fresh (else: run npm run build:migrations)", () => {
-  const expected = renderMigrations(readSqlFiles(join(root, "src/sql")));
+  const expected = renderMigrations(
+    readSqlFiles(join(root, "src/sql/migrations")),
+    readSqlFiles(join(root, "src/sql/functions")),
+    packageVersion(root),
+  );
   const actual = readFileSync(join(root, "src/migrations.ts"), "utf8");
   assert.ok(
     actual === expected,
-    "src/migrations.ts is stale: it does not match src/sql/*.sql — run npm run build:migrations",
+    "src/migrations.ts is stale: it does not match src/sql/{migrations,functions}/*.sql — run npm run build:migrations",
   );
 });
 
@@ -29,36 +34,57 @@ test("build-migrations renders an empty list from no files (or no directory)", a
   await withTempDir(async (dir) => {
     const sql = join(dir, "sql");
     assert.equal(buildMigrations(sql, join(dir, "none.ts")), 0);
-    mkdirSync(sql);
+    mkdirSync(join(sql, "migrations"), { recursive: true });
+    mkdirSync(join(sql, "functions"));
     assert.equal(buildMigrations(sql, join(dir, "empty.ts")), 0);
     const text = readFileSync(join(dir, "empty.ts"), "utf8");
     assert.ok(text.startsWith(HEADER));
-    assert.match(text, /export const migrations: readonly Migration\[\] = \[\];\n$/);
-    const mod = (await import(pathToFileURL(join(dir, "empty.ts")).href)) as { migrations: unknown[] };
+    assert.match(text, /export const migrations: readonly Migration\[\] = \[\];\n/);
+    assert.match(text, /export const functions: readonly FunctionFile\[\] = \[\];\n/);
+    const mod = (await import(pathToFileURL(join(dir, "empty.ts")).href)) as { migrations: unknown[]; functions: unknown[] };
     assert.deepEqual(mod.migrations, []);
+    assert.deepEqual(mod.functions, []);
   });
 });
 
 test("build-migrations sorts by version and embeds each file's SQL verbatim", async () => {
   await withTempDir(async (dir) => {
     const sql = join(dir, "sql");
-    mkdirSync(sql);
+    mkdirSync(join(sql, "migrations"), { recursive: true });
+    mkdirSync(join(sql, "functions"));
     const tricky = "create function f() returns text language plpgsql as $$\nbegin\n  return 'a \"quoted\" \\\\ `tick` ${x} — é';\nend $$;\n";
-    writeFileSync(join(sql, "002_more.sql"), "select 2;\r\n");
-    writeFileSync(join(sql, "001_engine.sql"), tricky);
-    writeFileSync(join(sql, "README.md"), "not a migration");
-    assert.equal(buildMigrations(sql, join(dir, "out.ts")), 2);
+    const frozen = "create function :KEYQ_SCHEMA.slot_of(key text, n int) returns int language sql as $$ select 0 $$;\n";
+    writeFileSync(join(sql, "migrations", "002_more.sql"), "select 2;\r\n");
+    writeFileSync(join(sql, "migrations", "001_engine.sql"), tricky + frozen);
+    writeFileSync(join(sql, "migrations", "README.md"), "not a migration");
+    writeFileSync(join(sql, "functions", "02_b.sql"), "select 'b';\r\n");
+    writeFileSync(join(sql, "functions", "01_a.sql"), tricky);
+    assert.equal(buildMigrations(sql, join(dir, "out.ts")), 4);
     const mod = (await import(pathToFileURL(join(dir, "out.ts")).href)) as {
       migrations: { version: number; name: string; sql: string }[];
+      functions: { name: string; sql: string }[];
+      functionsHash: string;
     };
     assert.deepEqual(mod.migrations, [
-      { version: 1, name: "engine", sql: tricky },
+      { version: 1, name: "engine", sql: tricky + frozen },
       { version: 2, name: "more", sql: "select 2;\n" },
     ]);
+    assert.deepEqual(mod.functions, [{ name: "01_a", sql: tricky }, { name: "02_b", sql: "select 'b';\n" }]);
+    assert.equal(mod.functionsHash, functionsHash(mod.functions));
+    assert.notEqual(mod.functionsHash, functionsHash([{ name: "01_a", sql: tricky + " " }, mod.functions[1]!]));
   });
 });
 
+test("renderMigrations refuses a frozen function (slot_of) in the function set, or in no migration", () => {
+  const slotOf = "create or replace function :KEYQ_SCHEMA.slot_of(key text, n int) returns int";
+  const m = [{ name: "001_engine.sql", text: slotOf }];
+  assert.throws(() => renderMigrations(m, [{ name: "01_engine.sql", text: slotOf }]), /slot_of is frozen/);
+  assert.throws(() => renderMigrations([{ name: "001_engine.sql", text: "" }], []), /defined by no migration/);
+  assert.doesNotThrow(() => renderMigrations(m, [{ name: "01_engine.sql", text: "select 1;" }]));
+});
+
 test("renderMigrations refuses bad names, gaps and duplicates", () => {
+  assert.throws(() => renderMigrations([], [{ name: "1_engine.sql", text: "" }]), /NN_name\.sql/);
   assert.throws(() => renderMigrations([{ name: "1_engine.sql", text: "" }]), /NNN_name\.sql/);
   assert.throws(() => renderMigrations([{ name: "002_x.sql", text: "" }]), /without gaps/);
   assert.throws(

@@ -5,17 +5,9 @@
 -- Read amplification: an expression index on (slot_of(ev_key, N), ev_txid,
 -- ev_id) is built on the queue's log for each persisted N, so a slot reads
 -- its own rows only instead of the whole stream.
-
--- (hashtextextended(K, 0) % N + N) % N, sign-safe; a null key goes to slot 0.
--- Immutable and without a SET clause so it inlines and matches the index.
--- Inlined, its body is parsed with the caller's search_path (and the index
--- expression with whatever path a backend had when it loaded the index), so
--- every operator and function is schema-qualified: a user's % operator must
--- never change routing, nor corrupt the slot index.
-create function :KEYQ_SCHEMA.slot_of(key text, n int) returns int
-language sql immutable parallel safe
-as $$ select coalesce((((pg_catalog.hashtextextended(key, 0) operator(pg_catalog.%) n) operator(pg_catalog.+) n)
-                       operator(pg_catalog.%) n)::pg_catalog.int4, 0) $$;
+--
+-- slot_of(key, n) is not here: indexes depend on it, so it is frozen in
+-- src/sql/migrations/007_slot_of_qualified.sql (a change is a new migration).
 
 -- Refuses a handle whose N is not the consumer's persisted N: it would read
 -- slots 0..n-1 only, stalling the other slots and pinning rotation.
@@ -179,18 +171,6 @@ begin
   perform set_config('enable_sort', 'on', true);
   return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit lim;
 end $$;
-
--- Pause policy (G3): a compact marker per blocked key. While it exists, later
--- events of the key wait in the retry rows as held rows (due 'infinity',
--- retry count untouched); acking or dead-lettering the head releases them.
-create table :KEYQ_SCHEMA.blocked (
-  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,
-  slot        int not null,
-  ev_key      text not null,
-  head_id     bigint not null,
-  since       timestamptz not null default now(),
-  primary key (consumer_id, slot, ev_key)
-);
 
 -- Blocks key k of slot s behind its failed head (pause); holds the key's other
 -- pending retry rows too, so nothing of the key overtakes the head.

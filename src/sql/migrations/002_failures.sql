@@ -182,7 +182,7 @@ end $$;
 -- past max_retries, moved to the dead letters with its error.
 -- outcome: {"retried": ["id", …], "failed": [{"id", "txid", "error"}, …],
 --           "deferred": [{"id", "txid"}, …], "deferDelay": seconds,
---           "pause": bool, "held": [{"id", "txid"}, …], "released": [{"id", "txid"}, …]}
+--           "pause": bool, "held": [{"id", "txid"}, …]}
 -- With pause, a failed keyed event blocks its key (it is the head) and an
 -- acked or dead-lettered head releases the key's held events.
 create function :KEYQ_SCHEMA.ack(queue text, consumer text, s int, outcome jsonb) returns jsonb
@@ -219,9 +219,6 @@ begin
   end if;
   -- Held first: a head dead-lettered below must find its key's held events.
   perform :KEYQ_SCHEMA.park_events(c, s, outcome->'held', 'infinity');
-  -- Released: read but not started (budget spent, worker stopping); due now,
-  -- so they come first next time, in (txid, id) order, no retry spent.
-  perform :KEYQ_SCHEMA.park_events(c, s, outcome->'released', clock_timestamp());
   for f in select x from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x loop
     select * into r from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = (f->>'id')::bigint;
     if not found then
@@ -259,24 +256,6 @@ end $$;
 
 -- Dead letters -------------------------------------------------------------
 
--- A filter naming a queue or consumer that does not exist is an error, not
--- an empty answer (a typo would otherwise read as "no dead letters").
-create function :KEYQ_SCHEMA.dlq_check(f jsonb) returns void
-language plpgsql stable
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  if f->>'queue' is not null and f->>'consumer' is not null then
-    perform :KEYQ_SCHEMA.get_consumer(f->>'queue', f->>'consumer');
-  elsif f->>'queue' is not null then
-    perform :KEYQ_SCHEMA.get_queue(f->>'queue');
-  elsif f->>'consumer' is not null
-        and not exists (select 1 from :KEYQ_SCHEMA.consumer where consumer_name = f->>'consumer') then
-    raise exception 'No queue has a consumer named "%"; check the name with status().', f->>'consumer'
-      using errcode = 'KQ002', hint = 'KEYQ:CONSUMER_NOT_FOUND';
-  end if;
-end $$;
-
 -- Filters: queue, consumer, key, olderThan / newerThan (seconds), afterId.
 create function :KEYQ_SCHEMA.dlq_where(d :KEYQ_SCHEMA.dead_letter, f jsonb) returns boolean
 language sql stable
@@ -295,7 +274,6 @@ create function :KEYQ_SCHEMA.dlq_list(filter jsonb, lim int) returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select :KEYQ_SCHEMA.dlq_check(filter);
   select coalesce(jsonb_agg(jsonb_build_object(
            'id', d.dl_id::text, 'queue', q.queue_name, 'consumer', c.consumer_name, 'slot', d.slot,
            'eventId', d.ev_id::text, 'type', d.ev_type, 'key', d.ev_key, 'payload', d.ev_data,
@@ -311,7 +289,6 @@ create function :KEYQ_SCHEMA.dlq_count(filter jsonb) returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select :KEYQ_SCHEMA.dlq_check(filter);
   select to_jsonb(count(*)) from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)
 $$;
 
@@ -359,7 +336,6 @@ create function :KEYQ_SCHEMA.dlq_replay_where(filter jsonb) returns jsonb
 language sql
 set search_path = pg_catalog, pg_temp
 as $$
-  select :KEYQ_SCHEMA.dlq_check(filter);
   select to_jsonb(:KEYQ_SCHEMA.dlq_requeue(array(
     select dl_id from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter))))
 $$;
@@ -371,7 +347,6 @@ as $$
 #variable_conflict use_variable
 declare n int;
 begin
-  perform :KEYQ_SCHEMA.dlq_check(filter);
   delete from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter);
   get diagnostics n = row_count;
   return to_jsonb(n);

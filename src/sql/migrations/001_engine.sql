@@ -287,14 +287,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
-declare
-  q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
-  out jsonb := '[]';
-  e jsonb;
-  c record;
-  -- Results are collected in an array (amortised O(1) appends): growing a
-  -- jsonb array with || copies it every time, quadratic in the batch size.
-  res jsonb[] := '{}';
+declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); out jsonb := '[]'; e jsonb;
 begin
   if not jsonb_path_exists(events, '$[*].dedupKey') then
     -- The common path: one set-based insert.
@@ -309,20 +302,10 @@ begin
     return out;
   end if;
   for e in select x.v from jsonb_array_elements(events) with ordinality as x(v, ord) order by x.ord loop
-    if e->>'dedupKey' is null then
-      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-      values (q.queue_id, q.cur_table, nextval(q.event_seq), e->>'type', e->>'key', e->'payload')
-      returning ev_id as id, false as deduped into c;
-    else
-      c := :KEYQ_SCHEMA.claim_dedup(q, e->>'dedupKey', (e->>'ttl')::float8);
-      if not c.deduped then
-        insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-        values (q.queue_id, q.cur_table, c.id, e->>'type', e->>'key', e->'payload');
-      end if;
-    end if;
-    res := res || jsonb_build_object('id', c.id::text, 'deduped', c.deduped);
+    out := out || :KEYQ_SCHEMA.send(queue, e->>'type', e->'payload', e->>'key',
+                                   e->>'dedupKey', (e->>'ttl')::float8);
   end loop;
-  return to_jsonb(res);
+  return out;
 end $$;
 
 -- Ticker ----------------------------------------------------------------------
@@ -391,9 +374,7 @@ end $$;
 -- [xmax(s1), xmax(s2)); both are index range scans on (ev_txid, ev_id).
 -- Sorts and sequential scans are off so the plan is an ordered index scan
 -- that stops at the limit whatever the row estimates say: otherwise a big
--- window could be re-read whole for every batch. Both branches are ordered
--- the same way, so the union is a merge, never a sort; jit is off as a
--- backstop (a disabled sort is priced at 1e10, which would JIT every call).
+-- window could be re-read whole for every batch.
 create function :KEYQ_SCHEMA.window_events(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int
 ) returns setof :KEYQ_SCHEMA.event
@@ -401,7 +382,6 @@ language sql stable
 set search_path = pg_catalog, pg_temp
 set enable_sort = off
 set enable_seqscan = off
-set jit = off
 as $$
   select w.* from (
     (select e.* from :KEYQ_SCHEMA.event e
@@ -421,29 +401,6 @@ as $$
   limit lim
 $$;
 
--- How many events window (s1, s2] holds, counting at most lim (null: all):
--- status() counts real events (sequence values also go to deduplicated and
--- rolled-back sends). The same two range scans of the (ev_txid, ev_id) index
--- as window_events, without the rows.
-create function :KEYQ_SCHEMA.window_count(qid int, s1 pg_snapshot, s2 pg_snapshot, lim bigint default null)
-returns bigint
-language sql stable
-set search_path = pg_catalog, pg_temp
-set enable_seqscan = off
-set jit = off
-as $$
-  select count(*) from (
-    (select 1 from :KEYQ_SCHEMA.event e
-      where e.queue_id = qid
-        and e.ev_txid = any (array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2))))
-    union all
-    (select 1 from :KEYQ_SCHEMA.event e
-      where e.queue_id = qid
-        and e.ev_txid >= pg_snapshot_xmax(s1) and e.ev_txid < pg_snapshot_xmax(s2)
-        and pg_visible_in_snapshot(e.ev_txid, s2))
-    limit lim) w
-$$;
-
 create function :KEYQ_SCHEMA.event_json(e :KEYQ_SCHEMA.event, retry int default 0) returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -454,12 +411,8 @@ $$;
 
 -- Consumers -------------------------------------------------------------------
 
--- An ordered consumer needs the slot index for its N: when a ring table can
--- only be indexed concurrently, nothing is created and the answer lists the
--- statements the client runs (outside a transaction) before calling again.
 create function :KEYQ_SCHEMA.subscribe(queue text, consumer text, kind text default 'plain',
-                                       slots int default 1, settings jsonb default '{}',
-                                       index_inline boolean default false) returns jsonb
+                                       slots int default 1, settings jsonb default '{}') returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -468,7 +421,6 @@ declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   c :KEYQ_SCHEMA.consumer;
   t bigint;
-  pending jsonb;
 begin
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('subscribe', q.queue_id));
   select * into c from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;
@@ -486,16 +438,9 @@ begin
     end if;
     return jsonb_build_object('created', false);
   end if;
-  -- Maintenance skips the queue until this commits: with no cursor yet,
-  -- tick pruning would otherwise delete the start tick read below, and the
-  -- first window would read from a missing snapshot (nothing, silently).
-  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id));
   select max(tick_id) into t from :KEYQ_SCHEMA.tick where queue_id = q.queue_id;
   if kind = 'ordered' then
-    pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, slots, index_inline);
-    if pending is not null then
-      return pending || jsonb_build_object('created', false);
-    end if;
+    perform :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, slots);
   end if;
   insert into :KEYQ_SCHEMA.consumer (queue_id, consumer_name, kind, slots, settings)
   values (q.queue_id, consumer, kind, slots, settings) returning * into c;

@@ -94,36 +94,6 @@ as $$
   from (select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord) order by ord) x
 $$;
 
--- Distinct keys one batch may lock. Advisory locks live in the server's
--- shared lock table (max_locks_per_transaction * (max_connections +
--- max_prepared_transactions) entries, shared by every session): a batch
--- locking one entry per key could fill it (53200 "out of shared memory",
--- seen by every session). A batch takes at most a sixteenth of the table,
--- and never less than one transaction's own share.
-create function :KEYQ_SCHEMA.key_budget() returns int
-language sql stable
-set search_path = pg_catalog, pg_temp
-as $$
-  select greatest(current_setting('max_locks_per_transaction')::int,
-                  current_setting('max_locks_per_transaction')::int
-                  * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int) / 16)
-$$;
-
--- How many leading events of evs hold at most budget distinct keys (null
--- keys take no lock). The rest stays in the chunk for a later batch: nothing
--- is skipped, reordered or charged a retry.
-create function :KEYQ_SCHEMA.keys_prefix(evs :KEYQ_SCHEMA.event[], budget int) returns int
-language sql immutable
-set search_path = pg_catalog, pg_temp
-as $$
-  select coalesce(max(i), 0)::int
-    from (select i, sum(fresh::int) over (order by i) as keys
-            from (select i, (evs[i]).ev_key is not null
-                         and row_number() over (partition by (evs[i]).ev_key order by i) = 1 as fresh
-                    from generate_subscripts(evs, 1) i) f) k
-   where keys <= budget
-$$;
-
 -- One batch of an exclusive consumer: due retries first, then one chunk
 -- claimed without waiting; per-key try-locks for all of them.
 create function :KEYQ_SCHEMA.receive_exclusive(queue text, consumer text, max_events int) returns jsonb
@@ -138,16 +108,14 @@ declare
   take int;
   last :KEYQ_SCHEMA.event;
   out jsonb;
-  keys_left int := :KEYQ_SCHEMA.key_budget();
 begin
   if c.kind <> 'exclusive' then
     raise exception 'Consumer "%" of queue "%" is a % consumer, not exclusive; use another consumer name.', consumer, queue, c.kind
       using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
   end if;
-  out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, least(max_events, keys_left));
+  out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
   take := max_events - jsonb_array_length(out);
-  keys_left := keys_left - (select count(distinct e->>'key') from jsonb_array_elements(out) e)::int;
-  if take > 0 and keys_left > 0 then
+  if take > 0 then
     select * into ch from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id
      order by chunk_id limit 1 for update skip locked;
     if found then
@@ -157,8 +125,7 @@ begin
                (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
                (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
                ch.after_txid, ch.after_id, take) w;
-      take := :KEYQ_SCHEMA.keys_prefix(evs, keys_left);
-      evs := evs[1:take];
+      take := coalesce(array_length(evs, 1), 0);
       if take >= ch.n or take = 0 then
         delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
       else

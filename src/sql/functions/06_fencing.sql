@@ -6,15 +6,6 @@
 -- batch's deadline). The batch's commit clears it. Consumers that are not
 -- fenced never read or write this table.
 
-create table :KEYQ_SCHEMA.lease (
-  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,
-  slot        int not null,
-  key_hash    bigint not null,   -- hashtextextended(key, 0); Tier B leases the slot as key ''
-  holder      text not null,     -- the batch's random token
-  until       timestamptz not null,
-  primary key (consumer_id, slot, key_hash)
-);
-
 -- Leases keys of consumer slot s to holder for ms milliseconds, in the
 -- caller's own (autocommit) transaction. Returns the keys another holder's
 -- live lease still fences; those are not leased and must not be handled.

@@ -1,0 +1,377 @@
+-- keyq engine, part 2: failures. Retries belong to one consumer (and slot),
+-- never to the queue, so a fan-out queue retries only where it failed. Rows
+-- copy the event, so a pending retry never pins rotation. The happy path
+-- writes nothing here: rows appear only when a handler fails.
+
+-- Retry policy of a consumer: its own settings override the queue's.
+create function :KEYQ_SCHEMA.retry_policy(c :KEYQ_SCHEMA.consumer,
+  out max_retries int, out base float8, out cap float8)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce((c.settings->>'maxRetries')::int, q.max_retries),
+         coalesce((c.settings->>'retryBase')::float8, extract(epoch from q.retry_base)::float8),
+         coalesce((c.settings->>'retryCap')::float8, extract(epoch from q.retry_cap)::float8)
+  from :KEYQ_SCHEMA.queue q where q.queue_id = c.queue_id
+$$;
+
+-- Exponential backoff with "equal jitter": half of the delay is fixed and half
+-- random, so delays never shrink from one failure to the next.
+create function :KEYQ_SCHEMA.backoff(base float8, cap float8, failures int) returns interval
+language sql volatile
+set search_path = pg_catalog, pg_temp
+as $$ select make_interval(secs => least(cap, base * 2 ^ least(failures - 1, 60)) * (0.5 + random() / 2)) $$;
+
+-- Due retries of one consumer slot, oldest due first, then original order;
+-- row-locked for the batch (other workers skip them).
+create function :KEYQ_SCHEMA.take_retries(cid int, s int, lim int) returns jsonb
+language sql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce(jsonb_agg(jsonb_build_object(
+           'id', r.ev_id::text, 'txid', r.ev_txid::text, 'type', r.ev_type, 'key', r.ev_key,
+           'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true)
+           order by r.due_at, r.ev_txid, r.ev_id), '[]')
+  from (select * from :KEYQ_SCHEMA.retry
+         where consumer_id = cid and slot = s and due_at <= clock_timestamp()
+         order by due_at, ev_txid, ev_id
+         limit lim
+         for update skip locked) r
+$$;
+
+-- The next events of cursor (c, s) after its durable position, at most lim
+-- (only the slot's own events for an ordered consumer);
+-- opens a window up to the newest tick when none is open and moves the
+-- position (or closes the window) in the caller's transaction.
+create function :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, lim int) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  s1 pg_snapshot;
+  s2 pg_snapshot;
+  evs :KEYQ_SCHEMA.event[];
+  n int;
+  last :KEYQ_SCHEMA.event;
+begin
+  if lim <= 0 then return '[]'; end if;
+  if cur.end_tick_id is null then
+    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
+     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    if cur.end_tick_id is null then
+      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
+      return '[]';
+    end if;
+  end if;
+  select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
+  select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
+  if c.kind = 'ordered' then
+    select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events_slot(
+      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1, c.slots, cur.slot) w;
+  else
+    select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events(
+      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1) w;
+  end if;
+  n := coalesce(array_length(evs, 1), 0);
+  if n > lim then
+    last := evs[lim];
+    update :KEYQ_SCHEMA.cursor set end_tick_id = cur.end_tick_id, last_txid = last.ev_txid,
+           last_id = last.ev_id, polled_at = now(), batch_at = now()
+     where consumer_id = c.consumer_id and slot = cur.slot;
+    evs := evs[1:lim];
+  else
+    update :KEYQ_SCHEMA.cursor set tick_id = cur.end_tick_id, end_tick_id = null, last_txid = null,
+           last_id = null, polled_at = now(), batch_at = now()
+     where consumer_id = c.consumer_id and slot = cur.slot;
+  end if;
+  return coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i)
+                     from generate_subscripts(evs, 1) i), '[]');
+end $$;
+
+-- One batch of a plain consumer: lock its cursor (skip when another batch
+-- holds it), take due retries first, then fill up from the window.
+create function :KEYQ_SCHEMA.receive(queue text, consumer text, max_events int) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+  cur :KEYQ_SCHEMA.cursor;
+  retries jsonb;
+begin
+  if c.kind <> 'plain' then
+    raise exception 'Consumer "%" of queue "%" is a % consumer; read it with the matching API.', consumer, queue, c.kind
+      using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
+  end if;
+  select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0
+    for update skip locked;
+  if not found then
+    return jsonb_build_object('busy', true, 'events', '[]'::jsonb);
+  end if;
+  retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
+  return jsonb_build_object('busy', false, 'events',
+    retries || :KEYQ_SCHEMA.read_window(c, cur, max_events - jsonb_array_length(retries)));
+end $$;
+
+-- Parks events (JSON with id, txid) of consumer slot s in the retry rows
+-- until `due`, without spending a retry: existing retry rows move, events
+-- from the log are copied. Tier A defers a contended key's event a moment;
+-- Tier B's pause holds a blocked key's events until 'infinity' (released later).
+create function :KEYQ_SCHEMA.park_events(c :KEYQ_SCHEMA.consumer, s int, events jsonb, due timestamptz) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare d jsonb; e :KEYQ_SCHEMA.event; n int := 0;
+begin
+  for d in select x from jsonb_array_elements(coalesce(events, '[]')) x loop
+    update :KEYQ_SCHEMA.retry set due_at = due
+     where consumer_id = c.consumer_id and ev_id = (d->>'id')::bigint;
+    if not found then
+      select * into e from :KEYQ_SCHEMA.event
+       where queue_id = c.queue_id and ev_txid = (d->>'txid')::xid8 and ev_id = (d->>'id')::bigint;
+      if not found then continue; end if;
+      insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
+                                      retry, due_at, last_error)
+      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null)
+      on conflict (consumer_id, ev_id) do nothing;
+    end if;
+    n := n + 1;
+  end loop;
+  return n;
+end $$;
+
+-- Records a batch's outcome for consumer slot s: delivered retries that
+-- succeeded are deleted; each failure is scheduled again with backoff or,
+-- past max_retries, moved to the dead letters with its error.
+-- outcome: {"retried": ["id", …], "failed": [{"id", "txid", "error"}, …],
+--           "deferred": [{"id", "txid"}, …], "deferDelay": seconds,
+--           "pause": bool, "held": [{"id", "txid"}, …], "released": [{"id", "txid"}, …]}
+-- With pause, a failed keyed event blocks its key (it is the head) and an
+-- acked or dead-lettered head releases the key's held events.
+create function :KEYQ_SCHEMA.ack(queue text, consumer text, s int, outcome jsonb) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+  p record;
+  f jsonb;
+  r :KEYQ_SCHEMA.retry;
+  e :KEYQ_SCHEMA.event;
+  failed_ids bigint[];
+  n_retry int := 0;
+  n_dead int := 0;
+  pause boolean := coalesce((outcome->>'pause')::boolean, false);
+  succeeded bigint[];
+begin
+  p := :KEYQ_SCHEMA.retry_policy(c);
+  select coalesce(array_agg((x->>'id')::bigint), '{}') into failed_ids
+    from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x;
+  with gone as (
+    delete from :KEYQ_SCHEMA.retry
+     where consumer_id = c.consumer_id and slot = s
+       and ev_id in (select (jsonb_array_elements_text(coalesce(outcome->'retried', '[]')))::bigint)
+       and ev_id <> all (failed_ids)
+    returning ev_id
+  )
+  select coalesce(array_agg(ev_id), '{}') into succeeded from gone;
+  if pause then
+    -- An acked head releases its key's held events.
+    perform :KEYQ_SCHEMA.release_heads(c, s, succeeded);
+  end if;
+  -- Held first: a head dead-lettered below must find its key's held events.
+  perform :KEYQ_SCHEMA.park_events(c, s, outcome->'held', 'infinity');
+  -- Released: read but not started (budget spent, worker stopping); due now,
+  -- so they come first next time, in (txid, id) order, no retry spent.
+  perform :KEYQ_SCHEMA.park_events(c, s, outcome->'released', clock_timestamp());
+  for f in select x from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x loop
+    select * into r from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = (f->>'id')::bigint;
+    if not found then
+      select * into e from :KEYQ_SCHEMA.event
+       where queue_id = c.queue_id and ev_txid = (f->>'txid')::xid8 and ev_id = (f->>'id')::bigint;
+      if not found then continue; end if;  -- rotated away meanwhile: nothing left to retry
+      r := row(c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null);
+    end if;
+    if r.retry + 1 > p.max_retries then
+      insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
+                                            ev_key, ev_data, attempts, error)
+      values (c.queue_id, c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key,
+              r.ev_data, r.retry + 1, f->'error');
+      delete from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = r.ev_id;
+      n_dead := n_dead + 1;
+      if pause and r.ev_key is not null then
+        perform :KEYQ_SCHEMA.release_key(c, r.slot, r.ev_key);
+      end if;
+    else
+      insert into :KEYQ_SCHEMA.retry as t
+      values (c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key, r.ev_data,
+              r.retry + 1, clock_timestamp() + :KEYQ_SCHEMA.backoff(p.base, p.cap, r.retry + 1), f->'error')
+      on conflict (consumer_id, ev_id) do update
+        set retry = excluded.retry, due_at = excluded.due_at, last_error = excluded.last_error;
+      n_retry := n_retry + 1;
+      if pause and r.ev_key is not null then
+        perform :KEYQ_SCHEMA.block_key(c, r.slot, r.ev_key, r.ev_id);
+      end if;
+    end if;
+  end loop;
+  return jsonb_build_object('retried', n_retry, 'deadLettered', n_dead,
+    'deferred', :KEYQ_SCHEMA.park_events(c, s, outcome->'deferred',
+      clock_timestamp() + make_interval(secs => coalesce((outcome->>'deferDelay')::float8, 1))));
+end $$;
+
+-- Dead letters -------------------------------------------------------------
+
+-- A filter naming a queue or consumer that does not exist is an error, not
+-- an empty answer (a typo would otherwise read as "no dead letters").
+create function :KEYQ_SCHEMA.dlq_check(f jsonb) returns void
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if f->>'queue' is not null and f->>'consumer' is not null then
+    perform :KEYQ_SCHEMA.get_consumer(f->>'queue', f->>'consumer');
+  elsif f->>'queue' is not null then
+    perform :KEYQ_SCHEMA.get_queue(f->>'queue');
+  elsif f->>'consumer' is not null
+        and not exists (select 1 from :KEYQ_SCHEMA.consumer where consumer_name = f->>'consumer') then
+    raise exception 'No queue has a consumer named "%"; check the name with status().', f->>'consumer'
+      using errcode = 'KQ002', hint = 'KEYQ:CONSUMER_NOT_FOUND';
+  end if;
+end $$;
+
+-- Filters: queue, consumer, key, olderThan / newerThan (seconds), afterId.
+create function :KEYQ_SCHEMA.dlq_where(d :KEYQ_SCHEMA.dead_letter, f jsonb) returns boolean
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select (f->>'queue' is null or d.queue_id = (select queue_id from :KEYQ_SCHEMA.queue where queue_name = f->>'queue'))
+     and (f->>'consumer' is null or d.consumer_id in (select consumer_id from :KEYQ_SCHEMA.consumer
+                                                       where consumer_name = f->>'consumer'))
+     and (f->>'key' is null or d.ev_key = f->>'key')
+     and (f->>'olderThan' is null or d.dead_at < now() - make_interval(secs => (f->>'olderThan')::float8))
+     and (f->>'newerThan' is null or d.dead_at >= now() - make_interval(secs => (f->>'newerThan')::float8))
+     and (f->>'afterId' is null or d.dl_id > (f->>'afterId')::bigint)
+$$;
+
+create function :KEYQ_SCHEMA.dlq_list(filter jsonb, lim int) returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select :KEYQ_SCHEMA.dlq_check(filter);
+  select coalesce(jsonb_agg(jsonb_build_object(
+           'id', d.dl_id::text, 'queue', q.queue_name, 'consumer', c.consumer_name, 'slot', d.slot,
+           'eventId', d.ev_id::text, 'type', d.ev_type, 'key', d.ev_key, 'payload', d.ev_data,
+           'time', d.ev_time, 'attempts', d.attempts, 'error', d.error, 'deadAt', d.dead_at)
+           order by d.dl_id), '[]')
+  from (select * from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)
+         order by x.dl_id limit lim) d
+  join :KEYQ_SCHEMA.queue q using (queue_id)
+  join :KEYQ_SCHEMA.consumer c using (consumer_id)
+$$;
+
+create function :KEYQ_SCHEMA.dlq_count(filter jsonb) returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select :KEYQ_SCHEMA.dlq_check(filter);
+  select to_jsonb(count(*)) from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)
+$$;
+
+-- Moves dead letters back to their own consumer's retries, due now, with a
+-- fresh retry budget. Same due time → delivered in original (txid, id) order.
+create function :KEYQ_SCHEMA.dlq_requeue(ids bigint[]) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare n int;
+begin
+  with moved as (
+    delete from :KEYQ_SCHEMA.dead_letter where dl_id = any (ids) returning *
+  )
+  insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
+                                  retry, due_at, last_error)
+  select consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, 0, now(), error
+    from moved
+  on conflict (consumer_id, ev_id) do update set due_at = excluded.due_at, retry = 0;
+  get diagnostics n = row_count;
+  return n;
+end $$;
+
+-- Replays the given dead letters; all must exist, or nothing changes.
+create function :KEYQ_SCHEMA.dlq_replay(ids jsonb) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare wanted bigint[]; missing bigint;
+begin
+  select coalesce(array_agg(x::bigint), '{}') into wanted from jsonb_array_elements_text(ids) x;
+  select w into missing from unnest(wanted) w
+   where not exists (select 1 from :KEYQ_SCHEMA.dead_letter where dl_id = w) limit 1;
+  if missing is not null then
+    raise exception 'Dead letter % does not exist (already replayed or purged?); list them with dlq.list().', missing
+      using errcode = 'KQ005', hint = 'KEYQ:DEAD_LETTER_NOT_FOUND';
+  end if;
+  return to_jsonb(:KEYQ_SCHEMA.dlq_requeue(wanted));
+end $$;
+
+-- Replays the dead letters matching a filter (e.g. one consumer's key K).
+create function :KEYQ_SCHEMA.dlq_replay_where(filter jsonb) returns jsonb
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+  select :KEYQ_SCHEMA.dlq_check(filter);
+  select to_jsonb(:KEYQ_SCHEMA.dlq_requeue(array(
+    select dl_id from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter))))
+$$;
+
+create function :KEYQ_SCHEMA.dlq_purge(filter jsonb) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare n int;
+begin
+  perform :KEYQ_SCHEMA.dlq_check(filter);
+  delete from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter);
+  get diagnostics n = row_count;
+  return to_jsonb(n);
+end $$;
+
+-- Expired dedup keys of one queue, at most lim per call (bounded work).
+create function :KEYQ_SCHEMA.dedup_gc(qid int, lim int) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare n int;
+begin
+  delete from :KEYQ_SCHEMA.dedup
+   where ctid = any (array(select ctid from :KEYQ_SCHEMA.dedup
+                            where queue_id = qid and expires_at <= now() limit lim));
+  get diagnostics n = row_count;
+  return n;
+end $$;
+
+-- Rotation when due, tick pruning and one chunk of dedup GC for one queue;
+-- skips when another maintainer holds the queue.
+create function :KEYQ_SCHEMA.maintain(queue text, force_rotate boolean default false) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); r jsonb;
+begin
+  if not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id)) then
+    return jsonb_build_object('queue', queue, 'skipped', true);
+  end if;
+  r := :KEYQ_SCHEMA.rotate(queue, force_rotate);
+  return jsonb_build_object('queue', queue, 'skipped', false, 'rotation', r,
+                            'ticksPruned', :KEYQ_SCHEMA.prune_ticks(q.queue_id),
+                            'dedupExpired', :KEYQ_SCHEMA.dedup_gc(q.queue_id, 5000));
+end $$;

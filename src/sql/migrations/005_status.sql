@@ -1,0 +1,55 @@
+-- keyq engine, part 5: status for operators and alerts, and a ticker for
+-- every queue (for a pg_cron schedule; never required).
+
+-- Per queue: tables and rotation, the last tick and its age, events appended
+-- since it; per consumer and slot: lag (events and seconds, from the tick
+-- marks, so no log scan), last poll, retries, dead letters, blocked keys.
+-- A slot not polled for stale_after seconds is flagged: it pins rotation.
+create function :KEYQ_SCHEMA.status(queue text default null, stale_after float8 default 300) returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce(jsonb_agg(jsonb_build_object(
+    'queue', q.queue_name,
+    'tables', q.ntables, 'currentTable', q.cur_table, 'rotatedAt', q.rotated_at,
+    'lastTick', lt.tick_id::text, 'lastTickAge', extract(epoch from now() - lt.tick_time),
+    'eventsSinceTick', greatest(coalesce(pg_sequence_last_value(q.event_seq), 0) - lt.tick_event_seq, 0),
+    'consumers', coalesce((
+      select jsonb_agg(jsonb_build_object(
+        'name', c.consumer_name, 'kind', c.kind, 'slots', c.slots,
+        'retries', (select count(*) from :KEYQ_SCHEMA.retry r where r.consumer_id = c.consumer_id),
+        'deadLetters', (select count(*) from :KEYQ_SCHEMA.dead_letter d where d.consumer_id = c.consumer_id),
+        'blockedKeys', (select count(*) from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id),
+        'cursors', (select jsonb_agg(jsonb_build_object(
+            'slot', cu.slot,
+            'lagEvents', greatest(coalesce(pg_sequence_last_value(q.event_seq), 0) - t.tick_event_seq, 0),
+            'lagSeconds', extract(epoch from now() - t.tick_time),
+            'polledAgo', extract(epoch from now() - cu.polled_at),
+            'stale', cu.polled_at < now() - make_interval(secs => stale_after),
+            'windowOpen', cu.end_tick_id is not null) order by cu.slot)
+          from :KEYQ_SCHEMA.cursor cu
+          join :KEYQ_SCHEMA.tick t on t.queue_id = q.queue_id and t.tick_id = cu.tick_id
+          where cu.consumer_id = c.consumer_id)) order by c.consumer_name)
+      from :KEYQ_SCHEMA.consumer c where c.queue_id = q.queue_id), '[]')
+  ) order by q.queue_name), '[]')
+  from :KEYQ_SCHEMA.queue q
+  left join lateral (select * from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id
+                      order by t.tick_id desc limit 1) lt on true
+  where status.queue is null or q.queue_name = status.queue
+$$;
+
+-- Ticks every queue by its policy, for a pg_cron schedule (each call is its
+-- own transaction, as the ticker needs):
+--   select cron.schedule('keyq-ticker', '1 second', 'select keyq.tick_all()');
+create function :KEYQ_SCHEMA.tick_all() returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare q text; out jsonb := '{}';
+begin
+  for q in select queue_name from :KEYQ_SCHEMA.queue order by queue_name loop
+    out := out || jsonb_build_object(q, :KEYQ_SCHEMA.tick(q)->'tick');
+  end loop;
+  return out;
+end $$;
