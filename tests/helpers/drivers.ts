@@ -20,7 +20,7 @@ import { type BunSqlLike, fromBunSql } from "../../src/drivers/bun-sql.ts";
 import { fromNeonClient, fromNeonHttp, fromNeonPool } from "../../src/drivers/neon.ts";
 import { fromPg } from "../../src/drivers/pg.ts";
 import { fromPostgresJs } from "../../src/drivers/postgres-js.ts";
-import type { Case } from "./basic-suite.ts";
+import type { Case } from "../suites/basic.ts";
 import { connect, freshSchema, type Sql } from "./db.ts";
 import { closePGlite, type Fixture, pgliteFixture } from "./keyq.ts";
 import { configureNeon, type NeonProxy, startNeonProxy } from "./neon-proxy.ts";
