@@ -6,11 +6,11 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import pg from "pg";
 import { neon, neonConfig } from "@neondatabase/serverless";
-import { type Driver, keyq, KeyqError } from "../mod.ts";
+import { keyq, KeyqError } from "../mod.ts";
 import { fromNeonHttp } from "../src/drivers/neon.ts";
 import { fromBunSql } from "../src/drivers/bun-sql.ts";
 import { fromPg } from "../src/drivers/pg.ts";
-import { describeError, MAX_MESSAGE } from "../src/error-text.ts";
+import { MAX_MESSAGE } from "../src/error-text.ts";
 import { dbSkip } from "./helpers/db.ts";
 import { type Fixture, pgFixture } from "./helpers/keyq.ts";
 import { configureNeonHttp, type NeonHttpShim, startNeonHttpShim } from "./helpers/neon-http-shim.ts";
@@ -401,39 +401,7 @@ describe("input contract", () => {
   });
 });
 
-describe("describeError", () => {
-  test("reduces any thrown value to bounded, storable text", () => {
-    const cyc: Record<string, unknown> = {};
-    cyc.c = cyc;
-    const values: unknown[] = [
-      null, undefined, 0, -0, Number.NaN, 12n, Symbol(), () => {}, Object.create(null), cyc, "\0", "\ud800",
-      new Error("😀".slice(1) + "x".repeat(10_000)), { message: 5, code: 7, name: {} },
-      new Proxy({}, { get() { throw new Error("trap"); }, getPrototypeOf() { throw new Error("trap"); } }),
-    ];
-    for (const v of values) {
-      const d = describeError(v);
-      assert.equal(typeof d.message, "string");
-      assert.ok(storable(d.message) && d.message.length <= MAX_MESSAGE + 100, d.message.slice(0, 50));
-      assert.ok(JSON.parse(JSON.stringify(d)));
-    }
-    assert.equal(describeError({ message: 5, code: 7 }).code, "7");
-  });
-});
-
 describe("refusal before any request: drivers without transactions", () => {
-  test("a counting fake driver sees 0 queries for run/work/batch", async () => {
-    let queries = 0;
-    const fake: Driver = { name: "fake-http", query: () => (queries++, Promise.resolve([])) };
-    const q = keyq(fake, { schema: "kq_fake" });
-    const consumers = [q.consumer("files", "c"), q.exclusive("files", "x"), q.ordered("files", "o", { slots: 2 })];
-    for (const c of consumers) {
-      await refused(c.run({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
-      await refused(c.work({ handler: () => {}, signal: AbortSignal.timeout(10_000) }), "TRANSACTIONS_UNSUPPORTED");
-      await refused(c.batch({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
-    }
-    assert.equal(queries, 0);
-  });
-
   let shim: NeonHttpShim | undefined;
   let restore: (() => void) | undefined;
   after(async () => {
