@@ -1,6 +1,8 @@
 /**
- * One fixture factory per driver adapter, for the conformance suite
- * (tests/conformance.test.ts). Each `DriverSpec` opens the user-facing client
+ * The one list of drivers the tests run: `driverSpecs` (the README matrix and
+ * tests/conformance.test.ts; tests/faults.test.ts and tests/drivers.test.ts
+ * take their drivers from it too) and `poolerSpecs` (the same clients behind
+ * PgBouncer). Each `DriverSpec` opens the user-facing client
  * of its driver (a pg Pool, a Neon Client through the local WebSocket proxy,
  * `Bun.SQL`…), wraps it with the adapter, and `fixtureOn` turns that into the
  * `Fixture` the case lists run over: a migrated client in a fresh schema,
@@ -19,9 +21,10 @@ import type { Driver } from "../../src/driver.ts";
 import { type BunSqlLike, fromBunSql } from "../../src/drivers/bun-sql.ts";
 import { fromNeonClient, fromNeonHttp, fromNeonPool } from "../../src/drivers/neon.ts";
 import { fromPg } from "../../src/drivers/pg.ts";
+import { fromPGlite } from "../../src/drivers/pglite.ts";
 import { fromPostgresJs } from "../../src/drivers/postgres-js.ts";
 import type { Case } from "../suites/basic.ts";
-import { connect, freshSchema, type Sql } from "./db.ts";
+import { connect, freshSchema, type Sql, startPGlite } from "./db.ts";
 import { closePGlite, type Fixture, pgliteFixture } from "./keyq.ts";
 import { configureNeon, type NeonProxy, startNeonProxy } from "./neon-proxy.ts";
 import { configureNeonHttp, type NeonHttpShim, startNeonHttpShim } from "./neon-http-shim.ts";
@@ -51,6 +54,16 @@ export interface Opened {
   close(): Promise<void>;
 }
 
+/**
+ * How a client is opened. Conformance uses the defaults; the fault tests
+ * (`faults: true`) kill and restart the server: connect waits are bounded to
+ * 5 s, idle connections close after 2 s, and a lone pg Client's "error"
+ * event is expected rather than a crash.
+ */
+export interface OpenOptions {
+  faults?: boolean;
+}
+
 /** One row of the driver × runtime matrix. */
 export interface DriverSpec {
   /** Stable id, used in result files: `pg-pool`. */
@@ -67,9 +80,14 @@ export interface DriverSpec {
   transactions: boolean;
   /** A reason when this runtime cannot run the driver. */
   skip: string | false;
-  /** Opens a new client and wraps it (not for PGlite, which is shared). */
-  open?(url: string): Promise<Opened>;
+  /** Run by tests/faults.test.ts; `reconnects`: the client reconnects by itself after its connections die (pools do, one Client does not). */
+  faults?: { reconnects: boolean };
+  /** Opens a new client and wraps it (PGlite: a new in-memory database; fixtures share one instead, see `fixtureFor`). */
+  open(url: string, options?: OpenOptions): Promise<Opened>;
 }
+
+/** Bounded connect waits for the fault tests, in milliseconds (pg, Neon). */
+const connectWait = (o: OpenOptions | undefined): { connectionTimeoutMillis?: number } => o?.faults ? { connectionTimeoutMillis: 5_000 } : {};
 
 type BunSqlClass = new (url: string, options?: { max?: number }) => BunSqlLike & { close(): Promise<void> };
 const BunGlobal = (globalThis as { Bun?: { SQL: BunSqlClass } }).Bun;
@@ -161,9 +179,10 @@ export const driverSpecs: DriverSpec[] = [
     pooled: true,
     transactions: true,
     skip: false,
-    open: (url) => {
-      const sql = connect(url, { max: 4 });
-      return Promise.resolve({ driver: fromPostgresJs(sql), close: () => sql.end({ timeout: 2 }) });
+    faults: { reconnects: true },
+    open: (url, o) => {
+      const sql = connect(url, o?.faults ? { max: 4, idleTimeout: 2, connectTimeout: 5 } : { max: 4 });
+      return Promise.resolve({ driver: fromPostgresJs(sql), close: () => sql.end({ timeout: o?.faults ? 1 : 2 }) });
     },
   },
   {
@@ -174,8 +193,9 @@ export const driverSpecs: DriverSpec[] = [
     pooled: true,
     transactions: true,
     skip: false,
-    open: (url) => {
-      const pool = new pg.Pool({ connectionString: url, max: 4 });
+    faults: { reconnects: true },
+    open: (url, o) => {
+      const pool = new pg.Pool({ connectionString: url, max: 4, ...connectWait(o) });
       return Promise.resolve({ driver: fromPg(pool), close: () => pool.end() });
     },
   },
@@ -187,10 +207,12 @@ export const driverSpecs: DriverSpec[] = [
     pooled: false,
     transactions: true,
     skip: false,
-    open: async (url) => {
+    faults: { reconnects: false },
+    open: async (url, o) => {
       const client = new pg.Client(url);
+      if (o?.faults) client.on("error", () => {}); // the owner of a Client handles its errors (fromPg's contract)
       await client.connect();
-      return { driver: fromPg(client), close: () => client.end() };
+      return { driver: fromPg(client), close: () => o?.faults ? client.end().catch(() => {}) : client.end() };
     },
   },
   {
@@ -201,9 +223,10 @@ export const driverSpecs: DriverSpec[] = [
     pooled: true,
     transactions: true,
     skip: false,
-    open: async (url) => {
+    faults: { reconnects: true },
+    open: async (url, o) => {
       await setupNeon();
-      const pool = new NeonPool({ connectionString: url, max: 4 });
+      const pool = new NeonPool({ connectionString: url, max: 4, ...connectWait(o) });
       return { driver: fromNeonPool(pool), close: () => pool.end() };
     },
   },
@@ -243,6 +266,7 @@ export const driverSpecs: DriverSpec[] = [
     pooled: true,
     transactions: true,
     skip: !BunGlobal && "Bun.SQL is a global of the Bun runtime only",
+    faults: { reconnects: true },
     open: (url) => {
       const sql = new BunGlobal!.SQL(url, { max: 4 });
       return Promise.resolve({ driver: fromBunSql(sql), close: () => sql.close() });
@@ -256,6 +280,10 @@ export const driverSpecs: DriverSpec[] = [
     pooled: false,
     transactions: true,
     skip: false,
+    open: async () => {
+      const db = await startPGlite();
+      return { driver: fromPGlite(db), close: () => db.close() };
+    },
   },
 ];
 
@@ -324,7 +352,7 @@ export async function fixtureFor(spec: DriverSpec, url: string, options: Omit<Ke
   const schema = await takeSchema(url);
   let opened: Opened;
   try {
-    opened = await spec.open!(url);
+    opened = await spec.open(url);
   } catch (err) {
     dropLater(schema);
     throw err;
