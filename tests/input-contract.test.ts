@@ -13,6 +13,7 @@ import { fromPg } from "../src/drivers/pg.ts";
 import { MAX_MESSAGE } from "../src/error-text.ts";
 import { dbSkip } from "./helpers/db.ts";
 import { type Fixture, pgFixture } from "./helpers/keyq.ts";
+import { withPg } from "./helpers/fixture.ts";
 import { configureNeonHttp, type NeonHttpShim, startNeonHttpShim } from "./helpers/neon-http-shim.ts";
 
 const skip = await dbSkip();
@@ -412,22 +413,19 @@ describe("refusal before any request: drivers without transactions", () => {
   test("Neon HTTP (through the local endpoint shim) makes 0 requests before TRANSACTIONS_UNSUPPORTED", { skip }, async () => {
     shim = await startNeonHttpShim();
     restore = configureNeonHttp(neonConfig, shim.url);
-    const f = await pgFixture({ max: 1 });
-    try {
+    await withPg({ max: 1 }, async (f) => {
       await f.q.createQueue("files");
       const q = keyq(fromNeonHttp(neon(f.url) as never), { schema: f.schema });
       await q.send("files", { type: "ViaHttp", payload: 1 }); // producing works over HTTP
-      const before = shim.requests;
+      const before = shim!.requests;
       assert.ok(before >= 1, "the shim answered the send");
       const c = q.consumer("files", "c");
       await refused(c.run({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
       await refused(c.batch({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
       await refused(q.ordered("files", "o", { slots: 2 }).work({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
-      assert.equal(shim.requests - before, 0, "no request was made");
+      assert.equal(shim!.requests - before, 0, "no request was made");
       assert.equal(await count(f, "consumer"), 0);
       assert.equal(await count(f, "tick"), 1, "no tick was written (only createQueue's first one)");
-    } finally {
-      await f.close();
-    }
+    });
   });
 });
