@@ -8,7 +8,9 @@ import { fileURLToPath } from "node:url";
 import { keyq } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { VERSION } from "../bin/version.ts";
-import { databaseUrl, dbSkip, dropSchema, freshSchema } from "./helpers/db.ts";
+import { dbSkip } from "./helpers/db.ts";
+import { withSchema } from "./helpers/fixture.ts";
+import { scoped } from "./helpers/scope.ts";
 
 const skip = await dbSkip();
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -58,10 +60,8 @@ describe("keyq CLI: exit codes (spawned)", () => {
   });
 
   test("migrate, create-queue, send, status --check (exit 1 when crossed), maintain against a database", { skip }, async () => {
-    const url = (await databaseUrl())!;
-    const schema = freshSchema("cli");
-    const env = { DATABASE_URL: url, KEYQ_SCHEMA: schema };
-    try {
+    await withSchema(async ({ url, schema }) => {
+      const env = { DATABASE_URL: url, KEYQ_SCHEMA: schema };
       const early = await cli(["status"], env);
       assert.equal(early.code, 1);
       assert.match(early.err, /NOT_MIGRATED: .*run "keyq migrate" first/);
@@ -74,12 +74,10 @@ describe("keyq CLI: exit codes (spawned)", () => {
       assert.match(noQueue.err, /QUEUE_NOT_FOUND: .*"keyq create-queue nope" first/);
       // A consumer subscribes (from code, as in production), then events arrive and are ticked.
       const { default: postgres } = await import("postgres");
-      const sql = postgres(url, { max: 1, onnotice: () => {} });
-      try {
+      await scoped(async (defer) => {
+        const sql = defer.use(postgres(url, { max: 1, onnotice: () => {} }), (s) => s.end());
         await keyq(fromPostgresJs(sql), { schema }).consumer("files", "audit").subscribe();
-      } finally {
-        await sql.end();
-      }
+      });
       const sent = await cli(["send", "files", "FileCreated", '{"path":"/a"}', "--key", "t1", "--json"], env);
       assert.deepEqual(JSON.parse(sent.out), { id: "1", deduped: false });
       await cli(["send", "files", "FileCreated", '{"path":"/b"}', "--key", "t1"], env);
@@ -97,8 +95,6 @@ describe("keyq CLI: exit codes (spawned)", () => {
       assert.equal(maintained.code, 0, maintained.err);
       assert.match(maintained.out, /^queue\s+skipped\s+rotated\s+ticks pruned\s+dedup keys expired$/m);
       assert.match((await cli(["queues"], env)).out, /^files\s+3\s+1\s+5\s+1 s\s+1 h\s+1 h\s/m);
-    } finally {
-      await dropSchema(url, schema);
-    }
+    }, "cli");
   });
 });

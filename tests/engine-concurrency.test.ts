@@ -4,9 +4,9 @@ import { describe, test } from "node:test";
 import { keyq, latestVersion, migrationSql } from "../mod.ts";
 import type { Executor } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
-import { connect, databaseUrl, dbSkip, dropSchema, freshSchema } from "./helpers/db.ts";
+import { connect, dbSkip } from "./helpers/db.ts";
 import { drain } from "./helpers/keyq.ts";
-import { withPg } from "./helpers/fixture.ts";
+import { withPg, withSchema } from "./helpers/fixture.ts";
 import { gate } from "./helpers/sync.ts";
 
 const skip = await dbSkip();
@@ -93,11 +93,9 @@ describe("engine under concurrency", () => {
   });
 
   test("migrate from two connections at once applies once and leaves one row per version", { skip }, async () => {
-    const url = (await databaseUrl())!;
-    const schema = freshSchema();
-    const a = connect(url);
-    const b = connect(url);
-    try {
+    await withSchema(async ({ url, schema }, defer) => {
+      const a = defer.use(connect(url), (s) => s.end());
+      const b = defer.use(connect(url), (s) => s.end());
       const [ra, rb] = await Promise.all([
         keyq(fromPostgresJs(a), { schema }).migrate(),
         keyq(fromPostgresJs(b), { schema }).migrate(),
@@ -107,39 +105,27 @@ describe("engine under concurrency", () => {
       assert.deepEqual(applied[1], []);
       const rows = await a.unsafe(`select version from "${schema}".migration order by version`);
       assert.deepEqual(rows.map((r) => r.version), Array.from({ length: latestVersion }, (_, i) => i + 1));
-    } finally {
-      await a.end();
-      await b.end();
-      await dropSchema(url, schema);
-    }
+    });
   });
 
   test("migrationSql() is the same engine: applied by hand, migrate() then finds nothing to do", { skip }, async () => {
-    const url = (await databaseUrl())!;
-    const schema = freshSchema();
-    const sql = connect(url);
-    try {
+    await withSchema(async ({ url, schema }, defer) => {
+      const sql = defer.use(connect(url), (s) => s.end());
       await sql.unsafe(migrationSql(schema)).simple();
       const q = keyq(fromPostgresJs(sql), { schema });
       assert.deepEqual((await q.migrate()).applied, []);
       await q.createQueue("files");
       assert.equal((await q.send("files", { type: "E", payload: 1 })).id, "1");
-    } finally {
-      await sql.end();
-      await dropSchema(url, schema);
-    }
+    });
   });
 
   test("calls against an unmigrated schema say to migrate", { skip }, async () => {
-    const url = (await databaseUrl())!;
-    const sql = connect(url);
-    try {
-      const q = keyq(fromPostgresJs(sql), { schema: freshSchema() });
+    await withSchema(async ({ url, schema }, defer) => {
+      const sql = defer.use(connect(url), (s) => s.end());
+      const q = keyq(fromPostgresJs(sql), { schema });
       await assert.rejects(q.send("files", { type: "E", payload: 1 }), (e: unknown) =>
         (e as { code?: string }).code === "NOT_MIGRATED");
-    } finally {
-      await sql.end();
-    }
+    });
   });
 });
 

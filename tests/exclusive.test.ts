@@ -5,7 +5,6 @@ import { keyq } from "../mod.ts";
 import pg from "pg";
 import { fromPg } from "../src/drivers/pg.ts";
 import { dbSkip } from "./helpers/db.ts";
-import { pgFixture } from "./helpers/keyq.ts";
 import { withPg } from "./helpers/fixture.ts";
 import { gate, sleep, worker } from "./helpers/sync.ts";
 
@@ -218,16 +217,16 @@ describe("Tier A: exclusive consumer", () => {
   // (nextWrite on a null socket) when its backend is killed mid-transaction
   // (porsager/postgres#1154, #1208), which would end the test process.
   test("exactly-once in the database under random handler failures and backend kills", { skip }, async () => {
-    const f = await pgFixture({ max: 2 });
-    // A name of this test's own: the killer below must never hit another test
-    // file's workers (ordered.test.ts names its workers kq-worker-<i> too).
-    const app = `kq-x-${f.schema}`;
-    const workers = Array.from({ length: 4 }, (_, i) => {
-      const pool = new pg.Pool({ connectionString: f.url, application_name: `${app}-${i}`, max: 1 });
-      pool.on("error", () => {}); // an idle client killed by the chaos loop
-      return { q: keyq(fromPg(pool), { schema: f.schema }), sql: { end: () => pool.end() } };
-    });
-    try {
+    await withPg({ max: 2 }, async (f, defer) => {
+      // A name of this test's own: the killer below must never hit another test
+      // file's workers (ordered.test.ts names its workers kq-worker-<i> too).
+      const app = `kq-x-${f.schema}`;
+      const workers = Array.from({ length: 4 }, (_, i) => {
+        const pool = new pg.Pool({ connectionString: f.url, application_name: `${app}-${i}`, max: 1 });
+        pool.on("error", () => {}); // an idle client killed by the chaos loop
+        return { q: keyq(fromPg(pool), { schema: f.schema }), sql: { end: () => pool.end() } };
+      });
+      defer(() => Promise.all(workers.map((w) => w.sql.end().catch(() => {}))));
       await f.q.createQueue("jobs", { maxRetries: 100, retryBase: 5, retryCap: 50 });
       await f.raw(`create table "${f.schema}".effects (ev_id bigint, worker int)`);
       await f.q.exclusive("jobs", "m").subscribe();
@@ -278,9 +277,6 @@ describe("Tier A: exclusive consumer", () => {
       assert.equal(r!.rows, N, "exactly one committed effect per event");
       assert.ok(failures > 0, "handler failures happened");
       assert.equal(await f.q.dlq.count(), 0);
-    } finally {
-      await Promise.all(workers.map((w) => w.sql.end().catch(() => {})));
-      await f.close();
-    }
+    });
   });
 });

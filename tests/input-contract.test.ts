@@ -14,6 +14,7 @@ import { MAX_MESSAGE } from "../src/error-text.ts";
 import { dbSkip } from "./helpers/db.ts";
 import { type Fixture, pgFixture } from "./helpers/keyq.ts";
 import { withPg } from "./helpers/fixture.ts";
+import { scoped } from "./helpers/scope.ts";
 import { configureNeonHttp, type NeonHttpShim, startNeonHttpShim } from "./helpers/neon-http-shim.ts";
 
 const skip = await dbSkip();
@@ -152,10 +153,11 @@ describe("input contract", () => {
     await f.q.driver.transaction!(async (tx) => void (await f.q.send("files", ev, { tx })));
     assert.equal(await count(f, "event"), base + 5);
     // pg: a client inside BEGIN joins it; outside a transaction it is refused.
-    const client = new pg.Client({ connectionString: f.url });
-    await client.connect();
-    const pool = new pg.Pool({ connectionString: f.url, max: 1 });
-    try {
+    await scoped(async (defer) => {
+      const client = new pg.Client({ connectionString: f.url });
+      await client.connect();
+      defer(() => client.end());
+      const pool = defer.use(new pg.Pool({ connectionString: f.url, max: 1 }), (p) => p.end());
       const q = keyq(fromPg(pool), { schema: f.schema });
       await client.query("begin");
       await q.send("files", ev, { tx: client as never });
@@ -168,10 +170,7 @@ describe("input contract", () => {
       const outside = await refused(q.send("files", ev, { tx: client as never }), "INVALID_INPUT");
       assert.match(outside.message, /not inside a transaction/);
       await refused(q.send("files", ev, { tx: pool as never }), "INVALID_INPUT");
-    } finally {
-      await client.end();
-      await pool.end();
-    }
+    });
     // A pg-style client whose transaction state cannot be read (older pg, Neon's Client).
     const opaqueClient = { query: () => Promise.resolve({ rows: [] }), connect: () => Promise.resolve(), escapeLiteral: (x: string) => x };
     for (const bad of [{}, f.sql, f.q.driver, null, 42, "tx", { query: "select" }, opaqueClient]) {
@@ -183,8 +182,8 @@ describe("input contract", () => {
 
   const BunSQL = (globalThis as { Bun?: { SQL: new (url: string) => import("../src/drivers/bun-sql.ts").BunSqlLike & { close(): Promise<void> } } }).Bun?.SQL;
   test("{ tx } takes a Bun.SQL sql.begin tx and refuses the Bun.SQL instance itself", { skip: skip || (!BunSQL && "Bun.SQL is a global of Bun only") }, async () => {
-    const bun = new BunSQL!(f.url);
-    try {
+    await scoped(async (defer) => {
+      const bun = defer.use(new BunSQL!(f.url), (b) => b.close());
       const q = keyq(fromBunSql(bun), { schema: f.schema });
       const base = await count(f, "event");
       await bun.begin(async (tx) => ({ value: await q.send("files", { type: "BunTx", payload: 1 }, { tx }) }));
@@ -195,9 +194,7 @@ describe("input contract", () => {
       assert.equal(await count(f, "event"), base + 1);
       await refused(q.send("files", { type: "BunTx", payload: 3 }, { tx: bun }), "INVALID_INPUT");
       assert.equal(await count(f, "event"), base + 1);
-    } finally {
-      await bun.close();
-    }
+    });
   });
 
   test("text Postgres cannot store is refused naming the field (NUL, unpaired surrogates)", { skip }, async () => {

@@ -15,7 +15,7 @@
  * ```
  */
 import type { KeyqOptions } from "../../mod.ts";
-import type { Sql } from "./db.ts";
+import { databaseUrl, dropSchema, freshSchema, type Sql } from "./db.ts";
 import { type Fixture, pgFixture, pgliteFixture } from "./keyq.ts";
 import { type Defer, scoped } from "./scope.ts";
 
@@ -55,4 +55,21 @@ export function withPg<T>(
 /** `withFixture(pgliteFixture(options), body)`: the file's shared PGlite, a schema of its own. */
 export function withPglite<T>(options: Omit<KeyqOptions, "schema">, body: (f: Fixture, defer: Defer) => Promise<T> | T): Promise<T> {
   return withFixture(() => pgliteFixture(options), body);
+}
+
+/**
+ * A fresh schema name (not created, not migrated) on the test database for
+ * the body; the schema is dropped afterwards with everything in it, after the
+ * body's own deferred cleanups (close its connections first with `defer.use`).
+ */
+export async function withSchema<T>(
+  body: (s: { url: string; schema: string }, defer: Defer) => Promise<T> | T,
+  prefix?: string,
+): Promise<T> {
+  const url = (await databaseUrl())!;
+  return await scoped(async (defer) => {
+    const schema = freshSchema(prefix);
+    defer(() => dropSchema(url, schema));
+    return await body({ url, schema }, defer);
+  });
 }
