@@ -62,6 +62,8 @@ export interface Opened {
  */
 export interface OpenOptions {
   faults?: boolean;
+  /** `url` is a transaction-mode pooler: postgres.js without prepared statements. */
+  pooler?: boolean;
 }
 
 /** One row of the driver × runtime matrix. */
@@ -135,40 +137,6 @@ export async function teardownPgBouncer(): Promise<void> {
   await (await b?.catch(() => undefined))?.stop();
 }
 
-/**
- * Pooled drivers through a transaction-mode PgBouncer (pool size 4), as
- * serverless pooled endpoints are. Run by tests/pooler.test.ts and kept out
- * of the README matrix on purpose: a pooler is a deployment, not a driver.
- */
-export const poolerSpecs: DriverSpec[] = [
-  {
-    id: "postgres-js-pgbouncer",
-    label: "postgres.js via PgBouncer",
-    module: "keyq/postgres-js",
-    client: "`postgres(url, { prepare: false })`",
-    pooled: true,
-    transactions: true,
-    skip: false,
-    open: async (url) => {
-      const sql = postgres(await viaPgBouncer(url), { max: 4, prepare: false, idle_timeout: 1, onnotice: () => {} });
-      return { driver: fromPostgresJs(sql), close: () => sql.end({ timeout: 2 }) };
-    },
-  },
-  {
-    id: "pg-pool-pgbouncer",
-    label: "pg Pool via PgBouncer",
-    module: "keyq/pg",
-    client: "`new pg.Pool()`",
-    pooled: true,
-    transactions: true,
-    skip: false,
-    open: async (url) => {
-      const pool = new pg.Pool({ connectionString: await viaPgBouncer(url), max: 4 });
-      return { driver: fromPg(pool), close: () => pool.end() };
-    },
-  },
-];
-
 /** Every driver the matrix shows, in README order. */
 export const driverSpecs: DriverSpec[] = [
   {
@@ -181,7 +149,9 @@ export const driverSpecs: DriverSpec[] = [
     skip: false,
     faults: { reconnects: true },
     open: (url, o) => {
-      const sql = connect(url, o?.faults ? { max: 4, idleTimeout: 2, connectTimeout: 5 } : { max: 4 });
+      const sql = o?.pooler
+        ? postgres(url, { max: 4, prepare: false, idle_timeout: 1, onnotice: () => {} }) // a transaction-mode pooler
+        : connect(url, o?.faults ? { max: 4, idleTimeout: 2, connectTimeout: 5 } : { max: 4 });
       return Promise.resolve({ driver: fromPostgresJs(sql), close: () => sql.end({ timeout: o?.faults ? 1 : 2 }) });
     },
   },
@@ -286,6 +256,22 @@ export const driverSpecs: DriverSpec[] = [
     },
   },
 ];
+
+/**
+ * Pooled drivers through a transaction-mode PgBouncer (pool size 4), as
+ * serverless pooled endpoints are: postgres.js and pg Pool of `driverSpecs`,
+ * opened on the PgBouncer URL (postgres.js with `prepare: false`). Run by
+ * tests/pooler.test.ts and kept out of the README matrix on purpose: a pooler
+ * is a deployment, not a driver.
+ */
+export const poolerSpecs: DriverSpec[] = driverSpecs.filter((d) => d.id === "postgres-js" || d.id === "pg-pool").map((d) => ({
+  ...d,
+  id: `${d.id}-pgbouncer`,
+  label: `${d.label} via PgBouncer`,
+  client: d.id === "postgres-js" ? "`postgres(url, { prepare: false })`" : d.client,
+  faults: undefined,
+  open: async (url: string) => d.open(await viaPgBouncer(url), { pooler: true }),
+}));
 
 /** A fixture plus the database URL. */
 export type DriverFixture = Fixture & { url: string };
