@@ -29,6 +29,7 @@ import { closePGlite, type Fixture, pgliteFixture } from "./keyq.ts";
 import { configureNeon, type NeonProxy, startNeonProxy } from "./neon-proxy.ts";
 import { configureNeonHttp, type NeonHttpShim, startNeonHttpShim } from "./neon-http-shim.ts";
 import { type PgBouncer, startPgBouncer } from "./pgbouncer.ts";
+import { scoped } from "./scope.ts";
 
 /** The JavaScript runtime running this file. */
 export type Runtime = "node" | "deno" | "bun";
@@ -358,9 +359,10 @@ export async function fixtureFor(spec: DriverSpec, url: string, options: Omit<Ke
 /** The conformance case that installs the engine through the driver under test. */
 export const migrateCase: Case = {
   name: "migrate installs every migration into an empty schema through this driver, then is a no-op",
-  async run(f) {
-    const schema = freshSchema("km");
-    try {
+  run: (f) =>
+    scoped(async (defer) => {
+      const schema = freshSchema("km");
+      defer(() => f.raw(`drop schema if exists "${schema}" cascade`));
       const q = keyq(f.q.driver, { schema });
       const first = await q.migrate();
       assert.deepEqual([first.from, first.to, first.applied.at(-1)], [0, latestVersion, latestVersion]);
@@ -369,8 +371,5 @@ export const migrateCase: Case = {
       assert.deepEqual(rows.map((r) => r.version), first.applied, "one version row per migration");
       assert.deepEqual(await q.migrate(), { from: latestVersion, to: latestVersion, applied: [] });
       assert.equal((await q.createQueue("files")).created, true);
-    } finally {
-      await f.raw(`drop schema if exists "${schema}" cascade`);
-    }
-  },
+    }),
 };
