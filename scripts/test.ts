@@ -6,7 +6,7 @@
  * lines. An extra Node version that is not installed is a notice locally and
  * a failure when CI is set.
  *
- *   node --import tsx scripts/test.ts [test files…]   # default: every tests/*.test.ts
+ *   node --import tsx scripts/test.ts [test files…]   # default: every tests/*.test.ts and tests/unit/*.test.ts
  */
 import { spawn } from "node:child_process";
 import { readdirSync } from "node:fs";
@@ -18,7 +18,9 @@ import { installedNode, NODE_VERSIONS } from "./node-versions.ts";
 const root = resolve(fileURLToPath(import.meta.url), "../..");
 const bin = (name: string) => join(root, "node_modules/.bin", name);
 const given = process.argv.slice(2);
-const files = given.length ? given : readdirSync(join(root, "tests")).filter((f) => f.endsWith(".test.ts")).sort().map((f) => `tests/${f}`);
+/** The test files of `dir` (not recursive: tests/helpers and tests/suites hold no tests). */
+const testsIn = (dir: string): string[] => readdirSync(join(root, dir)).filter((f) => f.endsWith(".test.ts")).sort().map((f) => `${dir}/${f}`);
+const files = given.length ? given : [...testsIn("tests/unit"), ...testsIn("tests")];
 const ci = Boolean(process.env.CI);
 
 interface Run {

@@ -10,7 +10,7 @@ import pg from "pg";
 import { keyq } from "../mod.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { dbSkip } from "./helpers/db.ts";
-import { pgFixture } from "./helpers/keyq.ts";
+import { withPg } from "./helpers/fixture.ts";
 import { sleep } from "./helpers/sync.ts";
 
 const skip = await dbSkip();
@@ -18,14 +18,14 @@ const skip = await dbSkip();
 describe("chaos", () => {
   for (const tier of ["exclusive", "ordered"] as const) {
     test(`${tier}: 2,000 events, 100 keys, 4 workers, random failures and kills`, { skip }, async () => {
-      const f = await pgFixture({ max: 2 });
-      const app = `kq-chaos-${tier}`;
-      const pools = Array.from({ length: 4 }, (_, i) => {
-        const pool = new pg.Pool({ connectionString: f.url, application_name: `${app}-${i}`, max: 1 });
-        pool.on("error", () => {});
-        return pool;
-      });
-      try {
+      await withPg({ max: 2 }, async (f, defer) => {
+        const app = `kq-chaos-${tier}`;
+        const pools = Array.from({ length: 4 }, (_, i) => {
+          const pool = new pg.Pool({ connectionString: f.url, application_name: `${app}-${i}`, max: 1 });
+          pool.on("error", () => {});
+          return pool;
+        });
+        defer(() => Promise.all(pools.map((p) => p.end())));
         await f.q.createQueue("q", { maxRetries: 3, retryBase: 5, retryCap: 20 });
         await f.raw(
           `create table "${f.schema}".effects (seq bigserial, ev_id bigint, key text, n int, worker int, started timestamptz, ended timestamptz)`,
@@ -107,10 +107,7 @@ describe("chaos", () => {
         assert.equal(overlaps!.n, 0, "no key on two workers at once");
         assert.ok(failures > 0 && kills > 0, `chaos happened (failures ${failures}, kills ${kills})`);
         if (tier === "ordered") assert.equal(disorder!.n, 0, "per-key order held (pause policy)");
-      } finally {
-        await Promise.all(pools.map((p) => p.end()));
-        await f.close();
-      }
+      });
     });
   }
 });

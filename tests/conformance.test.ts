@@ -15,11 +15,12 @@ import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { basicCases, type Case } from "./helpers/basic-suite.ts";
-import { failureCases } from "./helpers/failure-suite.ts";
-import { tierACases } from "./helpers/tier-a-suite.ts";
-import { httpCases } from "./helpers/http-suite.ts";
+import { basicCases, type Case } from "./suites/basic.ts";
+import { failureCases } from "./suites/failure.ts";
+import { tierACases } from "./suites/tier-a.ts";
+import { httpCases } from "./suites/http.ts";
 import { dbSkip, requireDatabase } from "./helpers/db.ts";
+import { withFixture } from "./helpers/fixture.ts";
 import { closeShared, type DriverSpec, driverSpecs, fixtureFor, migrateCase, neonTraffic, runtimeName, runtimeVersion } from "./helpers/drivers.ts";
 import { type CellResult, checkColumn, type RunResult } from "./helpers/matrix.ts";
 
@@ -39,12 +40,7 @@ after(closeShared);
 /** Runs one case on a fresh fixture of `spec`'s driver. */
 async function runCase(spec: DriverSpec, c: Case): Promise<void> {
   const { max: _max, ...options } = c.options ?? {};
-  const f = await fixtureFor(spec, url, options);
-  try {
-    await c.run(f);
-  } finally {
-    await f.close();
-  }
+  await withFixture(() => fixtureFor(spec, url, options), (f) => c.run(f));
 }
 
 for (const spec of driverSpecs) {

@@ -2,57 +2,33 @@
 // real Postgres (postgres.js) and PGlite. Runs under Node, Deno and Bun.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import type { PGlite } from "@electric-sql/pglite";
 import type { Driver } from "../src/driver.ts";
-import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
-import { fromPGlite } from "../src/drivers/pglite.ts";
-import { connect, databaseUrl, dbSkip, dropSchema, freshSchema, startPGlite } from "./helpers/db.ts";
+import { databaseUrl, dbSkip, freshSchema } from "./helpers/db.ts";
+import { type DriverSpec, driverSpecs } from "./helpers/drivers.ts";
 
-/** One set of contract tests; `other` reads through a second connection (or the same PGlite). */
-interface Target {
-  name: string;
-  skip: string | false;
-  setUp(): Promise<{ driver: Driver; other: Driver; close(): Promise<void> }>;
-  dropSchema(schema: string): Promise<void>;
-}
-
+/**
+ * The drivers of the one list (tests/helpers/drivers.ts) the contract runs
+ * on: postgres.js (real Postgres) and PGlite. `other` reads through a second
+ * client (PGlite is one connection: `other` is the same driver).
+ */
+const targets = driverSpecs.filter((d) => d.id === "postgres-js" || d.id === "pglite");
 const pgSkip = await dbSkip();
-let pglite: PGlite | undefined;
+const skipOf = (spec: DriverSpec): string | false => spec.skip || (spec.id !== "pglite" && pgSkip);
 
-const targets: Target[] = [
-  {
-    name: "postgres-js",
-    skip: pgSkip,
-    async setUp() {
-      const url = (await databaseUrl())!;
-      const a = connect(url, { max: 2 });
-      const b = connect(url);
-      return {
-        driver: fromPostgresJs(a),
-        other: fromPostgresJs(b),
-        close: async () => void (await Promise.all([a.end(), b.end()])),
-      };
-    },
-    dropSchema: async (schema) => dropSchema((await databaseUrl())!, schema),
-  },
-  {
-    name: "pglite",
-    skip: false,
-    async setUp() {
-      pglite ??= await startPGlite();
-      const driver = fromPGlite(pglite);
-      return { driver, other: driver, close: async () => {} };
-    },
-    dropSchema: async (schema) => void (await pglite?.query(`drop schema if exists ${schema} cascade`)),
-  },
-];
+async function setUp(spec: DriverSpec): Promise<{ driver: Driver; other: Driver; close(): Promise<void> }> {
+  const url = spec.id === "pglite" ? "" : (await databaseUrl())!;
+  const a = await spec.open(url);
+  if (spec.id === "pglite") return { driver: a.driver, other: a.driver, close: a.close };
+  const b = await spec.open(url);
+  return { driver: a.driver, other: b.driver, close: async () => void (await Promise.all([a.close(), b.close()])) };
+}
 
 const KQ_RAISE = `do $$ begin
   raise exception 'Queue "%" does not exist', 'files' using errcode = 'KQ001', hint = 'KEYQ:QUEUE_NOT_FOUND';
 end $$`;
 
 for (const target of targets) {
-  describe(`driver ${target.name}`, { skip: target.skip }, () => {
+  describe(`driver ${target.id}`, { skip: skipOf(target) }, () => {
     let driver: Driver;
     let other: Driver;
     let close: () => Promise<void>;
@@ -64,16 +40,15 @@ for (const target of targets) {
     };
 
     before(async () => {
-      ({ driver, other, close } = await target.setUp());
+      ({ driver, other, close } = await setUp(target));
     });
     after(async () => {
+      for (const s of schemas) await other?.query(`drop schema if exists ${s} cascade`);
       await close?.();
-      for (const s of schemas) await target.dropSchema(s);
-      if (target.name === "pglite") await pglite?.close();
     });
 
     test("has a name and a transaction method", () => {
-      assert.equal(driver.name, target.name);
+      assert.equal(driver.name, target.id);
       assert.equal(typeof driver.transaction, "function");
     });
 
@@ -137,7 +112,7 @@ for (const target of targets) {
       const key = String(Math.floor(Math.random() * 1e9));
       const got = await driver.transaction!(async (tx) => {
         const [r] = await tx.query("select pg_try_advisory_xact_lock($1::bigint) as ok", [key]);
-        if (target.name !== "pglite") {
+        if (target.id !== "pglite") {
           // Another connection cannot take the lock while this transaction holds it.
           const [o] = await other.query("select pg_try_advisory_xact_lock($1::bigint) as ok", [key]);
           assert.equal(o!.ok, false);

@@ -4,8 +4,9 @@ import { describe, test } from "node:test";
 import { keyq, latestVersion, migrationSql } from "../mod.ts";
 import type { Executor } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
-import { connect, databaseUrl, dbSkip, dropSchema, freshSchema } from "./helpers/db.ts";
-import { drain, pgFixture } from "./helpers/keyq.ts";
+import { connect, dbSkip } from "./helpers/db.ts";
+import { drain } from "./helpers/keyq.ts";
+import { withPg, withSchema } from "./helpers/fixture.ts";
 import { gate } from "./helpers/sync.ts";
 
 const skip = await dbSkip();
@@ -13,8 +14,7 @@ const skip = await dbSkip();
 
 describe("engine under concurrency", () => {
   test("out-of-order commits: a late commit lands in a later window, once", { skip }, async () => {
-    const f = await pgFixture({ max: 3 });
-    try {
+    await withPg({ max: 3 }, async (f) => {
       await f.q.createQueue("files");
       await f.q.consumer("files", "audit").subscribe();
       const hold = gate();
@@ -35,14 +35,11 @@ describe("engine under concurrency", () => {
       const second = await drain(f.q, "files", "audit");
       assert.deepEqual(second.map((e) => e.id), [idA], "the late commit arrives in the next window");
       assert.deepEqual(await drain(f.q, "files", "audit"), []);
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("many concurrent tickers, producers and a consumer: no event missing or duplicated", { skip }, async () => {
-    const f = await pgFixture({ max: 10 });
-    try {
+    await withPg({ max: 10 }, async (f) => {
       await f.q.createQueue("files");
       const c = f.q.consumer<number>("files", "audit");
       await c.subscribe();
@@ -92,17 +89,13 @@ describe("engine under concurrency", () => {
       assert.deepEqual([...delivered].sort(), [...committed].sort(), "exactly the committed events");
       const ticks = await f.raw(`select count(*)::int as n from "${f.schema}".tick`);
       assert.ok(Number(ticks[0]!.n) >= 1);
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("migrate from two connections at once applies once and leaves one row per version", { skip }, async () => {
-    const url = (await databaseUrl())!;
-    const schema = freshSchema();
-    const a = connect(url);
-    const b = connect(url);
-    try {
+    await withSchema(async ({ url, schema }, defer) => {
+      const a = defer.use(connect(url), (s) => s.end());
+      const b = defer.use(connect(url), (s) => s.end());
       const [ra, rb] = await Promise.all([
         keyq(fromPostgresJs(a), { schema }).migrate(),
         keyq(fromPostgresJs(b), { schema }).migrate(),
@@ -112,46 +105,33 @@ describe("engine under concurrency", () => {
       assert.deepEqual(applied[1], []);
       const rows = await a.unsafe(`select version from "${schema}".migration order by version`);
       assert.deepEqual(rows.map((r) => r.version), Array.from({ length: latestVersion }, (_, i) => i + 1));
-    } finally {
-      await a.end();
-      await b.end();
-      await dropSchema(url, schema);
-    }
+    });
   });
 
   test("migrationSql() is the same engine: applied by hand, migrate() then finds nothing to do", { skip }, async () => {
-    const url = (await databaseUrl())!;
-    const schema = freshSchema();
-    const sql = connect(url);
-    try {
+    await withSchema(async ({ url, schema }, defer) => {
+      const sql = defer.use(connect(url), (s) => s.end());
       await sql.unsafe(migrationSql(schema)).simple();
       const q = keyq(fromPostgresJs(sql), { schema });
       assert.deepEqual((await q.migrate()).applied, []);
       await q.createQueue("files");
       assert.equal((await q.send("files", { type: "E", payload: 1 })).id, "1");
-    } finally {
-      await sql.end();
-      await dropSchema(url, schema);
-    }
+    });
   });
 
   test("calls against an unmigrated schema say to migrate", { skip }, async () => {
-    const url = (await databaseUrl())!;
-    const sql = connect(url);
-    try {
-      const q = keyq(fromPostgresJs(sql), { schema: freshSchema() });
+    await withSchema(async ({ url, schema }, defer) => {
+      const sql = defer.use(connect(url), (s) => s.end());
+      const q = keyq(fromPostgresJs(sql), { schema });
       await assert.rejects(q.send("files", { type: "E", payload: 1 }), (e: unknown) =>
         (e as { code?: string }).code === "NOT_MIGRATED");
-    } finally {
-      await sql.end();
-    }
+    });
   });
 });
 
 describe("producer dedup under concurrency", () => {
   test("50 concurrent sends of one dedupKey from 10 connections append exactly one event", { skip }, async () => {
-    const f = await pgFixture({ max: 10 });
-    try {
+    await withPg({ max: 10 }, async (f) => {
       await f.q.createQueue("jobs");
       const results = await Promise.all(
         Array.from({ length: 50 }, (_, i) =>
@@ -165,8 +145,6 @@ describe("producer dedup under concurrency", () => {
       assert.equal(results.filter((r) => !r.deduped).length, 1, "exactly one caller appended");
       const events = await f.raw(`select count(*)::int as n from "${f.schema}".event`);
       assert.equal(events[0]!.n, 1);
-    } finally {
-      await f.close();
-    }
+    });
   });
 });

@@ -8,6 +8,8 @@ import { type Keyq, keyq } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { dbSkip } from "./helpers/db.ts";
 import { closePGlite, type Fixture, pgFixture, pgliteFixture } from "./helpers/keyq.ts";
+import { withFixture } from "./helpers/fixture.ts";
+import { scoped } from "./helpers/scope.ts";
 
 const skip = await dbSkip();
 
@@ -21,28 +23,23 @@ const targets: { name: string; skip: string | false; make: () => Promise<Fixture
     name: "Postgres",
     skip,
     make: () => pgFixture({ max: 2 }),
-    withPath: async (f, path, fn) => {
-      const url = (f as Fixture & { url: string }).url;
-      const sql = postgres(url, { max: 1, idle_timeout: 1, onnotice: () => {}, connection: { search_path: path } });
-      try {
+    withPath: (f, path, fn) =>
+      scoped(async (defer) => {
+        const url = (f as Fixture & { url: string }).url;
+        const sql = defer.use(postgres(url, { max: 1, idle_timeout: 1, onnotice: () => {}, connection: { search_path: path } }), (s) => s.end());
         await fn(keyq(fromPostgresJs(sql), { schema: f.schema }));
-      } finally {
-        await sql.end();
-      }
-    },
+      }),
   },
   {
     name: "PGlite",
     skip: false,
     make: () => pgliteFixture(),
-    withPath: async (f, path, fn) => {
-      await f.raw(`set search_path = ${path}`);
-      try {
+    withPath: (f, path, fn) =>
+      scoped(async (defer) => {
+        await f.raw(`set search_path = ${path}`);
+        defer(() => f.raw("reset search_path"));
         await fn(f.q);
-      } finally {
-        await f.raw("reset search_path");
-      }
-    },
+      }),
   },
 ];
 
@@ -51,8 +48,7 @@ const sends = (n: number) => Array.from({ length: n }, (_, i) => ({ type: "E", p
 for (const t of targets) {
   describe(`engine contracts on ${t.name}`, () => {
     test("slot count: a handle with another N is refused by batch, run, work, subscribe and slotOf, and consumes nothing", { skip: t.skip }, async () => {
-      const f = await t.make();
-      try {
+      await withFixture(t.make, async (f) => {
         await f.q.createQueue("files");
         const right = f.q.ordered("files", "idx", { slots: 8 });
         await right.subscribe();
@@ -70,15 +66,13 @@ for (const t of targets) {
         const seen: string[] = [];
         await right.run({ handler: (ev) => void seen.push(ev.id) });
         assert.equal(seen.length, 16, "every event still there for the N = 8 handle");
-      } finally {
-        await f.close();
-      }
+      });
     });
 
     test("routing ignores the caller's search_path: a hostile % and + first on the path change nothing", { skip: t.skip }, async () => {
-      const f = await t.make();
-      const evil = `${f.schema}_evil`;
-      try {
+      await withFixture(t.make, async (f, defer) => {
+        const evil = `${f.schema}_evil`;
+        defer(() => f.raw(`drop schema if exists ${evil} cascade`));
         await f.raw(`create schema ${evil}`);
         await f.raw(`create function ${evil}.zero(bigint, int) returns bigint language sql immutable as 'select 0::bigint'`);
         await f.raw(`create operator ${evil}.% (leftarg = bigint, rightarg = int, function = ${evil}.zero)`);
@@ -103,15 +97,11 @@ for (const t of targets) {
           const [r] = await q.driver.query(`select "${f.schema}".slot_of($1, 4)::text as s`, ["tenant-2"]);
           assert.equal(r!.s, "3");
         });
-      } finally {
-        await f.raw(`drop schema if exists ${evil} cascade`);
-        await f.close();
-      }
+      });
     });
 
     test("every engine function pins its search_path (slot_of, which must inline, qualifies every operator)", { skip: t.skip }, async () => {
-      const f = await t.make();
-      try {
+      await withFixture(t.make, async (f) => {
         const rows = await f.raw(
           `select p.proname as name, p.prosrc as src,
                   exists (select 1 from unnest(coalesce(p.proconfig, '{}')) c where c like 'search\\_path=%') as pinned
@@ -126,14 +116,11 @@ for (const t of targets) {
         const bare = src.replace(/operator\(pg_catalog\.[^)]+\)/g, "").replace(/::pg_catalog\.\w+/g, "");
         assert.equal(/[%+\-*/<>=!~^&|#@]/.test(bare), false, `slot_of uses an unqualified operator: ${src}`);
         assert.equal(/(^|[^.\w])hashtextextended\(/.test(src), false, "hashtextextended is qualified");
-      } finally {
-        await f.close();
-      }
+      });
     });
 
     test("status counts real events: deduplicated and rolled-back sends do not inflate eventsSinceTick or lagEvents", { skip: t.skip }, async () => {
-      const f = await t.make();
-      try {
+      await withFixture(t.make, async (f) => {
         await f.q.createQueue("files");
         await f.q.consumer("files", "audit").subscribe();
         for (let i = 0; i < 5; i++) await f.q.send("files", { type: "E", payload: i, dedupKey: "once" });
@@ -159,14 +146,11 @@ for (const t of targets) {
         await f.q.consumer("files", "audit").run({ handler: (ev) => void seen.push(ev.id) });
         assert.equal(seen.length, 2);
         assert.deepEqual(await lag(), { since: 0, lag: 0 });
-      } finally {
-        await f.close();
-      }
+      });
     });
 
     test("handleBatch is only called with events (never on an empty look), for every kind", { skip: t.skip }, async () => {
-      const f = await t.make();
-      try {
+      await withFixture(t.make, async (f) => {
         await f.q.createQueue("files");
         const kinds = [
           f.q.consumer("files", "plain"),
@@ -187,9 +171,7 @@ for (const t of targets) {
           assert.ok(r.events >= 3, `${c.name}: ${r.events}`);
           assert.ok(sizes.length >= 1 && sizes.every((n) => n > 0), `${c.name}: batch sizes ${sizes.join(", ")}`);
         }
-      } finally {
-        await f.close();
-      }
+      });
     });
   });
 }

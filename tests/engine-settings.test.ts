@@ -7,6 +7,7 @@ import postgres from "postgres";
 import type { Consumer } from "../mod.ts";
 import { connect, dbSkip, type Sql } from "./helpers/db.ts";
 import { type Fixture, pgFixture } from "./helpers/keyq.ts";
+import { withPg } from "./helpers/fixture.ts";
 import { worker } from "./helpers/sync.ts";
 
 const skip = await dbSkip();
@@ -128,10 +129,13 @@ async function timeBatches(c: Consumer, batches: number, plans: boolean): Promis
 
 describe("engine under real server settings", () => {
   test("stragglers (same and other database), jit on: every kind's batch stays near its straggler-free time", { skip }, async () => {
-    const f = await pgFixture({ max: 4 });
-    const other = connect(otherDatabase(f.url), { max: 2 });
-    const longRunning = [await openTransaction(f.sql), await openTransaction(other)]; // open across every tick
-    try {
+    await withPg({ max: 4 }, async (f, defer) => {
+      const other = connect(otherDatabase(f.url), { max: 2 });
+      const longRunning = [await openTransaction(f.sql), await openTransaction(other)]; // open across every tick
+      defer(async () => {
+        for (const end of longRunning) await end();
+        await other.end();
+      });
       const [jit] = await f.raw("select current_setting('jit') as jit");
       console.log(`server jit = ${jit!.jit}`);
       await f.q.createQueue("files");
@@ -165,17 +169,13 @@ describe("engine under real server settings", () => {
         // Loose: JIT costs hundreds of ms per call; noise on a shared 2-core box is far smaller.
         assert.ok(b.ms < Math.max(base[i]!.ms * 8, base[i]!.ms + 150), `${k.label}: ${b.ms} ms vs ${base[i]!.ms} ms`);
       }
-    } finally {
-      for (const end of longRunning) await end();
-      await other.end();
-      await f.close();
-    }
+    });
   });
 
   test("EXPLAIN guard: with stragglers, no engine read statement needs JIT, costs above jit_above_cost or sorts the window", { skip }, async () => {
-    const f = await pgFixture({ max: 4 });
-    const other = connect(otherDatabase(f.url), { max: 2 });
-    try {
+    await withPg({ max: 4 }, async (f, defer) => {
+      const other = connect(otherDatabase(f.url), { max: 2 });
+      defer(() => other.end());
       await f.q.createQueue("files");
       await f.q.createQueue("side");
       const names = ["plain", "x", "o1", "o8", "o64"];
@@ -214,17 +214,17 @@ describe("engine under real server settings", () => {
         assert.deepEqual(windowSorts(root).map((n) => n["Node Type"]), [], `a sort over event rows in: ${where}`);
       }
       console.log(`${reads.length} engine read statements, highest total cost ${worst} (jit_above_cost ${threshold})`);
-    } finally {
-      await other.end();
-      await f.close();
-    }
+    });
   });
 
   test("Tier A lock table: 8 workers, batches of 10,000 distinct keys, default max_locks_per_transaction — no 53200, every event once, no overlap", { skip }, async () => {
-    const f = await pgFixture({ max: 2 });
-    const workers = Array.from({ length: 8 }, (_, i) => worker(f.url, f.schema, i, "kq-locks"));
-    const monitor = connect(f.url);
-    try {
+    await withPg({ max: 2 }, async (f, defer) => {
+      const workers = Array.from({ length: 8 }, (_, i) => worker(f.url, f.schema, i, "kq-locks"));
+      const monitor = connect(f.url);
+      defer(async () => {
+        await Promise.all(workers.map((w) => w.sql.end()));
+        await monitor.end();
+      });
       const [cfg] = await f.raw(
         "select current_setting('max_locks_per_transaction') as mlpt, current_setting('max_connections') as mc",
       );
@@ -289,19 +289,19 @@ describe("engine under real server settings", () => {
       assert.equal(seen.size, N, "every event handled");
       assert.equal(twice, 0, "no event handled twice");
       assert.equal(overlaps, 0, "no key held by two workers at once");
-    } finally {
-      await Promise.all(workers.map((w) => w.sql.end()));
-      await monitor.end();
-      await f.close();
-    }
+    });
   });
 
   test("subscribe vs tick + maintain hammered from other connections: every event sent after each subscription is delivered", { skip }, async () => {
-    const f = await pgFixture({ max: 2 });
-    const hammers = [worker(f.url, f.schema, 0, "kq-hammer"), worker(f.url, f.schema, 1, "kq-hammer")];
-    let stop = false;
-    const loops: Promise<void>[] = [];
-    try {
+    await withPg({ max: 2 }, async (f, defer) => {
+      const hammers = [worker(f.url, f.schema, 0, "kq-hammer"), worker(f.url, f.schema, 1, "kq-hammer")];
+      let stop = false;
+      const loops: Promise<void>[] = [];
+      defer(async () => {
+        stop = true;
+        await Promise.allSettled(loops);
+        await Promise.all(hammers.map((h) => h.sql.end()));
+      });
       await f.q.createQueue("files");
       loops.push((async () => {
         while (!stop) await hammers[0]!.q.tick("files", { force: true });
@@ -327,20 +327,19 @@ describe("engine under real server settings", () => {
       const [{ n }] = (await f.raw(`select count(*)::int as n from "${f.schema}".tick`)) as [{ n: number }];
       console.log(`subscribe/prune race: ${rounds} subscriptions under a hammering ticker and maintainer, ${lost.length} lost their first event; ${n} ticks left`);
       assert.deepEqual(lost, [], "consumers that lost an event sent after they subscribed");
-    } finally {
-      stop = true;
-      await Promise.allSettled(loops);
-      await Promise.all(hammers.map((h) => h.sql.end()));
-      await f.close();
-    }
+    });
   });
 
   test("subscribing never blocks producers: an open producer transaction, a new ordered consumer, sends from other connections still complete", { skip }, async () => {
-    const f = await pgFixture({ max: 2 });
-    const other = worker(f.url, f.schema, 1, "kq-producer");
-    let endHeld: (() => Promise<void>) | undefined;
-    let sub: Promise<boolean> | undefined;
-    try {
+    await withPg({ max: 2 }, async (f, defer) => {
+      const other = worker(f.url, f.schema, 1, "kq-producer");
+      let endHeld: (() => Promise<void>) | undefined;
+      let sub: Promise<boolean> | undefined = undefined;
+      defer(async () => {
+        if (endHeld) await endHeld();
+        await sub?.catch(() => {});
+        await other.sql.end();
+      });
       await f.q.createQueue("files");
       const all = f.q.consumer("files", "all");
       await all.subscribe();
@@ -387,12 +386,7 @@ describe("engine under real server settings", () => {
       const seen = new Set<string>();
       await all.run({ handler: (ev) => void seen.add(ev.id) });
       assert.equal(seen.size, 200 + 1 + 5 + 10, "nothing lost for the existing consumer");
-    } finally {
-      if (endHeld) await endHeld();
-      await sub?.catch(() => {});
-      await other.sql.end();
-      await f.close();
-    }
+    });
   });
 
   test("slot index: racing subscribers of one new N behind a producer, and an INVALID index left by a failed concurrent build", { skip }, async () => {

@@ -14,7 +14,7 @@ import process from "node:process";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { databaseUrl, dbSkip } from "./helpers/db.ts";
-import { pgFixture } from "./helpers/keyq.ts";
+import { type Defer, type PgFixture, withPg } from "./helpers/fixture.ts";
 import { runtimeName, setupNeon, teardownNeon } from "./helpers/drivers.ts";
 
 const skip = await dbSkip();
@@ -22,15 +22,16 @@ const runtime = runtimeName();
 const root = fileURLToPath(new URL("..", import.meta.url));
 const only = (r: string): string | false => runtime !== r && `runs in the ${r} pass (npm run test:${r})`;
 
-type Fx = Awaited<ReturnType<typeof pgFixture>>;
+type Fx = PgFixture;
 
 /** A fresh schema with the "jobs" queue, `consumer` subscribed, and `n` keyed events sent. */
-async function seed(consumer: string, n: number): Promise<{ f: Fx; ids: string[] }> {
-  const f = await pgFixture({ max: 2 });
-  await f.q.createQueue("jobs");
-  await f.q.exclusive("jobs", consumer).subscribe();
-  const sent = await f.q.sendBatch("jobs", Array.from({ length: n }, (_, i) => ({ type: "Job", payload: { n: i }, key: `tenant-${i % 3}` })));
-  return { f, ids: sent.map((s) => s.id) };
+async function withSeed(consumer: string, n: number, body: (seeded: { f: Fx; ids: string[] }, defer: Defer) => Promise<void>): Promise<void> {
+  await withPg({ max: 2 }, async (f, defer) => {
+    await f.q.createQueue("jobs");
+    await f.q.exclusive("jobs", consumer).subscribe();
+    const sent = await f.q.sendBatch("jobs", Array.from({ length: n }, (_, i) => ({ type: "Job", payload: { n: i }, key: `tenant-${i % 3}` })));
+    await body({ f, ids: sent.map((s) => s.id) }, defer);
+  });
 }
 
 /** Asserts `out` names every id once as consumed, and the consumer has nothing left. */
@@ -107,8 +108,7 @@ async function waitFor(what: () => boolean, ms: number, label: () => string): Pr
 
 describe(`examples (${runtime})`, () => {
   test("examples/deno-cron.ts: the cron job, run once, consumes the backlog", { skip: skip || only("deno") }, async () => {
-    const { f, ids } = await seed("deno-cron", 7);
-    try {
+    await withSeed("deno-cron", 7, async ({ f, ids }) => {
       // The header's command has --unstable-cron (a schedule every minute); KEYQ_ONCE=1 makes it run once.
       const [line] = commandsOf("examples/deno-cron.ts", 1);
       const { code, out } = await startHeader(line!, f.url, { KEYQ_SCHEMA: f.schema, KEYQ_ONCE: "1" }).done;
@@ -116,28 +116,22 @@ describe(`examples (${runtime})`, () => {
       assert.equal(code, 0, out);
       assert.match(out, /run: 7 events/);
       await consumedAll(f, "deno-cron", ids, out);
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("examples/bun-sql.ts: one run over Bun.SQL consumes the backlog", { skip: skip || only("bun") }, async () => {
-    const { f, ids } = await seed("bun-sql", 7);
-    try {
+    await withSeed("bun-sql", 7, async ({ f, ids }) => {
       const [line] = commandsOf("examples/bun-sql.ts", 1);
       const { code, out } = await startHeader(line!, f.url, { KEYQ_SCHEMA: f.schema }).done;
       console.log(out.trim());
       assert.equal(code, 0, out);
       assert.match(out, /run: 7 events/);
       await consumedAll(f, "bun-sql", ids, out);
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("examples/node-worker.ts: two workers share the backlog, then stop cleanly on SIGTERM and SIGINT", { skip: skip || only("node") }, async () => {
-    const { f } = await seed("node-worker", 0);
-    try {
+    await withSeed("node-worker", 0, async ({ f }) => {
       const [line] = commandsOf("examples/node-worker.ts", 1);
       const workers = ["a", "b"].map((w) => startHeader(line!, f.url, { KEYQ_SCHEMA: f.schema, WORKER: w }));
       const all = () => workers.map((w) => w.output()).join("");
@@ -154,14 +148,11 @@ describe(`examples (${runtime})`, () => {
       assert.match(out, /a: SIGTERM, finishing the current batch\na: stopped after \d+ events/);
       assert.match(out, /b: SIGINT, finishing the current batch\nb: stopped after \d+ events/);
       await consumedAll(f, "node-worker", ids, out);
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("examples/cloudflare-worker: scheduled() inside workerd (miniflare) consumes over cloudflare:sockets", { skip: skip || only("node") }, async () => {
-    const { f, ids } = await seed("cf-cron", 7);
-    try {
+    await withSeed("cf-cron", 7, async ({ f, ids }) => {
       const [line] = commandsOf("examples/cloudflare-worker/run.ts", 1);
       const { code, out } = await startHeader(line!, f.url, { KEYQ_SCHEMA: f.schema }).done;
       console.log(out.trim());
@@ -169,9 +160,7 @@ describe(`examples (${runtime})`, () => {
       assert.match(out, /cron "\* \* \* \* \*": 7 events/);
       assert.match(out, /scheduled\(\) outcome: ok/);
       await consumedAll(f, "cf-cron", ids, out);
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("npm run demo (the README's first command): runs to the end on embedded PGlite without DATABASE_URL", { skip: only("node") }, async () => {
@@ -196,8 +185,7 @@ describe(`examples (${runtime})`, () => {
   test("examples/tier-b-lifecycle.ts: both header commands run in a throwaway schema and leave KEYQ_SCHEMA alone", { skip: skip || only("node") }, async () => {
     const url = (await databaseUrl())!;
     // A user's schema named by KEYQ_SCHEMA, with something in it: the example must not drop it.
-    const f = await pgFixture({ max: 1 });
-    try {
+    await withPg({ max: 1 }, async (f) => {
       await f.q.createQueue("files");
       const [pglite, real] = commandsOf("examples/tier-b-lifecycle.ts", 2);
       const local = await startHeader(pglite!, url, { KEYQ_SCHEMA: f.schema }).done;
@@ -213,16 +201,20 @@ describe(`examples (${runtime})`, () => {
       assert.ok(own, remote.out);
       assert.deepEqual(await f.raw("select 1 from pg_namespace where nspname = $1", [own]), [], "its own schema is dropped");
       assert.equal((await f.q.listQueues()).map((q) => q.name).join(), "files", "the KEYQ_SCHEMA schema and its queue are intact");
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("examples/vercel-cron-route.ts: GET runs once over a Neon Pool and returns the report; a wrong secret gets 401", { skip }, async () => {
-    const { f, ids } = await seed("vercel-cron", 7);
-    const saved = { ...process.env };
-    await setupNeon();
-    try {
+    await withSeed("vercel-cron", 7, async ({ f, ids }, defer) => {
+      const saved = { ...process.env };
+      defer(() => {
+        for (const k of ["DATABASE_URL", "KEYQ_SCHEMA", "CRON_SECRET"]) {
+          if (saved[k] === undefined) delete process.env[k];
+          else process.env[k] = saved[k];
+        }
+      });
+      await setupNeon();
+      defer(teardownNeon);
       Object.assign(process.env, { DATABASE_URL: f.url, KEYQ_SCHEMA: f.schema, CRON_SECRET: "s3cret" });
       const { GET } = await import("../examples/vercel-cron-route.ts");
       const denied = await GET(new Request("http://localhost/api/keyq", { headers: { authorization: "Bearer nope" } }));
@@ -236,13 +228,6 @@ describe(`examples (${runtime})`, () => {
       assert.deepEqual(body.consumed.map((c) => c.id).sort(), [...ids].sort());
       const again = await f.q.exclusive("jobs", "vercel-cron").run({ handler: () => assert.fail("nothing should be left") });
       assert.equal(again.events, 0);
-    } finally {
-      for (const k of ["DATABASE_URL", "KEYQ_SCHEMA", "CRON_SECRET"]) {
-        if (saved[k] === undefined) delete process.env[k];
-        else process.env[k] = saved[k];
-      }
-      await teardownNeon();
-      await f.close();
-    }
+    });
   });
 });

@@ -5,7 +5,7 @@ import { keyq } from "../mod.ts";
 import pg from "pg";
 import { fromPg } from "../src/drivers/pg.ts";
 import { dbSkip } from "./helpers/db.ts";
-import { pgFixture } from "./helpers/keyq.ts";
+import { withPg } from "./helpers/fixture.ts";
 import { gate, sleep, worker } from "./helpers/sync.ts";
 
 const skip = await dbSkip();
@@ -14,9 +14,9 @@ const skip = await dbSkip();
 
 describe("Tier A: exclusive consumer", () => {
   test("G2: 8 workers on 8 connections, 200 keys, 5,000 events — no two intervals of a key overlap", { skip }, async () => {
-    const f = await pgFixture({ max: 2 });
-    const workers = Array.from({ length: 8 }, (_, i) => worker(f.url, f.schema, i));
-    try {
+    await withPg({ max: 2 }, async (f, defer) => {
+      const workers = Array.from({ length: 8 }, (_, i) => worker(f.url, f.schema, i));
+      defer(() => Promise.all(workers.map((w) => w.sql.end())));
       await f.q.createQueue("jobs");
       await f.raw(`create table "${f.schema}".log (ev_id bigint, key text, worker int, started timestamptz, ended timestamptz)`);
       await f.q.exclusive("jobs", "migrator").subscribe();
@@ -63,16 +63,13 @@ describe("Tier A: exclusive consumer", () => {
       assert.equal(stats!.rows, N, "each exactly once");
       assert.equal(overlaps!.n, 0, "no two intervals of the same key overlap");
       assert.ok(busyWorkers >= 6, `work spread over the workers (${busyWorkers} of 8 handled events)`);
-    } finally {
-      await Promise.all(workers.map((w) => w.sql.end()));
-      await f.close();
-    }
+    });
   });
 
   test("one big window feeds every worker (chunks), and batches take at most 4 round trips", { skip }, async () => {
-    const f = await pgFixture({ max: 2 });
-    const workers = Array.from({ length: 4 }, (_, i) => worker(f.url, f.schema, i));
-    try {
+    await withPg({ max: 2 }, async (f, defer) => {
+      const workers = Array.from({ length: 4 }, (_, i) => worker(f.url, f.schema, i));
+      defer(() => Promise.all(workers.map((w) => w.sql.end())));
       await f.q.createQueue("jobs");
       await f.q.exclusive("jobs", "m").subscribe();
       await f.q.sendBatch("jobs", Array.from({ length: 2000 }, (_, i) => ({ type: "E", payload: i, key: `k${i}` })));
@@ -95,16 +92,16 @@ describe("Tier A: exclusive consumer", () => {
       console.log(`one window of 2000: per worker ${perWorker.join(", ")}; round trips per batch max ${Math.max(...trips)}`);
       for (const n of perWorker) assert.ok(n >= 200, `every worker stayed busy: ${perWorker.join(", ")}`);
       assert.ok(Math.max(...trips) <= 4, `round trips per batch: ${[...new Set(trips)].join(", ")}`);
-    } finally {
-      await Promise.all(workers.map((w) => w.sql.end()));
-      await f.close();
-    }
+    });
   });
 
   test("non-blocking: while one worker is stuck inside a batch, others consume other chunks", { skip }, async () => {
-    const f = await pgFixture({ max: 2 });
-    const [a, b] = [worker(f.url, f.schema, 0), worker(f.url, f.schema, 1)];
-    try {
+    await withPg({ max: 2 }, async (f, defer) => {
+      const [a, b] = [worker(f.url, f.schema, 0), worker(f.url, f.schema, 1)];
+      defer(async () => {
+        await a.sql.end();
+        await b.sql.end();
+      });
       await f.q.createQueue("jobs");
       await f.q.exclusive("jobs", "m").subscribe();
       await f.q.sendBatch("jobs", Array.from({ length: 300 }, (_, i) => ({ type: "E", payload: i, key: `k${i}` })));
@@ -124,18 +121,17 @@ describe("Tier A: exclusive consumer", () => {
       stuck.open();
       const ra = await aRun;
       assert.equal(ra.events, 20);
-    } finally {
-      await a.sql.end();
-      await b.sql.end();
-      await f.close();
-    }
+    });
   });
 
   for (const idempotent of [true, false]) {
     test(`contended key with idempotent: ${idempotent} → ${idempotent ? "acked and dropped" : "deferred, then handled once, no retry spent"}`, { skip }, async () => {
-      const f = await pgFixture({ max: 2 });
-      const [a, b] = [worker(f.url, f.schema, 0), worker(f.url, f.schema, 1)];
-      try {
+      await withPg({ max: 2 }, async (f, defer) => {
+        const [a, b] = [worker(f.url, f.schema, 0), worker(f.url, f.schema, 1)];
+        defer(async () => {
+          await a.sql.end();
+          await b.sql.end();
+        });
         await f.q.createQueue("jobs");
         await f.q.exclusive("jobs", "m").subscribe();
         await f.q.sendBatch("jobs", [{ type: "First", payload: 1, key: "K" }, { type: "Second", payload: 2, key: "K" }]);
@@ -176,18 +172,17 @@ describe("Tier A: exclusive consumer", () => {
         }
         const dead = await f.q.dlq.count();
         assert.equal(dead, 0);
-      } finally {
-        await a.sql.end();
-        await b.sql.end();
-        await f.close();
-      }
+      });
     });
   }
 
   test("crash: a killed backend's batch rolls back; its chunk and keys are free at once; nothing lost", { skip }, async () => {
-    const f = await pgFixture({ max: 2 });
-    const [a, b] = [worker(f.url, f.schema, 0), worker(f.url, f.schema, 1)];
-    try {
+    await withPg({ max: 2 }, async (f, defer) => {
+      const [a, b] = [worker(f.url, f.schema, 0), worker(f.url, f.schema, 1)];
+      defer(async () => {
+        await a.sql.end().catch(() => {});
+        await b.sql.end();
+      });
       await f.q.createQueue("jobs");
       await f.raw(`create table "${f.schema}".side (ev_id bigint primary key)`);
       await f.q.exclusive("jobs", "m").subscribe();
@@ -215,27 +210,23 @@ describe("Tier A: exclusive consumer", () => {
       assert.equal(r.events, 10, "another worker took the freed chunk and key at once");
       const after = await f.raw(`select count(*)::int as n from "${f.schema}".side`);
       assert.equal(after[0]!.n, 10);
-    } finally {
-      await a.sql.end().catch(() => {});
-      await b.sql.end();
-      await f.close();
-    }
+    });
   });
 
   // node-postgres workers: postgres.js 3.4.9 throws an uncatchable TypeError
   // (nextWrite on a null socket) when its backend is killed mid-transaction
   // (porsager/postgres#1154, #1208), which would end the test process.
   test("exactly-once in the database under random handler failures and backend kills", { skip }, async () => {
-    const f = await pgFixture({ max: 2 });
-    // A name of this test's own: the killer below must never hit another test
-    // file's workers (ordered.test.ts names its workers kq-worker-<i> too).
-    const app = `kq-x-${f.schema}`;
-    const workers = Array.from({ length: 4 }, (_, i) => {
-      const pool = new pg.Pool({ connectionString: f.url, application_name: `${app}-${i}`, max: 1 });
-      pool.on("error", () => {}); // an idle client killed by the chaos loop
-      return { q: keyq(fromPg(pool), { schema: f.schema }), sql: { end: () => pool.end() } };
-    });
-    try {
+    await withPg({ max: 2 }, async (f, defer) => {
+      // A name of this test's own: the killer below must never hit another test
+      // file's workers (ordered.test.ts names its workers kq-worker-<i> too).
+      const app = `kq-x-${f.schema}`;
+      const workers = Array.from({ length: 4 }, (_, i) => {
+        const pool = new pg.Pool({ connectionString: f.url, application_name: `${app}-${i}`, max: 1 });
+        pool.on("error", () => {}); // an idle client killed by the chaos loop
+        return { q: keyq(fromPg(pool), { schema: f.schema }), sql: { end: () => pool.end() } };
+      });
+      defer(() => Promise.all(workers.map((w) => w.sql.end().catch(() => {}))));
       await f.q.createQueue("jobs", { maxRetries: 100, retryBase: 5, retryCap: 50 });
       await f.raw(`create table "${f.schema}".effects (ev_id bigint, worker int)`);
       await f.q.exclusive("jobs", "m").subscribe();
@@ -286,9 +277,6 @@ describe("Tier A: exclusive consumer", () => {
       assert.equal(r!.rows, N, "exactly one committed effect per event");
       assert.ok(failures > 0, "handler failures happened");
       assert.equal(await f.q.dlq.count(), 0);
-    } finally {
-      await Promise.all(workers.map((w) => w.sql.end().catch(() => {})));
-      await f.close();
-    }
+    });
   });
 });

@@ -8,18 +8,13 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import process from "node:process";
-import pg from "pg";
-import { Pool as NeonPool } from "@neondatabase/serverless";
 import postgres from "postgres";
 import { keyq, KeyqError } from "../mod.ts";
-import type { Driver } from "../src/driver.ts";
-import { type BunSqlLike, fromBunSql } from "../src/drivers/bun-sql.ts";
-import { fromNeonPool } from "../src/drivers/neon.ts";
-import { fromPg } from "../src/drivers/pg.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { type Cluster, pgBinDir, startCluster } from "./helpers/cluster.ts";
 import { freshSchema } from "./helpers/db.ts";
-import { runtimeName, setupNeon, teardownNeon } from "./helpers/drivers.ts";
+import { type DriverSpec, driverSpecs, type Opened, runtimeName, teardownNeon } from "./helpers/drivers.ts";
+import { type Defer, scoped } from "./helpers/scope.ts";
 import { sleep } from "./helpers/sync.ts";
 
 const runtime = runtimeName();
@@ -31,74 +26,10 @@ try {
   if (process.env.CI) throw err; // CI must never skip the fault tests
 }
 
-type BunSqlClass = new (url: string, options?: { max?: number; idleTimeout?: number }) => BunSqlLike & { close(): Promise<void> };
-const BunGlobal = (globalThis as { Bun?: { SQL: BunSqlClass } }).Bun;
-
-/** A driver under test: `open` makes a new client (a new "process" of workers). */
-interface FaultDriver {
-  id: string;
-  label: string;
-  /** Reconnects by itself after its connections die (every pool does; one pg Client does not). */
-  reconnects: boolean;
-  skip: string | false;
-  open(url: string): Promise<{ driver: Driver; close(): Promise<void> }>;
-}
-
-const drivers: FaultDriver[] = [
-  {
-    id: "postgres-js",
-    label: "postgres.js",
-    reconnects: true,
-    skip: false,
-    open: (url) => {
-      const sql = postgres(url, { max: 4, idle_timeout: 2, connect_timeout: 5, onnotice: () => {} });
-      return Promise.resolve({ driver: fromPostgresJs(sql), close: () => sql.end({ timeout: 1 }) });
-    },
-  },
-  {
-    id: "pg-pool",
-    label: "pg Pool",
-    reconnects: true,
-    skip: false,
-    open: (url) => {
-      const pool = new pg.Pool({ connectionString: url, max: 4, connectionTimeoutMillis: 5_000 });
-      return Promise.resolve({ driver: fromPg(pool), close: () => pool.end() });
-    },
-  },
-  {
-    id: "pg-client",
-    label: "pg Client",
-    reconnects: false,
-    skip: false,
-    open: async (url) => {
-      const client = new pg.Client(url);
-      client.on("error", () => {}); // the owner of a Client handles its errors (fromPg's contract)
-      await client.connect();
-      return { driver: fromPg(client), close: () => client.end().catch(() => {}) };
-    },
-  },
-  {
-    id: "neon-pool",
-    label: "Neon Pool (WebSocket)",
-    reconnects: true,
-    skip: false,
-    open: async (url) => {
-      await setupNeon();
-      const pool = new NeonPool({ connectionString: url, max: 4, connectionTimeoutMillis: 5_000 });
-      return { driver: fromNeonPool(pool), close: () => pool.end() };
-    },
-  },
-  {
-    id: "bun-sql",
-    label: "Bun.SQL",
-    reconnects: true,
-    skip: !BunGlobal && "Bun.SQL is a global of the Bun runtime only",
-    open: (url) => {
-      const sql = new BunGlobal!.SQL(url, { max: 4 });
-      return Promise.resolve({ driver: fromBunSql(sql), close: () => sql.close() });
-    },
-  },
-];
+/** The drivers of the one list (tests/helpers/drivers.ts) that the fault tests run, opened for faults. */
+type FaultDriver = DriverSpec & { faults: { reconnects: boolean } };
+const drivers = driverSpecs.filter((d): d is FaultDriver => d.faults !== undefined);
+const open = (d: FaultDriver, url: string) => d.open(url, { faults: true });
 
 let cluster: Cluster | undefined;
 let admin: postgres.Sql | undefined;
@@ -155,6 +86,20 @@ async function drop(schema: string): Promise<void> {
   await side(`drop schema if exists "${schema}" cascade`);
 }
 
+/** `setup()` for the body; the schema is dropped after the body's own cleanups (close clients with `client()`). */
+function withSetup<T>(d: FaultDriver, body: (s: Awaited<ReturnType<typeof setup>>, client: () => Promise<Opened>, defer: Defer) => Promise<T>): Promise<T> {
+  return scoped(async (defer) => {
+    const s = await setup();
+    defer(() => drop(s.schema));
+    const client = async () => {
+      const opened = await open(d, cluster!.url);
+      defer(() => opened.close());
+      return opened;
+    };
+    return await body(s, client, defer);
+  });
+}
+
 /** Kills `pid` from the side connection and waits until it is gone. */
 async function kill(pid: unknown): Promise<void> {
   await side("select pg_terminate_backend($1::int)", [String(pid)]);
@@ -173,8 +118,9 @@ async function doneStats(schema: string): Promise<{ n: number; d: number }> {
 /** Runs batches on fresh clients until `want` events are committed. */
 async function finish(d: FaultDriver, schema: string, want: number, ms = 20_000): Promise<void> {
   const until = Date.now() + ms;
-  const { driver, close } = await d.open(cluster!.url);
-  try {
+  await scoped(async (defer) => {
+    const { driver, close } = await open(d, cluster!.url);
+    defer(close);
     const c = keyq(driver, { schema }).exclusive("jobs", "w", { deferDelay: 20 });
     while ((await doneStats(schema)).d < want) {
       assert.ok(Date.now() < until, `only ${(await doneStats(schema)).d} of ${want} events committed`);
@@ -184,9 +130,7 @@ async function finish(d: FaultDriver, schema: string, want: number, ms = 20_000)
       }).catch(() => {});
       await sleep(50);
     }
-  } finally {
-    await close();
-  }
+  });
 }
 
 /** True when two [start, end] intervals of the list overlap. */
@@ -213,9 +157,8 @@ for (const d of drivers) {
   describe(`faults: ${d.label} on ${runtime} (private cluster)`, () => {
     test("backend killed at each step of a batch: the batch rejects, no handler of it starts after the kill, nothing lost or doubled, no crash", { skip, timeout: T }, async () => {
       for (const step of STEPS) {
-        const { schema, sent } = await setup();
-        const { driver, close } = await d.open(cluster!.url);
-        try {
+        await withSetup(d, async ({ schema, sent }, client) => {
+          const { driver } = await client();
           const ids = await sent(3, () => "K");
           const c = keyq(driver, { schema }).exclusive("jobs", "w");
           await c.subscribe();
@@ -247,7 +190,7 @@ for (const d of drivers) {
           assert.ok(!(result && typeof result === "object" && "events" in result && Number(result.events) > 0), `${step}: the dead batch reported no committed event (${JSON.stringify(result)})`);
           assert.equal(startsAfterKill, 0, `${step}: no handler of the dead batch started after the kill`);
           assert.deepEqual(await doneStats(schema), { n: 0, d: 0 }, `${step}: nothing of the dead batch committed`);
-          if (d.reconnects) {
+          if (d.faults.reconnects) {
             // The same client carries on.
             const again: string[] = [];
             for (let i = 0; i < 20 && again.length < 3; i++) {
@@ -264,28 +207,26 @@ for (const d of drivers) {
             await finish(d, schema, 3);
           }
           assert.deepEqual(await doneStats(schema), { n: 3, d: 3 }, `${step}: every event committed once`);
-        } finally {
-          await close();
-          await drop(schema);
-        }
+        });
       }
       assert.deepEqual(crashes, [], "no uncaught exception or unhandled rejection");
     });
 
     test("pg_ctl stop -m immediate, then start, with work() loops running: every loop resumes by itself, 0 lost, 0 duplicates, no crash", {
-      skip: skip || (!d.reconnects && "one pg Client cannot reconnect: a worker on it ends with its connection (use a Pool)"),
+      skip: skip || (!d.faults.reconnects && "one pg Client cannot reconnect: a worker on it ends with its connection (use a Pool)"),
       timeout: T,
     }, async () => {
-      const { schema, sent } = await setup();
-      const workers = await Promise.all([0, 1].map(() => d.open(cluster!.url)));
-      const ctl = new AbortController();
-      const calls = [0, 0];
-      const afterRestart = [0, 0];
-      const retriesBy = [0, 0];
-      const retries: { code: string; attempt: number; delayMs: number }[] = [];
-      let restartedAt = 0;
-      let firstAfterRestart = 0;
-      try {
+      await withSetup(d, async ({ schema, sent }, _client, defer) => {
+        const workers = await Promise.all([0, 1].map(() => open(d, cluster!.url)));
+        defer(() => Promise.all(workers.map((w) => w.close().catch(() => {}))));
+        const ctl = new AbortController();
+        defer(() => ctl.abort());
+        const calls = [0, 0];
+        const afterRestart = [0, 0];
+        const retriesBy = [0, 0];
+        const retries: { code: string; attempt: number; delayMs: number }[] = [];
+        let restartedAt = 0;
+        let firstAfterRestart = 0;
         const ids = await sent(60, (i) => `k${i % 10}`);
         await keyq(workers[0]!.driver, { schema }).exclusive("jobs", "w").subscribe();
         const loops = workers.map(({ driver }, w) =>
@@ -366,18 +307,13 @@ for (const d of drivers) {
         assert.ok(retries.length > 0, "the loops met the outage and reported their retries");
         assert.ok(afterRestart[0]! > 0 && afterRestart[1]! > 0, `every loop resumed by itself (${afterRestart.join(", ")} events after the restart; retries ${retriesBy.join(", ")})`);
         assert.deepEqual(crashes, [], "no uncaught exception or unhandled rejection");
-      } finally {
-        ctl.abort();
-        await Promise.all(workers.map((w) => w.close().catch(() => {})));
-        await drop(schema);
-      }
+      });
     });
 
     test("hung and slow handlers: run() settles by its budget and deadline; another worker takes the key after the batch is gone, no overlap", { skip, timeout: T }, async () => {
-      const { schema, sent } = await setup();
-      const a = await d.open(cluster!.url);
-      const b = await d.open(cluster!.url);
-      try {
+      await withSetup(d, async ({ schema, sent }, client) => {
+        const a = await client();
+        const b = await client();
         const qa = keyq(a.driver, { schema });
         const qb = keyq(b.driver, { schema });
         await qa.exclusive("jobs", "w").subscribe();
@@ -434,22 +370,17 @@ for (const d of drivers) {
           if (kind === "slow") assert.equal(overlaps(calls), 0, `slow: no overlap (${JSON.stringify(calls)})`);
         }
         assert.deepEqual(crashes, [], "no uncaught exception or unhandled rejection");
-      } finally {
-        await a.close();
-        await b.close();
-        await drop(schema);
-      }
+      });
     });
 
     for (const fenced of [false, true]) {
       const mode = fenced ? "fenced mode, a handler that ignores its signal" : "default mode, a handler that honours its signal";
-      const only = fenced && !d.reconnects && "fenced mode needs a pool of at least 2 connections (its lease commits in a transaction of its own)";
+      const only = fenced && !d.faults.reconnects && "fenced mode needs a pool of at least 2 connections (its lease commits in a transaction of its own)";
       test(`a handler still sleeping when its session dies (${mode}): no new handler of the dead batch, no two calls of one key at once`, { skip: skip || only, timeout: T }, async () => {
-        const { schema, sent } = await setup();
-        const a = await d.open(cluster!.url);
-        const b = await d.open(cluster!.url);
         const opts = fenced ? { fenced: true, deferDelay: 20 } : { deferDelay: 20 };
-        try {
+        await withSetup(d, async ({ schema, sent }, client) => {
+          const a = await client();
+          const b = await client();
           const qa = keyq(a.driver, { schema });
           const qb = keyq(b.driver, { schema });
           await qa.exclusive("jobs", "w", opts).subscribe();
@@ -508,11 +439,7 @@ for (const d of drivers) {
           console.log(`faults: ${d.label} on ${runtime}: zombie test (${fenced ? "fenced" : "default"}): overlapping calls of one key: ${n}`);
           assert.equal(n, 0, `no two calls of key K overlap (${JSON.stringify(calls)})`);
           assert.deepEqual(crashes, [], "no uncaught exception or unhandled rejection");
-        } finally {
-          await a.close();
-          await b.close();
-          await drop(schema);
-        }
+        });
       });
     }
   });

@@ -6,13 +6,15 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import pg from "pg";
 import { neon, neonConfig } from "@neondatabase/serverless";
-import { type Driver, keyq, KeyqError } from "../mod.ts";
+import { keyq, KeyqError } from "../mod.ts";
 import { fromNeonHttp } from "../src/drivers/neon.ts";
 import { fromBunSql } from "../src/drivers/bun-sql.ts";
 import { fromPg } from "../src/drivers/pg.ts";
-import { describeError, MAX_MESSAGE } from "../src/error-text.ts";
+import { MAX_MESSAGE } from "../src/error-text.ts";
 import { dbSkip } from "./helpers/db.ts";
 import { type Fixture, pgFixture } from "./helpers/keyq.ts";
+import { withPg } from "./helpers/fixture.ts";
+import { scoped } from "./helpers/scope.ts";
 import { configureNeonHttp, type NeonHttpShim, startNeonHttpShim } from "./helpers/neon-http-shim.ts";
 
 const skip = await dbSkip();
@@ -151,10 +153,11 @@ describe("input contract", () => {
     await f.q.driver.transaction!(async (tx) => void (await f.q.send("files", ev, { tx })));
     assert.equal(await count(f, "event"), base + 5);
     // pg: a client inside BEGIN joins it; outside a transaction it is refused.
-    const client = new pg.Client({ connectionString: f.url });
-    await client.connect();
-    const pool = new pg.Pool({ connectionString: f.url, max: 1 });
-    try {
+    await scoped(async (defer) => {
+      const client = new pg.Client({ connectionString: f.url });
+      await client.connect();
+      defer(() => client.end());
+      const pool = defer.use(new pg.Pool({ connectionString: f.url, max: 1 }), (p) => p.end());
       const q = keyq(fromPg(pool), { schema: f.schema });
       await client.query("begin");
       await q.send("files", ev, { tx: client as never });
@@ -167,10 +170,7 @@ describe("input contract", () => {
       const outside = await refused(q.send("files", ev, { tx: client as never }), "INVALID_INPUT");
       assert.match(outside.message, /not inside a transaction/);
       await refused(q.send("files", ev, { tx: pool as never }), "INVALID_INPUT");
-    } finally {
-      await client.end();
-      await pool.end();
-    }
+    });
     // A pg-style client whose transaction state cannot be read (older pg, Neon's Client).
     const opaqueClient = { query: () => Promise.resolve({ rows: [] }), connect: () => Promise.resolve(), escapeLiteral: (x: string) => x };
     for (const bad of [{}, f.sql, f.q.driver, null, 42, "tx", { query: "select" }, opaqueClient]) {
@@ -182,8 +182,8 @@ describe("input contract", () => {
 
   const BunSQL = (globalThis as { Bun?: { SQL: new (url: string) => import("../src/drivers/bun-sql.ts").BunSqlLike & { close(): Promise<void> } } }).Bun?.SQL;
   test("{ tx } takes a Bun.SQL sql.begin tx and refuses the Bun.SQL instance itself", { skip: skip || (!BunSQL && "Bun.SQL is a global of Bun only") }, async () => {
-    const bun = new BunSQL!(f.url);
-    try {
+    await scoped(async (defer) => {
+      const bun = defer.use(new BunSQL!(f.url), (b) => b.close());
       const q = keyq(fromBunSql(bun), { schema: f.schema });
       const base = await count(f, "event");
       await bun.begin(async (tx) => ({ value: await q.send("files", { type: "BunTx", payload: 1 }, { tx }) }));
@@ -194,9 +194,7 @@ describe("input contract", () => {
       assert.equal(await count(f, "event"), base + 1);
       await refused(q.send("files", { type: "BunTx", payload: 3 }, { tx: bun }), "INVALID_INPUT");
       assert.equal(await count(f, "event"), base + 1);
-    } finally {
-      await bun.close();
-    }
+    });
   });
 
   test("text Postgres cannot store is refused naming the field (NUL, unpaired surrogates)", { skip }, async () => {
@@ -401,39 +399,7 @@ describe("input contract", () => {
   });
 });
 
-describe("describeError", () => {
-  test("reduces any thrown value to bounded, storable text", () => {
-    const cyc: Record<string, unknown> = {};
-    cyc.c = cyc;
-    const values: unknown[] = [
-      null, undefined, 0, -0, Number.NaN, 12n, Symbol(), () => {}, Object.create(null), cyc, "\0", "\ud800",
-      new Error("😀".slice(1) + "x".repeat(10_000)), { message: 5, code: 7, name: {} },
-      new Proxy({}, { get() { throw new Error("trap"); }, getPrototypeOf() { throw new Error("trap"); } }),
-    ];
-    for (const v of values) {
-      const d = describeError(v);
-      assert.equal(typeof d.message, "string");
-      assert.ok(storable(d.message) && d.message.length <= MAX_MESSAGE + 100, d.message.slice(0, 50));
-      assert.ok(JSON.parse(JSON.stringify(d)));
-    }
-    assert.equal(describeError({ message: 5, code: 7 }).code, "7");
-  });
-});
-
 describe("refusal before any request: drivers without transactions", () => {
-  test("a counting fake driver sees 0 queries for run/work/batch", async () => {
-    let queries = 0;
-    const fake: Driver = { name: "fake-http", query: () => (queries++, Promise.resolve([])) };
-    const q = keyq(fake, { schema: "kq_fake" });
-    const consumers = [q.consumer("files", "c"), q.exclusive("files", "x"), q.ordered("files", "o", { slots: 2 })];
-    for (const c of consumers) {
-      await refused(c.run({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
-      await refused(c.work({ handler: () => {}, signal: AbortSignal.timeout(10_000) }), "TRANSACTIONS_UNSUPPORTED");
-      await refused(c.batch({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
-    }
-    assert.equal(queries, 0);
-  });
-
   let shim: NeonHttpShim | undefined;
   let restore: (() => void) | undefined;
   after(async () => {
@@ -444,22 +410,19 @@ describe("refusal before any request: drivers without transactions", () => {
   test("Neon HTTP (through the local endpoint shim) makes 0 requests before TRANSACTIONS_UNSUPPORTED", { skip }, async () => {
     shim = await startNeonHttpShim();
     restore = configureNeonHttp(neonConfig, shim.url);
-    const f = await pgFixture({ max: 1 });
-    try {
+    await withPg({ max: 1 }, async (f) => {
       await f.q.createQueue("files");
       const q = keyq(fromNeonHttp(neon(f.url) as never), { schema: f.schema });
       await q.send("files", { type: "ViaHttp", payload: 1 }); // producing works over HTTP
-      const before = shim.requests;
+      const before = shim!.requests;
       assert.ok(before >= 1, "the shim answered the send");
       const c = q.consumer("files", "c");
       await refused(c.run({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
       await refused(c.batch({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
       await refused(q.ordered("files", "o", { slots: 2 }).work({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
-      assert.equal(shim.requests - before, 0, "no request was made");
+      assert.equal(shim!.requests - before, 0, "no request was made");
       assert.equal(await count(f, "consumer"), 0);
       assert.equal(await count(f, "tick"), 1, "no tick was written (only createQueue's first one)");
-    } finally {
-      await f.close();
-    }
+    });
   });
 });

@@ -6,7 +6,8 @@ import * as v from "valibot";
 import { keyq, KeyqError } from "../mod.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { dbSkip } from "./helpers/db.ts";
-import { type Fixture, pgFixture } from "./helpers/keyq.ts";
+import type { Fixture } from "./helpers/keyq.ts";
+import { withPg } from "./helpers/fixture.ts";
 import { gate, sleep, worker } from "./helpers/sync.ts";
 
 const skip = await dbSkip();
@@ -26,8 +27,7 @@ async function rowsRead(f: Fixture): Promise<number> {
 
 describe("Tier B: ordered consumer", () => {
   test("pinned routing at N = 4: tenant-1…5 → slots 1, 3, 2, 3, 3; a null key → slot 0", { skip }, async () => {
-    const f = await pgFixture();
-    try {
+    await withPg(async (f) => {
       await f.q.createQueue("files");
       const c = f.q.ordered("files", "idx", { slots: 4 });
       await c.subscribe();
@@ -38,15 +38,13 @@ describe("Tier B: ordered consumer", () => {
       const seen: string[] = [];
       await c.run({ handler: (ev) => void seen.push(`${ev.key}@${ev.slot}`) });
       assert.deepEqual(seen.sort(), ["null@0", "tenant-2@3"]);
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("G1: 10,000 interleaved events of 100 keys, 4 workers on 4 connections — send order per key, own slot only, every event once", { skip }, async () => {
-    const f = await pgFixture({ max: 2 });
-    const workers = Array.from({ length: 4 }, (_, i) => worker(f.url, f.schema, i));
-    try {
+    await withPg({ max: 2 }, async (f, defer) => {
+      const workers = Array.from({ length: 4 }, (_, i) => worker(f.url, f.schema, i));
+      defer(() => Promise.all(workers.map((w) => w.sql.end())));
       await f.q.createQueue("files");
       await f.raw(`create table "${f.schema}".log (seq bigserial, ev_id bigint, key text, n int, slot int, worker int)`);
       await f.q.ordered("files", "indexer", { slots: 8 }).subscribe();
@@ -102,19 +100,19 @@ describe("Tier B: ordered consumer", () => {
       assert.equal(outOfOrder!.n, 0, "each key's events in send order");
       assert.equal(spread!.slots, 8);
       assert.ok(Number(spread!.workers) >= 3, `slots spread over workers (${spread!.workers})`);
-    } finally {
-      await Promise.all(workers.map((w) => w.sql.end()));
-      await f.close();
-    }
+    });
   });
 
   test("G2: two workers on one slot — one gets the batch, the other skips; a client that skips the try-lock blocks, then sees no duplicate", { skip }, async () => {
-    const f = await pgFixture({ max: 2 });
-    const a = worker(f.url, f.schema, 0);
-    const b = worker(f.url, f.schema, 1);
-    const c = worker(f.url, f.schema, 2);
-    const release = gate();
-    try {
+    await withPg({ max: 2 }, async (f, defer) => {
+      const a = worker(f.url, f.schema, 0);
+      const b = worker(f.url, f.schema, 1);
+      const c = worker(f.url, f.schema, 2);
+      const release = gate();
+      defer(async () => {
+        release.open(); // never leave the first batch hanging when an assertion fails
+        await Promise.all([a, b, c].map((w) => w.sql.end()));
+      });
       await f.q.createQueue("files");
       const opts = { slots: 4, helpAfter: "1h" };
       const consumer = f.q.ordered("files", "idx", opts);
@@ -159,16 +157,11 @@ describe("Tier B: ordered consumer", () => {
       assert.equal(aSeen.length, 3);
       assert.equal(cEvents.length, 3);
       assert.deepEqual(cEvents.filter((id) => aSeen.includes(id)), [], "no duplicate after the first committed");
-    } finally {
-      release.open(); // never leave the first batch hanging when an assertion fails
-      await Promise.all([a, b, c].map((w) => w.sql.end()));
-      await f.close();
-    }
+    });
   });
 
   test("static assignment: 3 workers cover 8 slots; with one absent its slots are drained by help-out and rotation is not pinned", { skip }, async () => {
-    const f = await pgFixture({ max: 2 });
-    try {
+    await withPg({ max: 2 }, async (f) => {
       await f.q.createQueue("files");
       const opts = { slots: 8, helpAfter: 1500 };
       const c = f.q.ordered<number>("files", "idx", opts);
@@ -205,14 +198,11 @@ describe("Tier B: ordered consumer", () => {
         const [m] = await f.q.maintain("files", { forceRotate: true });
         assert.equal(m!.rotation?.rotated, true, `rotation ${i} not pinned: ${JSON.stringify(m)}`);
       }
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("retry affinity: a failed keyed event is redelivered to its own slot only", { skip }, async () => {
-    const f = await pgFixture();
-    try {
+    await withPg(async (f) => {
       await f.q.createQueue("files", { retryBase: 20, retryCap: 40 });
       const c = f.q.ordered<number>("files", "idx", { slots: 4 });
       await c.subscribe();
@@ -230,15 +220,12 @@ describe("Tier B: ordered consumer", () => {
       const own = await c.slotOf("tenant-3");
       assert.deepEqual(seven.map((d) => d.slot), [own, own]);
       assert.equal(deliveries.length, 21);
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   for (const ending of ["succeeds", "is dead-lettered"] as const) {
     test(`pause: K's head fails twice then ${ending} → K's later events wait, then arrive in order, once, retry 0; other keys flow`, { skip }, async () => {
-      const f = await pgFixture();
-      try {
+      await withPg(async (f) => {
         // A long backoff, so the checks below cannot race it; "later" is made by
         // moving the head's retry due time to now, as time passing would.
         await f.q.createQueue("files", { retryBase: "1h", retryCap: "1h", maxRetries: ending === "succeeds" ? 5 : 1 });
@@ -288,15 +275,12 @@ describe("Tier B: ordered consumer", () => {
         assert.deepEqual(await c.blockedKeys(), []);
         const [left] = await f.raw(`select count(*)::int as n from "${f.schema}".retry`);
         assert.equal(left!.n, 0);
-      } finally {
-        await f.close();
-      }
+      });
     });
   }
 
   test("pause: a head dead-lettered on its first failure (bad payload, maxRetries 0) releases the events held behind it in the same batch", { skip }, async () => {
-    const f = await pgFixture({ payloads: { files: v.object({ n: v.number() }) } });
-    try {
+    await withPg({ payloads: { files: v.object({ n: v.number() }) } }, async (f) => {
       await f.q.createQueue("files", { maxRetries: 0 });
       const c = f.q.ordered<{ n: number }>("files", "idx", { slots: 1, onFailure: "pause" });
       await c.subscribe();
@@ -313,14 +297,11 @@ describe("Tier B: ordered consumer", () => {
       assert.deepEqual(await c.blockedKeys(), []);
       const [left] = await f.raw(`select count(*)::int as n from "${f.schema}".retry`);
       assert.equal(left!.n, 0);
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("N invariant: another slot count is rejected and nothing changes", { skip }, async () => {
-    const f = await pgFixture();
-    try {
+    await withPg(async (f) => {
       await f.q.createQueue("files");
       await f.q.ordered("files", "idx", { slots: 8 }).subscribe();
       await assert.rejects(f.q.ordered("files", "idx", { slots: 4 }).subscribe(), (e: unknown) =>
@@ -332,16 +313,13 @@ describe("Tier B: ordered consumer", () => {
         e instanceof KeyqError && e.code === "INVALID_INPUT");
       await assert.rejects(f.q.exclusive("files", "idx").subscribe(), (e: unknown) =>
         e instanceof KeyqError && e.code === "CONSUMER_KIND_MISMATCH");
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("read amplification: rows read per delivered event at N = 1, 4, 8, 16 (≤ 1.5 at N = 8)", { skip }, async () => {
     const results: Record<number, number> = {};
     for (const n of [1, 4, 8, 16]) {
-      const f = await pgFixture({ max: 1 });
-      try {
+      await withPg({ max: 1 }, async (f) => {
         await f.q.createQueue("files");
         const c = f.q.ordered("files", "idx", { slots: n });
         await c.subscribe();
@@ -362,9 +340,7 @@ describe("Tier B: ordered consumer", () => {
         const after = await rowsRead(f);
         assert.equal(delivered, E);
         results[n] = (after - before) / delivered;
-      } finally {
-        await f.close();
-      }
+      });
     }
     console.log(`read amplification (rows read per delivered event): ${Object.entries(results).map(([n, r]) => `N=${n}: ${r.toFixed(3)}`).join(", ")}`);
     assert.ok(results[8]! <= 1.5, `N = 8 reads ${results[8]} rows per event`);
@@ -373,10 +349,10 @@ describe("Tier B: ordered consumer", () => {
   // node-postgres for the victim: postgres.js 3.4.9 crashes the process when
   // its backend is killed mid-transaction (porsager/postgres#1208).
   test("crash mid-batch: the slot is free at once; nothing lost or duplicated in the database", { skip }, async () => {
-    const f = await pgFixture({ max: 2 });
-    const pool = new pg.Pool({ connectionString: f.url, application_name: "kq-victim", max: 1 });
-    pool.on("error", () => {});
-    try {
+    await withPg({ max: 2 }, async (f, defer) => {
+      const pool = new pg.Pool({ connectionString: f.url, application_name: "kq-victim", max: 1 });
+      pool.on("error", () => {});
+      defer(() => pool.end());
       await f.q.createQueue("files");
       await f.raw(`create table "${f.schema}".side (ev_id bigint primary key)`);
       const opts = { slots: 2 };
@@ -412,9 +388,6 @@ describe("Tier B: ordered consumer", () => {
       assert.deepEqual(order, Array.from({ length: 10 }, (_, i) => i), "in order");
       const [side] = await f.raw(`select count(*)::int as n from "${f.schema}".side`);
       assert.equal(side!.n, 10, "no duplicate effects");
-    } finally {
-      await pool.end();
-      await f.close();
-    }
+    });
   });
 });

@@ -9,11 +9,12 @@ import assert from "node:assert/strict";
 import postgres from "postgres";
 import { keyq, KeyqError } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
-import { basicCases, type Case } from "./helpers/basic-suite.ts";
-import { failureCases } from "./helpers/failure-suite.ts";
-import { tierACases } from "./helpers/tier-a-suite.ts";
-import { tierBCases } from "./helpers/tier-b-suite.ts";
+import { basicCases, type Case } from "./suites/basic.ts";
+import { failureCases } from "./suites/failure.ts";
+import { tierACases } from "./suites/tier-a.ts";
+import { tierBCases } from "./suites/tier-b.ts";
 import { dbSkip, requireDatabase } from "./helpers/db.ts";
+import { withFixture } from "./helpers/fixture.ts";
 import { closeShared, fixtureFor, migrateCase, poolerSpecs, runtimeName, viaPgBouncer } from "./helpers/drivers.ts";
 import { pgBouncerBinary } from "./helpers/pgbouncer.ts";
 import process from "node:process";
@@ -40,12 +41,7 @@ for (const spec of poolerSpecs) {
     for (const { c, skip: only } of cases) {
       test(c.name, { skip: skip || spec.skip || only }, async () => {
         const { max: _max, ...options } = c.options ?? {};
-        const f = await fixtureFor(spec, url, options);
-        try {
-          await c.run(f);
-        } finally {
-          await f.close();
-        }
+        await withFixture(() => fixtureFor(spec, url, options), (f) => c.run(f));
       });
     }
   });
@@ -56,9 +52,9 @@ describe(`pooler: postgres.js with its default prepare: true through PgBouncer o
     const what = usesTx ? "handlers that query through tx (SAVEPOINT goes astray: 26000)" : "handlers that do not query (COMMIT silently becomes ROLLBACK)";
     test(`${what}: batches fail with PREPARED_STATEMENTS_UNSUPPORTED naming prepare: false; what a run reports is committed`, { skip }, async () => {
       const spec = poolerSpecs[0]!;
-      const f = await fixtureFor(spec, url);
-      const sql = postgres(await viaPgBouncer(url), { max: 8, idle_timeout: 1, onnotice: () => {} }); // prepare: true
-      try {
+      await withFixture(() => fixtureFor(spec, url), async (f, defer) => {
+        const sql = postgres(await viaPgBouncer(url), { max: 8, idle_timeout: 1, onnotice: () => {} }); // prepare: true
+        defer(() => sql.end({ timeout: 2 }));
         const q = keyq(fromPostgresJs(sql), { schema: f.schema });
         await f.q.createQueue("jobs");
         await f.q.exclusive("jobs", "w").subscribe();
@@ -93,10 +89,7 @@ describe(`pooler: postgres.js with its default prepare: true through PgBouncer o
           if (r.events === 0 && r.deferred === 0) break;
         }
         assert.equal(reported + drained, 120, `reported ${reported} + redelivered ${drained} = every event once`);
-      } finally {
-        await sql.end({ timeout: 2 });
-        await f.close();
-      }
+      });
     });
   }
 });

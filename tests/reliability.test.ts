@@ -12,7 +12,7 @@ import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { backoffMs, classify } from "../src/faults.ts";
 import { engine } from "../src/engine.ts";
 import { connect, dbSkip } from "./helpers/db.ts";
-import { pgFixture } from "./helpers/keyq.ts";
+import { withPg } from "./helpers/fixture.ts";
 
 const skip = await dbSkip();
 
@@ -127,8 +127,7 @@ describe("reliability", () => {
   });
 
   test("work() rejects at once on a permanent error (unknown queue, not migrated)", { skip }, async () => {
-    const f = await pgFixture();
-    try {
+    await withPg(async (f) => {
       const retried: unknown[] = [];
       await assert.rejects(
         f.q.exclusive("no-such-queue", "w").work({ onRetry: ({ error }) => retried.push(error), handler: () => {} }),
@@ -139,14 +138,11 @@ describe("reliability", () => {
         code: "NOT_MIGRATED",
       });
       assert.equal(retried.length, 0, "permanent errors are not retried");
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("work() stops promptly while a batch is in flight: the handler's signal fires and its event is not lost", { skip }, async () => {
-    const f = await pgFixture();
-    try {
+    await withPg(async (f) => {
       await f.q.createQueue("jobs");
       const c = f.q.exclusive<number>("jobs", "p");
       await c.subscribe();
@@ -179,14 +175,11 @@ describe("reliability", () => {
       const seen: number[] = [];
       await c.run({ handler: (ev) => void seen.push(ev.payload) });
       assert.deepEqual(seen.sort(), [1, 2]);
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("budgetMs bounds run(): it stops starting events, commits what finished, the rest come again in order", { skip }, async () => {
-    const f = await pgFixture();
-    try {
+    await withPg(async (f) => {
       await f.q.createQueue("jobs");
       const c = f.q.ordered<number>("jobs", "b", { slots: 1 });
       await c.subscribe();
@@ -211,14 +204,11 @@ describe("reliability", () => {
       assert.deepEqual(seen, Array.from({ length: 100 }, (_, i) => i), "none lost, none doubled, in order");
       const again = await c.run({ handler: (ev) => void seen.push(ev.payload) });
       assert.equal(again.events, 0);
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("budgetMs on Tier A: events not started are released to other workers, not lost", { skip }, async () => {
-    const f = await pgFixture();
-    try {
+    await withPg(async (f) => {
       await f.q.createQueue("jobs");
       const c = f.q.exclusive<number>("jobs", "x");
       await c.subscribe();
@@ -230,14 +220,11 @@ describe("reliability", () => {
       assert.deepEqual([...seen].sort((a, b) => a - b), Array.from({ length: 40 }, (_, i) => i));
       const [row] = await f.raw(`select count(*)::int as n from "${f.schema}".retry`);
       assert.equal(row!.n, 0, "released events left no retry rows behind");
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("a handler silent for longer than the server-side idle timeout, within keyq's deadline, commits", { skip }, async () => {
-    const f = await pgFixture();
-    try {
+    await withPg(async (f) => {
       await f.q.createQueue("jobs");
       await f.q.sendBatch("jobs", [{ type: "E", payload: 1, key: "a" }, { type: "E", payload: 2, key: "b" }]);
       const c = f.q.exclusive<number>("jobs", "s");
@@ -255,14 +242,11 @@ describe("reliability", () => {
       assert.deepEqual(done, [1, 2]);
       const again = await c.run({ handler: () => assert.fail("committed events must not come again") });
       assert.equal(again.events, 0);
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("a batch past its deadline rolls back and rejects with BATCH_ABORTED; no further handler starts", { skip }, async () => {
-    const f = await pgFixture();
-    try {
+    await withPg(async (f) => {
       await f.q.createQueue("jobs");
       await f.q.sendBatch("jobs", [1, 2, 3].map((i) => ({ type: "E", payload: i, key: `k${i}` })));
       const c = f.q.exclusive<number>("jobs", "d");
@@ -287,14 +271,11 @@ describe("reliability", () => {
       const seen: number[] = [];
       await c.run({ handler: (ev) => void seen.push(ev.payload) });
       assert.deepEqual(seen.sort(), [1, 2, 3], "rolled back: every event comes again");
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("eventTimeout fails the hung event, starts no further event of its batch, and its late writes are refused", { skip }, async () => {
-    const f = await pgFixture();
-    try {
+    await withPg(async (f) => {
       await f.q.createQueue("jobs", { retryBase: "1h" });
       await f.raw(`create table "${f.schema}".marks (n int)`);
       await f.q.sendBatch("jobs", [1, 2, 3].map((i) => ({ type: "E", payload: i, key: `k${i}` })));
@@ -327,21 +308,22 @@ describe("reliability", () => {
       assert.deepEqual(marks.map((m) => m.n), [1, 3], "nothing of the timed-out call was written");
       const [row] = await f.raw(`select last_error->>'name' as name from "${f.schema}".retry`);
       assert.equal(row!.name, "TimeoutError");
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   for (const driverName of ["postgres-js", "pg"] as const) {
     test(`${driverName}: session killed while a handler sleeps: no handler of the dead batch starts after, the handler stops, no overlap`, {
       skip,
     }, async () => {
-      const f = await pgFixture();
-      const sql1 = connect(f.url, { max: 2 });
-      const pool = new pg.Pool({ connectionString: f.url, max: 2 });
-      const driver = driverName === "pg" ? fromPg(pool) : fromPostgresJs(sql1);
-      const w1: Keyq = keyq(driver, { schema: f.schema });
-      try {
+      await withPg(async (f, defer) => {
+        const sql1 = connect(f.url, { max: 2 });
+        const pool = new pg.Pool({ connectionString: f.url, max: 2 });
+        const driver = driverName === "pg" ? fromPg(pool) : fromPostgresJs(sql1);
+        const w1: Keyq = keyq(driver, { schema: f.schema });
+        defer(async () => {
+          await sql1.end({ timeout: 1 }).catch(() => {});
+          await pool.end().catch(() => {});
+        });
         await f.q.createQueue("jobs");
         const c1 = w1.exclusive<number>("jobs", "z");
         await c1.subscribe();
@@ -390,19 +372,15 @@ describe("reliability", () => {
         const n = overlaps(calls);
         console.log(`${driverName}: default mode, session killed: overlapping calls of one key = ${n}`);
         assert.equal(n, 0);
-      } finally {
-        await sql1.end({ timeout: 1 }).catch(() => {});
-        await pool.end().catch(() => {});
-        await f.close();
-      }
+      });
     });
   }
 
   test("work() resumes by itself after its backend is killed, and reports it through onRetry", { skip }, async () => {
-    const f = await pgFixture();
-    const sql1 = connect(f.url, { max: 2 });
-    const w = keyq(fromPostgresJs(sql1), { schema: f.schema });
-    try {
+    await withPg(async (f, defer) => {
+      const sql1 = connect(f.url, { max: 2 });
+      const w = keyq(fromPostgresJs(sql1), { schema: f.schema });
+      defer(() => sql1.end({ timeout: 1 }).catch(() => {}));
       await f.q.createQueue("jobs");
       const c = w.exclusive<number>("jobs", "r");
       await c.subscribe();
@@ -434,10 +412,7 @@ describe("reliability", () => {
       assert.ok(retries.length >= 1, "the lost batch was reported");
       assert.equal(retries[0]!.reason, "connection");
       assert.ok(report.events >= 10);
-    } finally {
-      await sql1.end({ timeout: 1 }).catch(() => {});
-      await f.close();
-    }
+    });
   });
   /**
    * Worker 1 (its own pool) starts a batch of key "k" whose handler ignores
@@ -445,12 +420,11 @@ describe("reliability", () => {
    * keeps polling the same consumer. Returns the calls of both.
    */
   async function zombie(tier: "A" | "B", fenced: boolean): Promise<{ calls: Call[]; killAt: number; w1Deadline: number; w2FirstAt: number }> {
-    const f = await pgFixture();
-    const sql1 = connect(f.url, { max: 2 });
-    const w1 = keyq(fromPostgresJs(sql1), { schema: f.schema });
     const consumer = (q: Keyq) =>
       tier === "A" ? q.exclusive<number>("jobs", "f", { fenced }) : q.ordered<number>("jobs", "f", { slots: 1, fenced });
-    try {
+    return await withPg(async (f, defer) => {
+      const sql1 = defer.use(connect(f.url, { max: 2 }), (s) => s.end({ timeout: 1 }).catch(() => {}));
+      const w1 = keyq(fromPostgresJs(sql1), { schema: f.schema });
       await f.q.createQueue("jobs");
       await consumer(f.q).subscribe();
       await f.q.sendBatch("jobs", Array.from({ length: 4 }, (_, i) => ({ type: "E", payload: i, key: "k" })));
@@ -498,10 +472,7 @@ describe("reliability", () => {
       await assert.rejects(first, { code: "BATCH_ABORTED" });
       assert.equal(calls.filter((x) => x.who === "w2").length, 4, "worker 2 handled every event once the fence ended");
       return { calls, killAt, w1Deadline, w2FirstAt };
-    } finally {
-      await sql1.end({ timeout: 1 }).catch(() => {});
-      await f.close();
-    }
+    });
   }
 
   for (const tier of ["A", "B"] as const) {

@@ -2,14 +2,13 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { dbSkip } from "./helpers/db.ts";
-import { pgFixture } from "./helpers/keyq.ts";
+import { withPg } from "./helpers/fixture.ts";
 
 const skip = await dbSkip();
 
 describe("run and work", () => {
   test("each batch runs with its own local statement and idle timeouts", { skip }, async () => {
-    const f = await pgFixture();
-    try {
+    await withPg(async (f) => {
       await f.q.createQueue("jobs");
       await f.q.send("jobs", { type: "E", payload: 1, key: "k" });
       const seen: string[] = [];
@@ -27,14 +26,11 @@ describe("run and work", () => {
       assert.deepEqual(seen, ["2s/5s"]);
       const [after] = await f.raw("select current_setting('statement_timeout') as s");
       assert.equal(after!.s, "0", "the settings were local to the batch transaction");
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("a handler stuck past statementTimeout fails its event instead of holding the key", { skip }, async () => {
-    const f = await pgFixture();
-    try {
+    await withPg(async (f) => {
       await f.q.createQueue("jobs", { retryBase: "1h" });
       await f.q.send("jobs", { type: "E", payload: 1, key: "k" });
       const r = await f.q.exclusive("jobs", "m").run({
@@ -44,28 +40,22 @@ describe("run and work", () => {
       assert.equal(r.retried, 1, "the timed-out event went to retry");
       const [row] = await f.raw(`select last_error->>'code' as code from "${f.schema}".retry`);
       assert.equal(row!.code, "57014", "query_canceled by statement_timeout");
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("run stops at maxBatches and reports round trips", { skip }, async () => {
-    const f = await pgFixture();
-    try {
+    await withPg(async (f) => {
       await f.q.createQueue("jobs");
       await f.q.sendBatch("jobs", Array.from({ length: 50 }, (_, i) => ({ type: "E", payload: i, key: `k${i}` })));
       const r = await f.q.exclusive("jobs", "m").run({ maxEvents: 10, maxBatches: 2, handler: () => {} });
       assert.equal(r.batches, 2);
       assert.equal(r.events, 20);
       assert.ok(r.roundTrips <= 2 + 2 * 4, `round trips ${r.roundTrips}`);
-    } finally {
-      await f.close();
-    }
+    });
   });
 
   test("work() consumes what arrives and stops cleanly when the signal aborts", { skip }, async () => {
-    const f = await pgFixture();
-    try {
+    await withPg(async (f) => {
       await f.q.createQueue("jobs");
       const ctl = new AbortController();
       const got: number[] = [];
@@ -92,8 +82,6 @@ describe("run and work", () => {
       idle.abort();
       const none = await c.work({ signal: idle.signal, handler: () => {} });
       assert.equal(none.events, 0, "an aborted signal stops before the first batch");
-    } finally {
-      await f.close();
-    }
+    });
   });
 });

@@ -4,14 +4,13 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { handler } from "../examples/tier-b-lifecycle.ts";
 import { dbSkip } from "./helpers/db.ts";
-import { pgFixture } from "./helpers/keyq.ts";
+import { withPg } from "./helpers/fixture.ts";
 
 const skip = await dbSkip();
 
 describe("examples/tier-b-lifecycle.ts", () => {
   test("three cron indexes apply create → overwrite → delete per tenant, in order, once", { skip }, async () => {
-    const f = await pgFixture();
-    try {
+    await withPg(async (f) => {
       await f.q.createQueue("files");
       await f.raw(`create table "${f.schema}".file_state (tenant text, path text, size int, version int, primary key (tenant, path))`);
       await f.q.ordered("files", "file-state", { slots: 8 }).subscribe();
@@ -29,8 +28,6 @@ describe("examples/tier-b-lifecycle.ts", () => {
       const rows = await f.raw(`select tenant, path, size, version from "${f.schema}".file_state order by tenant`);
       assert.equal(rows.length, 12, "every tenant's /b was deleted after it was created");
       for (const r of rows) assert.deepEqual([r.path, r.size, r.version], ["/a", 4, 3], `in order for ${r.tenant}`);
-    } finally {
-      await f.close();
-    }
+    });
   });
 });

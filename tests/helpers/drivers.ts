@@ -1,6 +1,8 @@
 /**
- * One fixture factory per driver adapter, for the conformance suite
- * (tests/conformance.test.ts). Each `DriverSpec` opens the user-facing client
+ * The one list of drivers the tests run: `driverSpecs` (the README matrix and
+ * tests/conformance.test.ts; tests/faults.test.ts and tests/drivers.test.ts
+ * take their drivers from it too) and `poolerSpecs` (the same clients behind
+ * PgBouncer). Each `DriverSpec` opens the user-facing client
  * of its driver (a pg Pool, a Neon Client through the local WebSocket proxy,
  * `Bun.SQL`…), wraps it with the adapter, and `fixtureOn` turns that into the
  * `Fixture` the case lists run over: a migrated client in a fresh schema,
@@ -19,13 +21,15 @@ import type { Driver } from "../../src/driver.ts";
 import { type BunSqlLike, fromBunSql } from "../../src/drivers/bun-sql.ts";
 import { fromNeonClient, fromNeonHttp, fromNeonPool } from "../../src/drivers/neon.ts";
 import { fromPg } from "../../src/drivers/pg.ts";
+import { fromPGlite } from "../../src/drivers/pglite.ts";
 import { fromPostgresJs } from "../../src/drivers/postgres-js.ts";
-import type { Case } from "./basic-suite.ts";
-import { connect, freshSchema, type Sql } from "./db.ts";
+import type { Case } from "../suites/basic.ts";
+import { connect, freshSchema, type Sql, startPGlite } from "./db.ts";
 import { closePGlite, type Fixture, pgliteFixture } from "./keyq.ts";
 import { configureNeon, type NeonProxy, startNeonProxy } from "./neon-proxy.ts";
 import { configureNeonHttp, type NeonHttpShim, startNeonHttpShim } from "./neon-http-shim.ts";
 import { type PgBouncer, startPgBouncer } from "./pgbouncer.ts";
+import { scoped } from "./scope.ts";
 
 /** The JavaScript runtime running this file. */
 export type Runtime = "node" | "deno" | "bun";
@@ -51,6 +55,18 @@ export interface Opened {
   close(): Promise<void>;
 }
 
+/**
+ * How a client is opened. Conformance uses the defaults; the fault tests
+ * (`faults: true`) kill and restart the server: connect waits are bounded to
+ * 5 s, idle connections close after 2 s, and a lone pg Client's "error"
+ * event is expected rather than a crash.
+ */
+export interface OpenOptions {
+  faults?: boolean;
+  /** `url` is a transaction-mode pooler: postgres.js without prepared statements. */
+  pooler?: boolean;
+}
+
 /** One row of the driver × runtime matrix. */
 export interface DriverSpec {
   /** Stable id, used in result files: `pg-pool`. */
@@ -67,9 +83,14 @@ export interface DriverSpec {
   transactions: boolean;
   /** A reason when this runtime cannot run the driver. */
   skip: string | false;
-  /** Opens a new client and wraps it (not for PGlite, which is shared). */
-  open?(url: string): Promise<Opened>;
+  /** Run by tests/faults.test.ts; `reconnects`: the client reconnects by itself after its connections die (pools do, one Client does not). */
+  faults?: { reconnects: boolean };
+  /** Opens a new client and wraps it (PGlite: a new in-memory database; fixtures share one instead, see `fixtureFor`). */
+  open(url: string, options?: OpenOptions): Promise<Opened>;
 }
+
+/** Bounded connect waits for the fault tests, in milliseconds (pg, Neon). */
+const connectWait = (o: OpenOptions | undefined): { connectionTimeoutMillis?: number } => o?.faults ? { connectionTimeoutMillis: 5_000 } : {};
 
 type BunSqlClass = new (url: string, options?: { max?: number; prepare?: boolean }) => BunSqlLike & { close(): Promise<void> };
 const BunGlobal = (globalThis as { Bun?: { SQL: BunSqlClass } }).Bun;
@@ -117,53 +138,6 @@ export async function teardownPgBouncer(): Promise<void> {
   await (await b?.catch(() => undefined))?.stop();
 }
 
-/**
- * Pooled drivers through a transaction-mode PgBouncer (pool size 4), as
- * serverless pooled endpoints are. Run by tests/pooler.test.ts and kept out
- * of the README matrix on purpose: a pooler is a deployment, not a driver.
- */
-export const poolerSpecs: DriverSpec[] = [
-  {
-    id: "postgres-js-pgbouncer",
-    label: "postgres.js via PgBouncer",
-    module: "keyq/postgres-js",
-    client: "`postgres(url, { prepare: false })`",
-    pooled: true,
-    transactions: true,
-    skip: false,
-    open: async (url) => {
-      const sql = postgres(await viaPgBouncer(url), { max: 4, prepare: false, idle_timeout: 1, onnotice: () => {} });
-      return { driver: fromPostgresJs(sql), close: () => sql.end({ timeout: 2 }) };
-    },
-  },
-  {
-    id: "pg-pool-pgbouncer",
-    label: "pg Pool via PgBouncer",
-    module: "keyq/pg",
-    client: "`new pg.Pool()`",
-    pooled: true,
-    transactions: true,
-    skip: false,
-    open: async (url) => {
-      const pool = new pg.Pool({ connectionString: await viaPgBouncer(url), max: 4 });
-      return { driver: fromPg(pool), close: () => pool.end() };
-    },
-  },
-  {
-    id: "bun-sql-pgbouncer",
-    label: "Bun.SQL via PgBouncer",
-    module: "keyq/bun-sql",
-    client: "`new Bun.SQL(url, { prepare: false })`",
-    pooled: true,
-    transactions: true,
-    skip: !BunGlobal && "Bun.SQL is a global of the Bun runtime only",
-    open: async (url) => {
-      const sql = new BunGlobal!.SQL(await viaPgBouncer(url), { max: 4, prepare: false });
-      return { driver: fromBunSql(sql), close: () => sql.close() };
-    },
-  },
-];
-
 /** Every driver the matrix shows, in README order. */
 export const driverSpecs: DriverSpec[] = [
   {
@@ -174,9 +148,12 @@ export const driverSpecs: DriverSpec[] = [
     pooled: true,
     transactions: true,
     skip: false,
-    open: (url) => {
-      const sql = connect(url, { max: 4 });
-      return Promise.resolve({ driver: fromPostgresJs(sql), close: () => sql.end({ timeout: 2 }) });
+    faults: { reconnects: true },
+    open: (url, o) => {
+      const sql = o?.pooler
+        ? postgres(url, { max: 4, prepare: false, idle_timeout: 1, onnotice: () => {} }) // a transaction-mode pooler
+        : connect(url, o?.faults ? { max: 4, idleTimeout: 2, connectTimeout: 5 } : { max: 4 });
+      return Promise.resolve({ driver: fromPostgresJs(sql), close: () => sql.end({ timeout: o?.faults ? 1 : 2 }) });
     },
   },
   {
@@ -187,8 +164,9 @@ export const driverSpecs: DriverSpec[] = [
     pooled: true,
     transactions: true,
     skip: false,
-    open: (url) => {
-      const pool = new pg.Pool({ connectionString: url, max: 4 });
+    faults: { reconnects: true },
+    open: (url, o) => {
+      const pool = new pg.Pool({ connectionString: url, max: 4, ...connectWait(o) });
       return Promise.resolve({ driver: fromPg(pool), close: () => pool.end() });
     },
   },
@@ -200,10 +178,12 @@ export const driverSpecs: DriverSpec[] = [
     pooled: false,
     transactions: true,
     skip: false,
-    open: async (url) => {
+    faults: { reconnects: false },
+    open: async (url, o) => {
       const client = new pg.Client(url);
+      if (o?.faults) client.on("error", () => {}); // the owner of a Client handles its errors (fromPg's contract)
       await client.connect();
-      return { driver: fromPg(client), close: () => client.end() };
+      return { driver: fromPg(client), close: () => o?.faults ? client.end().catch(() => {}) : client.end() };
     },
   },
   {
@@ -214,9 +194,10 @@ export const driverSpecs: DriverSpec[] = [
     pooled: true,
     transactions: true,
     skip: false,
-    open: async (url) => {
+    faults: { reconnects: true },
+    open: async (url, o) => {
       await setupNeon();
-      const pool = new NeonPool({ connectionString: url, max: 4 });
+      const pool = new NeonPool({ connectionString: url, max: 4, ...connectWait(o) });
       return { driver: fromNeonPool(pool), close: () => pool.end() };
     },
   },
@@ -256,8 +237,10 @@ export const driverSpecs: DriverSpec[] = [
     pooled: true,
     transactions: true,
     skip: !BunGlobal && "Bun.SQL is a global of the Bun runtime only",
-    open: (url) => {
-      const sql = new BunGlobal!.SQL(url, { max: 4 });
+    faults: { reconnects: true },
+    open: (url, o) => {
+      // Behind a transaction pooler Bun.SQL must not prepare (named statements cross connections).
+      const sql = new BunGlobal!.SQL(url, o?.pooler ? { max: 4, prepare: false } : { max: 4 });
       return Promise.resolve({ driver: fromBunSql(sql), close: () => sql.close() });
     },
   },
@@ -269,8 +252,29 @@ export const driverSpecs: DriverSpec[] = [
     pooled: false,
     transactions: true,
     skip: false,
+    open: async () => {
+      const db = await startPGlite();
+      return { driver: fromPGlite(db), close: () => db.close() };
+    },
   },
 ];
+
+/**
+ * Pooled drivers through a transaction-mode PgBouncer (pool size 4), as
+ * serverless pooled endpoints are: postgres.js, pg Pool and Bun.SQL of
+ * `driverSpecs`, opened on the PgBouncer URL (postgres.js and Bun.SQL with
+ * `prepare: false`). Run by
+ * tests/pooler.test.ts and kept out of the README matrix on purpose: a pooler
+ * is a deployment, not a driver.
+ */
+export const poolerSpecs: DriverSpec[] = driverSpecs.filter((d) => ["postgres-js", "pg-pool", "bun-sql"].includes(d.id)).map((d) => ({
+  ...d,
+  id: `${d.id}-pgbouncer`,
+  label: `${d.label} via PgBouncer`,
+  client: d.id === "postgres-js" ? "`postgres(url, { prepare: false })`" : d.id === "bun-sql" ? "`new Bun.SQL(url, { prepare: false })`" : d.client,
+  faults: undefined,
+  open: async (url: string) => d.open(await viaPgBouncer(url), { pooler: true }),
+}));
 
 /** A fixture plus the database URL. */
 export type DriverFixture = Fixture & { url: string };
@@ -337,7 +341,7 @@ export async function fixtureFor(spec: DriverSpec, url: string, options: Omit<Ke
   const schema = await takeSchema(url);
   let opened: Opened;
   try {
-    opened = await spec.open!(url);
+    opened = await spec.open(url);
   } catch (err) {
     dropLater(schema);
     throw err;
@@ -357,9 +361,10 @@ export async function fixtureFor(spec: DriverSpec, url: string, options: Omit<Ke
 /** The conformance case that installs the engine through the driver under test. */
 export const migrateCase: Case = {
   name: "migrate installs every migration into an empty schema through this driver, then is a no-op",
-  async run(f) {
-    const schema = freshSchema("km");
-    try {
+  run: (f) =>
+    scoped(async (defer) => {
+      const schema = freshSchema("km");
+      defer(() => f.raw(`drop schema if exists "${schema}" cascade`));
       const q = keyq(f.q.driver, { schema });
       const first = await q.migrate();
       assert.deepEqual([first.from, first.to, first.applied.at(-1)], [0, latestVersion, latestVersion]);
@@ -368,8 +373,5 @@ export const migrateCase: Case = {
       assert.deepEqual(rows.map((r) => r.version), first.applied, "one version row per migration");
       assert.deepEqual(await q.migrate(), { from: latestVersion, to: latestVersion, applied: [] });
       assert.equal((await q.createQueue("files")).created, true);
-    } finally {
-      await f.raw(`drop schema if exists "${schema}" cascade`);
-    }
-  },
+    }),
 };

@@ -4,8 +4,8 @@
  */
 import assert from "node:assert/strict";
 import type { Consumer, KeyqEvent } from "../../mod.ts";
-import { type Case, rejects } from "./basic-suite.ts";
-import type { Fixture } from "./keyq.ts";
+import { type Case, rejects } from "./basic.ts";
+import type { Fixture } from "../helpers/keyq.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

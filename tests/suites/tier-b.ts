@@ -5,8 +5,8 @@
  * transaction-mode PgBouncer.
  */
 import assert from "node:assert/strict";
-import type { Case } from "./basic-suite.ts";
-import { sleep } from "./sync.ts";
+import type { Case } from "./basic.ts";
+import { sleep } from "../helpers/sync.ts";
 
 export const tierBCases: Case[] = [
   {

@@ -10,8 +10,8 @@ import assert from "node:assert/strict";
 import pg from "pg";
 import { type Keyq, keyq, KeyqError } from "../../mod.ts";
 import { fromPg } from "../../src/drivers/pg.ts";
-import { type Case, rejects } from "./basic-suite.ts";
-import type { Fixture } from "./keyq.ts";
+import { type Case, rejects } from "./basic.ts";
+import type { Fixture } from "../helpers/keyq.ts";
 
 /** A pg Pool client on the fixture's schema, for consuming; closed by `done()`. */
 async function withPool(f: Fixture & { url?: string }, fn: (q: Keyq) => Promise<void>): Promise<void> {

@@ -5,12 +5,12 @@
 import assert from "node:assert/strict";
 import * as v from "valibot";
 import { KeyqError } from "../../mod.ts";
-import { drain, type Fixture } from "./keyq.ts";
+import { drain, type Fixture } from "../helpers/keyq.ts";
 
 /** One case: a name and a body over a fresh fixture. */
 export interface Case {
   name: string;
-  options?: Parameters<typeof import("./keyq.ts").pgFixture>[0];
+  options?: Parameters<typeof import("../helpers/keyq.ts").pgFixture>[0];
   run(f: Fixture): Promise<void>;
 }
 

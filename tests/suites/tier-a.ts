@@ -6,7 +6,7 @@
  * overlapping, and a worker stuck on a key blocking nobody.
  */
 import assert from "node:assert/strict";
-import type { Case } from "./basic-suite.ts";
+import type { Case } from "./basic.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
