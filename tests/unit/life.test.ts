@@ -2,7 +2,7 @@
 // with fake executors and batches instead of a database.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import type { BatchSettings } from "../../src/batch.ts";
+import type { BatchSettings } from "../../src/batch-settings.ts";
 import type { Executor } from "../../src/driver.ts";
 import { KeyqError } from "../../src/errors.ts";
 import { batchLife, timer } from "../../src/life.ts";
