@@ -64,8 +64,13 @@ export interface BatchHooks {
 
 /** The steps of a batch that one consumer kind owns. */
 export interface BatchKind {
-  /** Claims and reads one batch in `tx` (one statement that also sets `local`). */
-  receive(tx: Executor, s: BatchSettings, local: LocalTimeouts): Promise<Received>;
+  /**
+   * Claims and reads one batch in `tx` (one statement that also sets `local`).
+   * On a rerun `again` is what the rolled-back attempt read: the kind reads
+   * the same place first (Tier B: the same slot), so the rerun meets the
+   * failed event again.
+   */
+  receive(tx: Executor, s: BatchSettings, local: LocalTimeouts, again?: Received): Promise<Received>;
   /** Splits a received batch into events to handle and contended ones. */
   sort(received: Received): Sorted;
   /** Records failures, retries, deferrals, held and released events in `tx`. */
@@ -122,7 +127,8 @@ async function inTransaction(
   else raw.signal?.addEventListener("abort", lost, { once: true });
   const tx = life.guard(raw);
   const inner = (async () => {
-    const received = await kind.receive(tx, s, local);
+    const received = await kind.receive(tx, s, local, br.received);
+    br.received = received;
     if (hooks.afterReceive && !(await hooks.afterReceive(received, tx, life))) {
       throw BUSY; // rolled back: another worker's fenced batch still owns it
     }

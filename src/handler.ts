@@ -11,7 +11,7 @@
 import type { AnyEvent, BatchSettings } from "./batch-settings.ts";
 import type { Executor } from "./driver.ts";
 import { describeError } from "./error-text.ts";
-import type { EventRef, WireEvent } from "./engine.ts";
+import type { EventRef, Received, WireEvent } from "./engine.ts";
 import { KeyqError } from "./errors.ts";
 import { type BatchLife, timer } from "./life.ts";
 import { checkPayload, type PayloadSchema } from "./payload.ts";
@@ -30,6 +30,8 @@ export interface BatchRun {
    * On the careful rerun: the outcomes the fast attempt already learned.
    */
   known?: Map<string, KnownOutcome>;
+  /** What the batch's last attempt received (the rerun reads the same place first). */
+  received?: Received;
 }
 
 /**
