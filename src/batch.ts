@@ -60,6 +60,8 @@ export interface BatchHooks {
   afterReceive?(received: Received, tx: Executor, life: BatchLife): Promise<boolean>;
   /** Inside the batch, after the handlers and the ack, before COMMIT. */
   beforeCommit?(tx: Executor): Promise<void>;
+  /** Statements the hooks sent on other connections (their `tx` ones are counted for them). */
+  statements?(): number;
 }
 
 /** The steps of a batch that one consumer kind owns. */
@@ -137,7 +139,7 @@ async function inTransaction(
     if (life.dead()) throw life.error();
     await hooks.beforeCommit?.(hooked);
     // BEGIN, receive, COMMIT, plus the handlers' and hooks' own statements.
-    const statements = out.statements + 3 + br.counted.n;
+    const statements = out.statements + 3 + br.counted.n + (hooks.statements?.() ?? 0);
     return { ...out, busy: received.busy, statements, roundTrips: statements };
   })();
   inner.catch(() => {}); // observed by the race; may settle after it
@@ -183,7 +185,7 @@ export async function runBatch(ctx: ConsumerContext, s: BatchSettings, kind: Bat
     return await Promise.race([work, life.died]);
   } catch (err) {
     if (err === BUSY) {
-      const statements = 3 + br.counted.n; // BEGIN, receive, the hook's, ROLLBACK
+      const statements = 3 + br.counted.n + (hooks.statements?.() ?? 0); // BEGIN, receive, the hooks', ROLLBACK
       return { events: 0, retried: 0, deadLettered: 0, dropped: 0, deferred: 0, statements, roundTrips: statements, busy: true };
     }
     if (!(err instanceof KeyqError) && classify(err) === "connection") life.abort("connection", err);

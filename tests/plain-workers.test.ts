@@ -122,6 +122,26 @@ describe("batch reports", () => {
 /** A receive_plain reply as the client decodes it: the engine seam's check, then the events. */
 const decodePlain = (rows: unknown) => fromPlain(reply<PlainBatch>(rows, "receive_plain", ENGINE.receivePlain.shape));
 
+describe("fenced batch reports", () => {
+  test("statements count the fence on the pool and the unfence in the batch", { skip }, async () => {
+    const f = await pgFixture({ max: 3 });
+    try {
+      await f.q.createQueue("jobs");
+      const c = f.q.exclusive("jobs", "m", { fenced: true });
+      await c.subscribe();
+      await f.q.sendBatch("jobs", [{ type: "E", payload: 1, key: "a" }, { type: "E", payload: 2, key: "b" }]);
+      const r = await c.run({ maxBatches: 1, handler: () => {} });
+      assert.equal(r.events, 2);
+      // tick/plan + maintain, then BEGIN, receive, fence (pool), unfence, COMMIT.
+      assert.equal(r.statements, 2 + 5, `statements ${r.statements}`);
+      const plain = await f.q.exclusive("jobs", "n").run({ maxBatches: 1, handler: () => {} });
+      assert.equal(plain.statements, 2 + 3, "an unfenced batch sends no fence statements");
+    } finally {
+      await f.close();
+    }
+  });
+});
+
 describe("plain wire form", () => {
   test("decodes rows and retries, and refuses anything else as BAD_REPLY", () => {
     const r = decodePlain([{
