@@ -2066,7 +2066,8 @@ begin
 end $$;
 
 -- One batch of a plain consumer: lock its cursor (skip when another batch
--- holds it), take due retries first, then fill up from the window.
+-- holds it), take due retries first, then fill up from the window. As JSON
+-- event objects for SQL callers; the client reads receive_plain below.
 create function :KEYQ_SCHEMA.receive(queue text, consumer text, max_events int) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -3001,7 +3002,7 @@ $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "82f76c58a9fbe626cb98943ec07468a6a0003d28f36b600d87108638d6dc3fbb";
+export const functionsHash: string = "004114eb403306f9e02292dd35c08af280546f3a2d5cb9988705f8ce7cdb0ecb";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";

@@ -3,7 +3,8 @@
  * BEGIN, receive, ack, COMMIT, savepoints, fence hooks, and the handler's own
  * queries through `tx` — because that is what a batch costs the database.
  * Network round trips are a driver matter (postgres.js sends an unprepared
- * parameterised statement in two), so keyq does not claim to count them.
+ * parameterised statement in two, a prepared one in one), so keyq does not
+ * claim to count them; tests/round-trips.test.ts counts them on the wire.
  *
  * @module
  */

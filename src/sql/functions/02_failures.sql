@@ -101,7 +101,8 @@ begin
 end $$;
 
 -- One batch of a plain consumer: lock its cursor (skip when another batch
--- holds it), take due retries first, then fill up from the window.
+-- holds it), take due retries first, then fill up from the window. As JSON
+-- event objects for SQL callers; the client reads receive_plain below.
 create function :KEYQ_SCHEMA.receive(queue text, consumer text, max_events int) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
