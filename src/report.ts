@@ -17,8 +17,8 @@ export interface Tally {
 }
 
 /**
- * Wraps `exec` so each query adds one to `tally`; other members (a driver's
- * `savepoint`, `signal`) pass through unchanged.
+ * Wraps `exec` so each query adds one to `tally`, a driver's `savepoint`
+ * two (plus what runs in it); `signal` passes through unchanged.
  *
  * @example
  * ```ts
@@ -36,7 +36,14 @@ export function counting(exec: Executor, tally: Tally): Executor {
       return exec.query(text, params);
     },
   };
-  if (exec.savepoint) out.savepoint = exec.savepoint.bind(exec);
+  const savepoint = exec.savepoint?.bind(exec);
+  if (savepoint) {
+    // SAVEPOINT and its RELEASE (or ROLLBACK TO), and what runs inside it.
+    out.savepoint = <T>(fn: (sp: Executor) => Promise<T>): Promise<T> => {
+      tally.n += 2;
+      return savepoint((sp) => fn(counting(sp, tally)));
+    };
+  }
   if (exec.signal) out.signal = exec.signal;
   return out;
 }

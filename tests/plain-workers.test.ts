@@ -107,6 +107,16 @@ describe("batch reports", () => {
       const batchOf = await c.batch({ handleBatch: async (evs, { tx }) => void (await tx.query("select $1::int", [String(evs.length)])) });
       assert.equal(batchOf.events, 1);
       assert.equal(batchOf.statements, 3 + 1, "handleBatch's query through tx is counted");
+      await f.q.sendBatch("jobs", [{ type: "E", payload: 7 }]);
+      await f.q.tick("jobs", { force: true });
+      const nested = await c.batch({
+        handleBatch: async (_evs, { tx }) => {
+          assert.ok(tx.savepoint, "the postgres.js adapter offers savepoints");
+          await tx.savepoint!(async (sp) => void (await sp.query("select 1")));
+        },
+      });
+      assert.equal(nested.events, 1);
+      assert.equal(nested.statements, 3 + 2 + 1, "a savepoint of handleBatch: SAVEPOINT, RELEASE and the query inside");
       await f.q.send("jobs", { type: "E", payload: 9 });
       const run = await c.run({ handler: async (_ev, tx) => void (await tx.query("select 1")) });
       assert.equal(run.events, 1);
