@@ -14,6 +14,7 @@ import type { EventRef, WireEvent } from "./engine.ts";
 import { KeyqError } from "./errors.ts";
 import { type BatchLife, timer } from "./life.ts";
 import { checkPayload, type PayloadSchema } from "./payload.ts";
+import { counting, type Tally } from "./report.ts";
 import type { EventScope } from "./savepoint.ts";
 import type { HandlerContext } from "./types.ts";
 
@@ -24,6 +25,8 @@ export interface BatchRun {
   until: number;
   /** The handler call in progress (settled when none). */
   inflight: Promise<unknown>;
+  /** Statements sent through counting executors: the handlers' own and the fence hooks' (report.ts). */
+  counted: Tally;
 }
 
 /** An event ready for the handler, with its wire form. */
@@ -140,7 +143,11 @@ async function handleOne(s: BatchSettings, br: BatchRun, scope: EventScope, r: R
   scope.next();
   let current = true; // a call left behind (eventTimeout) must not write into later events
   const exec: Executor = {
-    query: (text, params) => current ? scope.exec.query(text, params) : Promise.reject(eventTimedOut(s.eventTimeoutMs)),
+    query(text, params) {
+      if (!current) return Promise.reject(eventTimedOut(s.eventTimeoutMs));
+      br.counted.n++;
+      return scope.exec.query(text, params);
+    },
   };
   const res = await callHandler(s, br, (hc) => s.handler!(r.ev, exec, hc));
   current = false;
@@ -196,7 +203,7 @@ export async function handleAll(s: BatchSettings, br: BatchRun, tx: Executor, re
   if (life.signal.aborted) throw life.error(); // stopped before it began: nothing done, nothing lost
   const r = await callHandler(s, br, (hc) =>
     s.handleBatch!(ready.map((e) => e.ev), {
-      tx,
+      tx: counting(tx, br.counted),
       signal: hc.signal,
       deadline: hc.deadline,
       fail: (ev, err) => {
