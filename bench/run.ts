@@ -58,7 +58,7 @@ function notes(): string[] {
     `Raw insert: insert … select … from jsonb_array_elements($1::text::jsonb), the ${s.batchSize} events as one JSON document.`,
     `Round trips: a TCP proxy in front of Postgres counts client turns (the client starting to send after the server spoke); ` +
     `${s.rtStatements} statements (select $1::int) through each adapter's query, then ${s.rtStatements} q.send calls, then plain run() calls (maxEvents 10) until those events are handled.`,
-    `Statements per batch: RunReport's count / batches (keyq, the handler's own not included); pg-boss: queries sent / non-empty fetches. ` +
+    `Statements per batch: RunReport.statements / batches (keyq; no-op handlers, so none of their own); pg-boss: queries sent / non-empty fetches. ` +
     `Rows read per event: Δ(seq_tup_read + idx_tup_fetch) of the log tables (keyq event_*, pg-boss job*) / events.`,
     `pg-boss peers: plain = "standard" queue; Tier A = "singleton" policy with singletonKey = key (at most one active job per key); ` +
     `Tier B = "key_strict_fifo". supervise, schedule and instance registration off; ANALYZE after loading (both systems).`,

@@ -104,7 +104,7 @@ export const QUICK: Sizes = {
 export interface ConsumeResult {
   /** Events handled per second, wall clock, first batch to last. */
   eventsPerSec: number;
-  /** Round trips (keyq: RunReport.roundTrips; pg-boss: pg queries) per non-empty batch. */
+  /** Statements (keyq: RunReport.statements; pg-boss: pg queries) per non-empty batch. */
   roundTripsPerBatch: number;
   /** Average events per non-empty batch. */
   eventsPerBatch: number;

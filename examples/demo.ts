@@ -56,7 +56,7 @@ function table(rows: Record<string, unknown>[]): void {
   for (const r of rows) console.log(line(cols.map((c) => text(r[c]))));
 }
 
-const brief = (r: RunReport) => `${r.events} events in ${r.batches} batch(es), ${r.roundTrips} round trips, ${r.ms} ms`;
+const brief = (r: RunReport) => `${r.events} events in ${r.batches} batch(es), ${r.statements} statements, ${r.ms} ms`;
 
 // ---------------------------------------------------------------------------
 // The database: PGlite in memory, or DATABASE_URL through postgres.js

@@ -93,7 +93,7 @@ async function main(): Promise<void> {
     // Locally: every cron index in turn. In production each job runs its own index.
     for (const index of only === undefined ? Array.from({ length: workers }, (_, i) => i) : [Number(only)]) {
       const r = await handler(q, index, workers);
-      console.log(`worker ${index}/${workers}: ${r.events} events in ${r.batches} batches (${r.roundTrips} round trips)`);
+      console.log(`worker ${index}/${workers}: ${r.events} events in ${r.batches} batches (${r.statements} statements)`);
     }
     const rows = await q.driver.query(
       `select tenant, path, size::text, version::text from "${schema}".file_state order by tenant, path`,

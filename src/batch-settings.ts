@@ -76,8 +76,11 @@ const ONLY: Record<string, string> = {
   retryBackoff: "work()",
 };
 
-/** Validates batch/run/work options and applies defaults; `what` is "batch options", "run options"… */
-export function batchSettings(options: unknown, what: string): BatchSettings {
+/**
+ * Validates batch/run/work options and applies defaults; `what` is "batch
+ * options", "run options"…; `defaultMaxEvents` is the kind's own default.
+ */
+export function batchSettings(options: unknown, what: string, defaultMaxEvents: number = 100): BatchSettings {
   const o = parse(batchSchema, options, what);
   const call = `${what.split(" ")[0]}()`;
   for (const [key, where] of Object.entries(ONLY)) {
@@ -108,7 +111,7 @@ export function batchSettings(options: unknown, what: string): BatchSettings {
     handler: o.handler as BatchSettings["handler"],
     handleBatch: o.handleBatch as BatchSettings["handleBatch"],
     onError: o.onError as BatchSettings["onError"],
-    maxEvents: o.maxEvents ?? 100,
+    maxEvents: o.maxEvents ?? defaultMaxEvents,
     statementTimeoutMs: durationMs("statementTimeout", o.statementTimeout, 1, MAX_TIMEOUT_MS) ?? 30_000,
     idleTimeoutMs: durationMs("idleTimeout", o.idleTimeout, 1, MAX_TIMEOUT_MS) ?? 0,
     batchTimeoutMs: durationMs("batchTimeout", o.batchTimeout, 1, MAX_TIMEOUT_MS) ?? 60_000,

@@ -17,6 +17,7 @@ import { classify } from "./faults.ts";
 import { batchScope, type BatchRun, failures, type Failures, type Handled, handleAll, handleEach, readyEvents } from "./handler.ts";
 import { type BatchLife, batchLife } from "./life.ts";
 import type { PayloadSchema } from "./payload.ts";
+import { counting } from "./report.ts";
 import { isRerun } from "./savepoint.ts";
 import { mapError } from "./sql.ts";
 import type { BatchReport } from "./types.ts";
@@ -60,17 +61,20 @@ export interface BatchHooks {
   afterReceive?(received: Received, tx: Executor, life: BatchLife): Promise<boolean>;
   /** Inside the batch, after the handlers and the ack, before COMMIT. */
   beforeCommit?(tx: Executor): Promise<void>;
+  /** Statements the hooks sent on other connections (their `tx` ones are counted for them). */
+  statements?(): number;
 }
 
 /** The steps of a batch that one consumer kind owns. */
 export interface BatchKind {
   /**
-   * Claims and reads one batch in `tx` (one statement that also sets `local`).
+   * Claims and reads one batch in `tx` (one statement that also sets
+   * `local`); `until` is the run's budget (epoch ms), for a kind that waits.
    * On a rerun `again` is what the rolled-back attempt read: the kind reads
    * the same place first (Tier B: the same slot), so the rerun meets the
    * failed event again.
    */
-  receive(tx: Executor, s: BatchSettings, local: LocalTimeouts, again?: Received): Promise<Received>;
+  receive(tx: Executor, s: BatchSettings, local: LocalTimeouts, until: number, again?: Received): Promise<Received>;
   /** Splits a received batch into events to handle and contended ones. */
   sort(received: Received): Sorted;
   /** Records failures, retries, deferrals, held and released events in `tx`. */
@@ -79,20 +83,23 @@ export interface BatchKind {
   hooks(): BatchHooks;
 }
 
-/** What handling a received batch did, before the receive itself is counted. */
-type Done = Omit<BatchReport, "busy">;
+/**
+ * What handling a received batch did; `statements` so far counts savepoints
+ * and the ack (BEGIN, receive, COMMIT and counted statements come on top).
+ */
+type Done = Omit<BatchReport, "busy" | "roundTrips">;
 
 /** Records what the batch did, when there is anything to record. */
 async function record(kind: BatchKind, tx: Executor, received: Received, sorted: Sorted, log: Failures, h: Handled, statements: number): Promise<Done> {
   const { deferred } = sorted;
   const keep = new Set([...log.failed.keys(), ...[...deferred, ...h.held, ...h.released].map((r) => r.id)]);
   const retried = received.events.filter((w) => w.redelivered && !keep.has(w.id)).map((w) => w.id);
-  const done: Done = { events: h.handled, retried: 0, deadLettered: 0, dropped: sorted.dropped, deferred: 0, roundTrips: statements };
+  const done: Done = { events: h.handled, retried: 0, deadLettered: 0, dropped: sorted.dropped, deferred: 0, statements };
   if (log.failed.size === 0 && retried.length === 0 && deferred.length === 0 && h.held.length === 0 && h.released.length === 0) {
     return done;
   }
   const r = await kind.record(tx, received, { retried, failed: [...log.failed.values()], deferred, held: h.held, released: h.released });
-  return { ...done, ...r, roundTrips: done.roundTrips + 1 };
+  return { ...done, ...r, statements: done.statements + 1 };
 }
 
 /**
@@ -126,18 +133,21 @@ async function inTransaction(
   if (raw.signal?.aborted) lost();
   else raw.signal?.addEventListener("abort", lost, { once: true });
   const tx = life.guard(raw);
-  const inner = (async () => {
-    const received = await kind.receive(tx, s, local, br.received);
+  const hooked = counting(tx, br.counted);
+  const inner = (async (): Promise<BatchReport> => {
+    const received = await kind.receive(tx, s, local, br.until, br.received);
     br.received = received;
-    if (hooks.afterReceive && !(await hooks.afterReceive(received, tx, life))) {
+    if (hooks.afterReceive && !(await hooks.afterReceive(received, hooked, life))) {
       throw BUSY; // rolled back: another worker's fenced batch still owns it
     }
     // A retried event is likely to fail again: such a batch takes savepoints from the start.
     if (received.events.some((w) => w.redelivered)) br.known ??= new Map();
     const out = await handleEvents(ctx, s, kind, received, tx, br);
     if (life.dead()) throw life.error();
-    await hooks.beforeCommit?.(tx);
-    return { ...out, busy: received.busy, roundTrips: out.roundTrips + 3 };
+    await hooks.beforeCommit?.(hooked);
+    // BEGIN, receive, COMMIT, plus the handlers' and hooks' own statements.
+    const statements = out.statements + 3 + br.counted.n + (hooks.statements?.() ?? 0);
+    return { ...out, busy: received.busy, statements, roundTrips: statements };
   })();
   inner.catch(() => {}); // observed by the race; may settle after it
   try {
@@ -153,10 +163,11 @@ const MARGIN_MS = 2_000;
 /**
  * One batch in one transaction. The receive statement also sets the batch's
  * local timeouts from its deadline (the server's idle and statement timeouts
- * stay backstops that fire only after keyq's deadline). Round trips: BEGIN,
- * receive, [ack], COMMIT; a batch whose handler failed, or that holds a
- * retried event, adds the savepoint statements of its events that use the
- * database (and a failed fast attempt's BEGIN, receive, ROLLBACK).
+ * stay backstops that fire only after keyq's deadline). Statements: BEGIN,
+ * receive, [ack], COMMIT, and the handlers' and hooks' own; a batch whose
+ * handler failed, or that holds a retried event, adds the savepoints of its
+ * events that use the database (and a failed fast attempt's BEGIN, receive,
+ * ROLLBACK and its handlers' statements).
  * No event starts after `until` (epoch ms).
  */
 export async function runBatch(ctx: ConsumerContext, s: BatchSettings, kind: BatchKind, until?: number): Promise<BatchReport> {
@@ -173,7 +184,7 @@ export async function runBatch(ctx: ConsumerContext, s: BatchSettings, kind: Bat
     idleInTransaction: `${Math.ceil(Math.max(s.idleTimeoutMs, backstop))}ms`,
   };
   const life = batchLife(s.batchTimeoutMs, s.signal);
-  const br: BatchRun = { life, until: until ?? Number.POSITIVE_INFINITY, inflight: Promise.resolve() };
+  const br: BatchRun = { life, until: until ?? Number.POSITIVE_INFINITY, inflight: Promise.resolve(), counted: { n: 0 } };
   const hooks = kind.hooks();
   const transaction = driver.transaction.bind(driver);
   const attempt = (): Promise<BatchReport> => {
@@ -190,10 +201,14 @@ export async function runBatch(ctx: ConsumerContext, s: BatchSettings, kind: Bat
       // A handler failed on the fast path: the same batch again, with savepoints
       // (same life and deadline), the failed event's outcome carried over.
       br.known = new Map([[err.id, err.outcome]]);
-      return attempt().then((r) => ({ ...r, roundTrips: r.roundTrips + 3 })); // + BEGIN, receive, ROLLBACK
+      // br.counted already holds the fast attempt's handler and hook statements; + BEGIN, receive, ROLLBACK.
+      return attempt().then((r) => ({ ...r, statements: r.statements + 3, roundTrips: r.statements + 3 }));
     });
   } catch (err) {
-    if (err === BUSY) return { events: 0, retried: 0, deadLettered: 0, dropped: 0, deferred: 0, roundTrips: 3, busy: true };
+    if (err === BUSY) {
+      const statements = 3 + br.counted.n + (hooks.statements?.() ?? 0); // BEGIN, receive, the hooks', ROLLBACK
+      return { events: 0, retried: 0, deadLettered: 0, dropped: 0, deferred: 0, statements, roundTrips: statements, busy: true };
+    }
     if (!(err instanceof KeyqError) && classify(err) === "connection") life.abort("connection", err);
     if (life.reason() === "connection") {
       // Wait for the handler in flight (it got the signal), bounded by the deadline.

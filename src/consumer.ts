@@ -106,7 +106,7 @@ function consumeSettings(ctx: ConsumerContext, k: ConsumerKind, options: unknown
       { driver: ctx.driver.name },
     );
   }
-  const s = batchSettings(options, what);
+  const s = batchSettings(options, what, k.maxEvents);
   k.check(s);
   return s;
 }

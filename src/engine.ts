@@ -16,6 +16,7 @@
 
 import type { Executor, SqlParam } from "./driver.ts";
 import { fields, mapError, reply, type Shape } from "./sql.ts";
+import { isPlainBatch, type PlainBatch } from "./wire.ts";
 import type {
   BlockedKey,
   DeadLetter,
@@ -64,14 +65,16 @@ export interface EngineFn<In> {
 const present: Shape = (x) => x !== undefined;
 const isNumber: Shape = (x) => typeof x === "number";
 const isStrings: Shape = (x) => Array.isArray(x) && x.every((k) => typeof k === "string");
+const isSent: Shape = (x) => Array.isArray(x) && x.every((e) => typeof e === "string" || typeof e?.id === "string");
 
 function fn<In>(
   name: string,
   args: readonly (readonly [key: keyof In & string, sql: string, type: SqlType])[],
   shape: Shape = present,
   defaulted: readonly { sql: string; type: SqlType }[] = [],
+  returns = "jsonb",
 ): EngineFn<In> {
-  return { name, args: args.map(([key, sql, type]) => ({ key, sql, type })), defaulted, returns: "jsonb", shape };
+  return { name, args: args.map(([key, sql, type]) => ({ key, sql, type })), defaulted, returns, shape };
 }
 
 /** Converts a value to the text a cast of `type` reads. */
@@ -199,11 +202,15 @@ export interface EngineCalls {
   tick: [{ queue: string; force: boolean }, { tick: string | null }];
   maintain: [{ queue: string; forceRotate: boolean }, MaintainReport];
   send: [{ queue: string; type: string; payload: unknown; key: string | null; dedupKey: string | null; ttl: number | null }, SendResult];
-  sendBatch: [{ queue: string; events: unknown[] }, SendResult[]];
+  /** An entry per event: a bare id when it could not be deduplicated (no dedup key), else `{ id, deduped }`. */
+  sendBatch: [{ queue: string; events: readonly unknown[] }, (string | SendResult)[]];
   subscribe: [QC & { kind: string; slots: number; settings: Record<string, unknown>; indexInline: boolean }, SubscribeReply];
   unsubscribe: [QC, { removed: boolean }];
   prepareExclusive: [QC & { chunkSize: number }, { tick: string | null }];
+  /** A plain batch as JSON objects (SQL callers and tests; the client reads receivePlain). */
   receive: [QC & { maxEvents: number }, Received];
+  /** Plain batches in the compact wire form (wire.ts); waits up to `waitMs` for a held cursor. */
+  receivePlain: [QC & { maxEvents: number; waitMs: number }, PlainBatch];
   receiveExclusive: [QC & { maxEvents: number }, Received];
   receiveOrdered: [QC & { slots: number[]; maxEvents: number; helpAfter: number | null; slotCount: number }, Received];
   ack: [QC & { slot: number; outcome: AckOutcome }, AckReply];
@@ -250,7 +257,7 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
     ["dedupKey", "dedup_key", "text"],
     ["ttl", "ttl", "float8"],
   ]),
-  sendBatch: fn("send_batch", [["queue", "queue", "text"], ["events", "events", "jsonb"]]),
+  sendBatch: fn("send_batch", [["queue", "queue", "text"], ["events", "events", "jsonb"]], isSent),
   subscribe: fn("subscribe", [
     ["queue", "queue", "text"],
     ["consumer", "consumer", "text"],
@@ -270,6 +277,12 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
     ["consumer", "consumer", "text"],
     ["maxEvents", "max_events", "int"],
   ], receiveShape),
+  receivePlain: fn("receive_plain", [
+    ["queue", "queue", "text"],
+    ["consumer", "consumer", "text"],
+    ["maxEvents", "max_events", "int"],
+    ["waitMs", "wait_ms", "int"],
+  ], isPlainBatch, [], "text"),
   receiveExclusive: fn("receive_exclusive", [
     ["queue", "queue", "text"],
     ["consumer", "consumer", "text"],
@@ -326,7 +339,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "dlq_requeue", "dlq_where", "ensure_slot_index", "event_json", "get_consumer", "get_queue", "has_pending",
   "key_budget", "keys_prefix", "lock_key", "lock_keys", "park_events", "plan_chunks", "prune_ticks",
   "queue_json", "read_window", "release_heads", "release_key", "retry_policy", "rotate", "slot_of",
-  "take_retries", "tick_all", "window_count", "window_events", "window_events_slot", "xbuckets",
+  "take_retries", "tick_all", "window_count", "window_events", "window_events_slot", "window_take", "xbuckets",
 ];
 
 // ---------------------------------------------------------------- typed calls
@@ -334,7 +347,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
 type Name = keyof EngineCalls;
 type In<K extends Name> = EngineCalls[K][0];
 type Out<K extends Name> = EngineCalls[K][1];
-type Receiving = "receive" | "receiveExclusive" | "receiveOrdered";
+type Receiving = "receive" | "receivePlain" | "receiveExclusive" | "receiveOrdered";
 
 /** A typed call of one engine function. */
 export type Call<K extends Name> = (exec: Executor, schema: string, input: In<K>) => Promise<Out<K>>;
@@ -373,6 +386,7 @@ export const engine: { readonly [K in Name]: K extends Receiving ? Receive<K> : 
   unsubscribe: call("unsubscribe"),
   prepareExclusive: call("prepareExclusive"),
   receive: receiveCall("receive"),
+  receivePlain: receiveCall("receivePlain"),
   receiveExclusive: receiveCall("receiveExclusive"),
   receiveOrdered: receiveCall("receiveOrdered"),
   ack: call("ack"),

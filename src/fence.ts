@@ -23,13 +23,16 @@ const LEASE_MARGIN_MS = 2_000;
 export function fenceHooks(ctx: ConsumerContext, queue: string, consumer: string, mode: "keys" | "slot"): BatchHooks {
   const holder = crypto.randomUUID();
   let leased = false;
+  let sent = 0; // fence calls on the pool, outside the batch's transaction
   return {
+    statements: () => sent,
     async afterReceive(received: Received, _tx: Executor, life: BatchLife): Promise<boolean> {
       const live = received.events.filter((w) => w.locked !== false);
       const keys = mode === "slot"
         ? (received.events.length > 0 ? [""] : [])
         : [...new Set(live.flatMap((w) => (w.key === null ? [] : [w.key])))];
       if (keys.length === 0) return true;
+      sent++;
       const taken = await engine.fence(ctx.driver, ctx.schema, {
         queue,
         consumer,

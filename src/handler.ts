@@ -15,6 +15,7 @@ import type { EventRef, Received, WireEvent } from "./engine.ts";
 import { KeyqError } from "./errors.ts";
 import { type BatchLife, timer } from "./life.ts";
 import { checkPayload, type PayloadSchema } from "./payload.ts";
+import { counting, type Tally } from "./report.ts";
 import { directScope, type EventScope, eventScope, type KnownOutcome, type Rerun } from "./savepoint.ts";
 import type { HandlerContext } from "./types.ts";
 
@@ -25,6 +26,8 @@ export interface BatchRun {
   until: number;
   /** The handler call in progress (settled when none). */
   inflight: Promise<unknown>;
+  /** Statements sent through counting executors: the handlers' own and the fence hooks' (report.ts). */
+  counted: Tally;
   /**
    * Undefined on the fast path (no savepoints; a failure reruns the batch).
    * On the careful rerun: the outcomes the fast attempt already learned.
@@ -162,7 +165,11 @@ async function handleOne(s: BatchSettings, br: BatchRun, scope: EventScope, r: R
   scope.next();
   let current = true; // a call left behind (eventTimeout) must not write into later events
   const exec: Executor = {
-    query: (text, params) => current ? scope.exec.query(text, params) : Promise.reject(eventTimedOut(s.eventTimeoutMs)),
+    query(text, params) {
+      if (!current) return Promise.reject(eventTimedOut(s.eventTimeoutMs));
+      br.counted.n++;
+      return scope.exec.query(text, params);
+    },
   };
   const known = br.known?.get(r.w.id);
   const res: { error?: unknown; timedOut?: boolean } = known
@@ -227,7 +234,7 @@ export async function handleAll(s: BatchSettings, br: BatchRun, tx: Executor, re
   if (life.signal.aborted) throw life.error(); // stopped before it began: nothing done, nothing lost
   const r = await callHandler(s, br, (hc) =>
     s.handleBatch!(ready.map((e) => e.ev), {
-      tx,
+      tx: counting(tx, br.counted),
       signal: hc.signal,
       deadline: hc.deadline,
       fail: (ev, err) => {

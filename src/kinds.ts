@@ -13,12 +13,15 @@ import type { Executor } from "./driver.ts";
 import { type AckReply, engine, type Received } from "./engine.ts";
 import { KeyqError } from "./errors.ts";
 import { fenceHooks } from "./fence.ts";
+import { fromPlain } from "./wire.ts";
 
 /** One kind of consumer: what it persists, and its own steps of a run and a batch. */
 export interface ConsumerKind extends BatchKind {
   readonly kind: "plain" | "exclusive" | "ordered";
   /** The slot count N (1 for the kinds without slots). */
   readonly slots: number;
+  /** Default `maxEvents` of this kind (100 when absent). */
+  readonly maxEvents?: number;
   /** Engine-side settings persisted with the consumer (retry overrides…). */
   readonly settings: Record<string, unknown>;
   /** Refuses settings this kind cannot use, before anything is written. */
@@ -68,16 +71,44 @@ function ack(
     });
 }
 
-/** The plain kind: one cursor; a second worker finds it busy and skips. */
+/**
+ * How long a plain batch waits for a cursor another worker holds: its commit
+ * hands the cursor over, so extra workers queue behind the holder instead of
+ * polling (and the next batch starts the moment the last one commits).
+ */
+const PLAIN_WAIT_MS = 2_000;
+
+/**
+ * Measured on a 100k backlog (no-op handler, postgres.js): 1,000 events a
+ * batch reads about twice as fast as 100, the fixed statements of a batch
+ * spread over ten times the events.
+ */
+const PLAIN_MAX_EVENTS = 1_000;
+
+/** The wait for a held cursor counts against the statement timeout, the batch's and the run's budget. */
+function plainWait(s: BatchSettings, until: number): number {
+  const left = until - Date.now();
+  return Math.floor(Math.max(0, Math.min(PLAIN_WAIT_MS, s.statementTimeoutMs / 2, s.batchTimeoutMs / 2, left)));
+}
+
+/**
+ * The plain kind: one cursor, one batch at a time, in order. A second
+ * worker waits for the holder's commit (up to PLAIN_WAIT_MS), then reads on.
+ * Batches come in the compact wire form (wire.ts).
+ */
 export function plainKind(t: KindTarget): ConsumerKind {
   const { ctx, queue, name } = t;
   return {
     kind: "plain",
     slots: 1,
+    maxEvents: PLAIN_MAX_EVENTS,
     settings: t.settings,
     check: (s) => noWorkers(s, "plain"),
     prepare: () => ctx.tick(queue),
-    receive: (tx, s, local) => engine.receive(tx, ctx.schema, { queue, consumer: name, maxEvents: s.maxEvents }, local),
+    async receive(tx, s, local, until) {
+      const input = { queue, consumer: name, maxEvents: s.maxEvents, waitMs: plainWait(s, until) };
+      return fromPlain(await engine.receivePlain(tx, ctx.schema, input, local));
+    },
     sort: (r) => handleAll(r),
     record: ack(t, { slot: () => 0, deferDelay: 1, pause: false }),
     hooks: () => ({}),
@@ -195,7 +226,7 @@ export function orderedKind(t: KindTarget, o: OrderedSettings): ConsumerKind {
     settings: t.settings,
     check: (s) => checkOrdered(o, s),
     prepare: () => ctx.tick(queue),
-    receive(tx, s, local, again) {
+    receive(tx, s, local, _until, again) {
       const { slots, helpAfter } = order(s, again?.slot);
       return engine.receiveOrdered(tx, ctx.schema, { queue, consumer: name, slots, maxEvents: s.maxEvents, helpAfter, slotCount: o.slots }, local);
     },

@@ -25,7 +25,7 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 
 /** An empty report to add batches to. */
 export function emptyReport(): RunReport {
-  return { batches: 0, events: 0, retried: 0, deadLettered: 0, dropped: 0, deferred: 0, roundTrips: 0, ticked: false, ms: 0 };
+  return { batches: 0, events: 0, retried: 0, deadLettered: 0, dropped: 0, deferred: 0, statements: 0, roundTrips: 0, ticked: false, ms: 0 };
 }
 
 /** Adds one batch (or run) report into `total`. */
@@ -36,7 +36,8 @@ export function addUp(total: RunReport, b: Omit<BatchReport, "busy"> & { batches
   total.deadLettered += b.deadLettered;
   total.dropped += b.dropped;
   total.deferred += b.deferred;
-  total.roundTrips += b.roundTrips;
+  total.statements += b.statements;
+  total.roundTrips = total.statements;
   total.ticked ||= b.ticked ?? false;
 }
 
@@ -62,7 +63,8 @@ export async function runLoop(
   const report = emptyReport();
   report.ticked = await prepare();
   await maintain();
-  report.roundTrips += 2;
+  report.statements += 2;
+  report.roundTrips = report.statements;
   while (report.batches < s.maxBatches && Date.now() < until && !s.signal?.aborted) {
     let b: BatchReport;
     try {
@@ -72,7 +74,8 @@ export async function runLoop(
       throw err;
     }
     if (b.busy || b.events + b.dropped + b.deferred + b.retried + b.deadLettered === 0) {
-      report.roundTrips += b.roundTrips; // the empty look still cost its round trips
+      report.statements += b.statements; // the empty look still cost its statements
+      report.roundTrips = report.statements;
       break;
     }
     addUp(report, b);

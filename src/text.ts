@@ -97,44 +97,63 @@ function kindOf(value: object): string {
   return `a ${name}`;
 }
 
-function walk(value: unknown, path: string, depth: number, where: string): void {
+/** The path of the value being checked, as `payload.items[1]`; built only for an error. */
+function pathOf(stack: readonly (string | number)[]): string {
+  let path = "payload";
+  for (const k of stack) {
+    path += typeof k === "number" ? `[${k}]` : /^[A-Za-z_$][\w$]*$/.test(k) ? `.${k}` : `[${JSON.stringify(k)}]`;
+  }
+  return path;
+}
+
+/** `stack` holds the keys down to `value`: no path string is built on the happy path. */
+function walk(value: unknown, stack: (string | number)[], where: string): void {
   switch (typeof value) {
     case "string": {
+      if (!SUSPECT.test(value)) return;
       const problem = textProblem(value);
-      if (problem) throw new KeyqError("INVALID_PAYLOAD", `The payload of ${where}: the string at ${path} ${problem}; remove it or encode the value.`, { field: path });
+      if (problem) throw new KeyqError("INVALID_PAYLOAD", `The payload of ${where}: the string at ${pathOf(stack)} ${problem}; remove it or encode the value.`, { field: pathOf(stack) });
       return;
     }
     case "number":
-      if (!Number.isFinite(value)) refuse(path, show(value), "send finite numbers only (or null)", where);
+      if (!Number.isFinite(value)) refuse(pathOf(stack), show(value), "send finite numbers only (or null)", where);
       return;
     case "boolean":
       return;
     case "undefined":
-      return refuse(path, "undefined", "use null", where);
+      return refuse(pathOf(stack), "undefined", "use null", where);
     case "bigint":
-      return refuse(path, `the bigint ${show(value)}`, "send it as a string or a number", where);
+      return refuse(pathOf(stack), `the bigint ${show(value)}`, "send it as a string or a number", where);
     case "function":
     case "symbol":
-      return refuse(path, `a ${typeof value}`, "send data only", where);
+      return refuse(pathOf(stack), `a ${typeof value}`, "send data only", where);
   }
   if (value === null) return;
-  if (depth >= MAX_DEPTH) refuse(path, `nesting deeper than ${MAX_DEPTH} levels (a cycle?)`, "flatten the payload", where);
+  if (stack.length >= MAX_DEPTH) refuse(pathOf(stack), `nesting deeper than ${MAX_DEPTH} levels (a cycle?)`, "flatten the payload", where);
   if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) walk(value[i], `${path}[${i}]`, depth + 1, where);
+    for (let i = 0; i < value.length; i++) {
+      stack.push(i);
+      walk(value[i], stack, where);
+      stack.pop();
+    }
     return;
   }
   const proto = Object.getPrototypeOf(value);
   if (proto !== Object.prototype && proto !== null) {
     const fix = value instanceof Date ? "send date.toISOString() (a string) instead" : "convert it to a plain object or array";
-    refuse(path, kindOf(value as object), fix, where);
+    refuse(pathOf(stack), kindOf(value as object), fix, where);
   }
   for (const key in value) {
     if (!Object.hasOwn(value, key)) continue;
-    const problem = textProblem(key);
-    if (problem) throw new KeyqError("INVALID_PAYLOAD", `The payload of ${where}: the property name ${show(key)} at ${path} ${problem}; rename it.`, { field: path });
+    const problem = SUSPECT.test(key) ? textProblem(key) : undefined;
+    if (problem) throw new KeyqError("INVALID_PAYLOAD", `The payload of ${where}: the property name ${show(key)} at ${pathOf(stack)} ${problem}; rename it.`, { field: pathOf(stack) });
     const v = (value as Record<string, unknown>)[key];
     // A property holding undefined is left out, as JSON.stringify and optional fields expect.
-    if (v !== undefined) walk(v, /^[A-Za-z_$][\w$]*$/.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`, depth + 1, where);
+    if (v !== undefined) {
+      stack.push(key);
+      walk(v, stack, where);
+      stack.pop();
+    }
   }
 }
 
@@ -145,7 +164,7 @@ function walk(value: unknown, path: string, depth: number, where: string): void 
  */
 export function checkJson(payload: unknown, where: string): void {
   try {
-    walk(payload, "payload", 0, where);
+    walk(payload, [], where);
   } catch (err) {
     if (err instanceof KeyqError) throw err;
     // A getter or proxy that throws while being read.

@@ -164,8 +164,9 @@ export interface HandlerContext {
 
 /**
  * Handles one event inside the batch transaction `tx`. Throwing fails this
- * event only: its writes through `tx` roll back (a savepoint), it is retried
- * with backoff, and the batch goes on.
+ * event only: its writes through `tx` roll back, it is retried with backoff,
+ * and the other events' writes commit (the batch runs again with a savepoint
+ * per event, calling the handlers before it a second time, not this one).
  *
  * @example
  * ```ts
@@ -200,7 +201,8 @@ export interface BatchOptions<P = unknown> {
   /** Called for each failed event (logging); its errors are ignored. */
   onError?: (error: unknown, event: KeyqEvent<P>) => void;
   /**
-   * Most events in one batch (1–10,000, default 100). A Tier A batch also
+   * Most events in one batch (1–10,000; default 1,000 for a plain consumer,
+   * 100 for exclusive and ordered ones, measured). A Tier A batch also
    * stops at a sixteenth of the server's lock table in distinct keys (400
    * with default settings); the rest waits for the next batch.
    */
@@ -245,7 +247,18 @@ export interface BatchReport {
   dropped: number;
   /** Tier A: events put back for later (no retry spent) because another worker held their key. */
   deferred: number;
-  /** Round trips keyq made for this batch: BEGIN, receive, [ack], COMMIT, plus savepoints. */
+  /**
+   * Statements the batch sent: BEGIN, receive, [ack], COMMIT, savepoints,
+   * fence hooks, and the handler's own queries through `tx`. Not network
+   * round trips: a driver may need more than one per statement (see the
+   * README).
+   */
+  statements: number;
+  /**
+   * @deprecated The same number as `statements` (it always counted
+   * statements, not network round trips); kept for compatibility, use
+   * `statements`.
+   */
   roundTrips: number;
   /** True when another worker held the cursor or slot, so nothing was read. */
   busy: boolean;
@@ -268,7 +281,9 @@ export interface RunOptions<P = unknown> extends BatchOptions<P> {
 export interface RunReport extends Omit<BatchReport, "busy"> {
   /** Batches that had something to do. */
   batches: number;
-  /** Round trips keyq made, including the run's tick and maintenance calls. */
+  /** Statements sent, including the run's tick and maintenance calls and the handlers' own. */
+  statements: number;
+  /** @deprecated The same number as `statements`; use `statements`. */
   roundTrips: number;
   /** True when the ticker wrote a tick. */
   ticked: boolean;

@@ -835,44 +835,8 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-#variable_conflict use_variable
-declare
-  s1 pg_snapshot;
-  s2 pg_snapshot;
-  evs :KEYQ_SCHEMA.event[];
-  n int;
-  last :KEYQ_SCHEMA.event;
+declare evs :KEYQ_SCHEMA.event[] := :KEYQ_SCHEMA.window_take(c, cur, lim);
 begin
-  if lim <= 0 then return '[]'; end if;
-  if cur.end_tick_id is null then
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
-    if cur.end_tick_id is null then
-      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
-      return '[]';
-    end if;
-  end if;
-  select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
-  select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
-  if c.kind = 'ordered' then
-    select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events_slot(
-      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1, c.slots, cur.slot) w;
-  else
-    select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events(
-      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1) w;
-  end if;
-  n := coalesce(array_length(evs, 1), 0);
-  if n > lim then
-    last := evs[lim];
-    update :KEYQ_SCHEMA.cursor set end_tick_id = cur.end_tick_id, last_txid = last.ev_txid,
-           last_id = last.ev_id, polled_at = now(), batch_at = now()
-     where consumer_id = c.consumer_id and slot = cur.slot;
-    evs := evs[1:lim];
-  else
-    update :KEYQ_SCHEMA.cursor set tick_id = cur.end_tick_id, end_tick_id = null, last_txid = null,
-           last_id = null, polled_at = now(), batch_at = now()
-     where consumer_id = c.consumer_id and slot = cur.slot;
-  end if;
   return coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i)
                      from generate_subscripts(evs, 1) i), '[]');
 end $function$;
@@ -1025,6 +989,47 @@ begin
   end loop;
   return jsonb_build_object('busy', tried = 0 and cardinality(todo) > 0, 'slot', null, 'events', '[]'::jsonb);
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_plain(queue text, consumer text, max_events integer, wait_ms integer DEFAULT 0)
+ RETURNS text
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+  cur :KEYQ_SCHEMA.cursor;
+  retries jsonb;
+  evs :KEYQ_SCHEMA.event[];
+  prev text;
+begin
+  if c.kind <> 'plain' then
+    raise exception 'Consumer "%" of queue "%" is a % consumer; read it with the matching API.', consumer, queue, c.kind
+      using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
+  end if;
+  select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0
+    for update skip locked;
+  if not found and wait_ms > 0 then
+    prev := current_setting('lock_timeout');
+    begin
+      perform set_config('lock_timeout', wait_ms || 'ms', true);
+      -- READ COMMITTED: the wait ends with the holder's committed row version.
+      select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0 for update;
+      perform set_config('lock_timeout', prev, true);
+    exception when lock_not_available then
+      null; -- still held: busy (the subtransaction undid the setting)
+    end;
+  end if;
+  if cur.consumer_id is null then
+    return '{"busy":true,"retries":[],"rows":[]}';
+  end if;
+  retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
+  evs := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(retries));
+  return '{"busy":false,"retries":' || retries::text || ',"rows":' ||
+    coalesce((select json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data)
+                              order by e.i)::text
+                from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, i)),
+             '[]') || '}';
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.release_heads(c :KEYQ_SCHEMA.consumer, s integer, ids bigint[])
  RETURNS integer
  LANGUAGE plpgsql
@@ -1147,8 +1152,7 @@ begin
       from jsonb_array_elements(events) with ordinality as x(v, ord)
       returning ev_id
     )
-    select coalesce(jsonb_agg(jsonb_build_object('id', ev_id::text, 'deduped', false) order by ev_id), '[]')
-      into out from ins;
+    select coalesce(jsonb_agg(ev_id::text order by ev_id), '[]') into out from ins;
     return out;
   end if;
   for e in select x.v from jsonb_array_elements(events) with ordinality as x(v, ord) order by x.ord loop
@@ -1473,6 +1477,51 @@ begin
   -- Both lists are short and sorted; this sort never sees the window.
   perform set_config('enable_sort', 'on', true);
   return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit lim;
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, lim integer)
+ RETURNS :KEYQ_SCHEMA.event[]
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare
+  s1 pg_snapshot;
+  s2 pg_snapshot;
+  evs :KEYQ_SCHEMA.event[];
+  n int;
+  last :KEYQ_SCHEMA.event;
+begin
+  if lim <= 0 then return '{}'; end if;
+  if cur.end_tick_id is null then
+    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
+     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    if cur.end_tick_id is null then
+      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
+      return '{}';
+    end if;
+  end if;
+  select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
+  select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
+  if c.kind = 'ordered' then
+    select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events_slot(
+      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1, c.slots, cur.slot) w;
+  else
+    select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events(
+      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1) w;
+  end if;
+  n := coalesce(array_length(evs, 1), 0);
+  if n > lim then
+    last := evs[lim];
+    update :KEYQ_SCHEMA.cursor set end_tick_id = cur.end_tick_id, last_txid = last.ev_txid,
+           last_id = last.ev_id, polled_at = now(), batch_at = now()
+     where consumer_id = c.consumer_id and slot = cur.slot;
+    evs := evs[1:lim];
+  else
+    update :KEYQ_SCHEMA.cursor set tick_id = cur.end_tick_id, end_tick_id = null, last_txid = null,
+           last_id = null, polled_at = now(), batch_at = now()
+     where consumer_id = c.consumer_id and slot = cur.slot;
+  end if;
+  return coalesce(evs, '{}');
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.xbuckets()
  RETURNS integer

@@ -203,6 +203,8 @@ end $$;
 
 -- events: a JSON array of {type, key, payload, dedupKey?, ttl?}. Ids are
 -- allocated in array order, so one call keeps its order inside the window.
+-- Returns one entry per event: without dedup keys just the id (a string:
+-- nothing was deduplicated), else {id, deduped}.
 create function :KEYQ_SCHEMA.send_batch(queue text, events jsonb) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -225,8 +227,7 @@ begin
       from jsonb_array_elements(events) with ordinality as x(v, ord)
       returning ev_id
     )
-    select coalesce(jsonb_agg(jsonb_build_object('id', ev_id::text, 'deduped', false) order by ev_id), '[]')
-      into out from ins;
+    select coalesce(jsonb_agg(ev_id::text order by ev_id), '[]') into out from ins;
     return out;
   end if;
   for e in select x.v from jsonb_array_elements(events) with ordinality as x(v, ord) order by x.ord loop

@@ -1,0 +1,64 @@
+/**
+ * The compact wire form of a plain consumer's batch (`receive_plain`):
+ * `{"busy": b, "retries": [event objects], "rows": [[id, txid, type, key,
+ * time, payload], …]}`. The server builds it as json text without a function
+ * call per event and the client parses it in one `JSON.parse`; positional
+ * rows carry no repeated field names.
+ *
+ * @module
+ */
+
+import type { Received, WireEvent } from "./engine.ts";
+
+/** One event row: id, txid, type, key, time, payload. */
+export type PlainRow = [id: string, txid: string, type: string, key: string | null, time: string, payload: unknown];
+
+/** A `receive_plain` reply as parsed, before it becomes a batch's events. */
+export interface PlainBatch {
+  busy: boolean;
+  /** Due retries first, as the engine's event objects. */
+  retries: WireEvent[];
+  /** The window's events, in order. */
+  rows: PlainRow[];
+}
+
+function isRow(x: unknown): x is PlainRow {
+  return Array.isArray(x) && x.length === 6 && typeof x[0] === "string" && typeof x[1] === "string" &&
+    typeof x[2] === "string" && (x[3] === null || typeof x[3] === "string") && typeof x[4] === "string";
+}
+
+/**
+ * The shape a `receive_plain` reply must have (a reply of another shape is
+ * BAD_REPLY, like every engine reply).
+ *
+ * @example
+ * ```ts
+ * import { isPlainBatch } from "./wire.ts";
+ * console.log(isPlainBatch({ busy: false, retries: [], rows: [["1", "7", "T", null, "2026-01-01T00:00:00+00:00", 1]] })); // true
+ * console.log(isPlainBatch({ busy: false, retries: [], rows: [["1"]] })); // false
+ * ```
+ */
+export function isPlainBatch(x: unknown): boolean {
+  if (typeof x !== "object" || x === null) return false;
+  const v = x as { busy?: unknown; retries?: unknown; rows?: unknown };
+  return typeof v.busy === "boolean" && Array.isArray(v.retries) && Array.isArray(v.rows) && v.rows.every(isRow);
+}
+
+/**
+ * A checked `receive_plain` reply as a batch's events: retries first (as the
+ * engine ordered them), then the window's rows.
+ *
+ * @example
+ * ```ts
+ * import { fromPlain } from "./wire.ts";
+ * const r = fromPlain({ busy: false, retries: [], rows: [["1", "7", "T", null, "2026-01-01T00:00:00+00:00", { a: 1 }]] });
+ * console.log(r.events[0]!.id, r.events[0]!.payload); // "1" { a: 1 }
+ * ```
+ */
+export function fromPlain(batch: PlainBatch): Received {
+  const events: WireEvent[] = batch.retries;
+  for (const r of batch.rows) {
+    events.push({ id: r[0], txid: r[1], type: r[2], key: r[3], time: r[4], payload: r[5], retry: 0 });
+  }
+  return { busy: batch.busy, events };
+}
