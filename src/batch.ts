@@ -1,7 +1,8 @@
 /**
  * One batch = one transaction: receive (claim + fetch + key locks in one
- * statement), run the handler with per-event savepoints, record failures and
- * deferrals, commit. The runner is shared; what differs between consumer
+ * statement), run the handler (no savepoints until a handler fails: then the
+ * batch runs again with per-event savepoints, see savepoint.ts), record
+ * failures and deferrals, commit. The runner is shared; what differs between consumer
  * kinds (how a batch is read, which events are contended, how outcomes are
  * recorded) is the kind's own `BatchKind` strategy (kinds.ts).
  *
@@ -13,11 +14,11 @@ import type { Driver, Executor } from "./driver.ts";
 import type { AckOutcome, AckReply, EventRef, LocalTimeouts, Received, WireEvent } from "./engine.ts";
 import { KeyqError } from "./errors.ts";
 import { classify } from "./faults.ts";
-import { type BatchRun, failures, type Failures, type Handled, handleAll, handleEach, readyEvents } from "./handler.ts";
+import { batchScope, type BatchRun, failures, type Failures, type Handled, handleAll, handleEach, readyEvents } from "./handler.ts";
 import { type BatchLife, batchLife } from "./life.ts";
 import type { PayloadSchema } from "./payload.ts";
 import { counting } from "./report.ts";
-import { eventScope } from "./savepoint.ts";
+import { isRerun } from "./savepoint.ts";
 import { mapError } from "./sql.ts";
 import type { BatchReport } from "./types.ts";
 
@@ -69,8 +70,11 @@ export interface BatchKind {
   /**
    * Claims and reads one batch in `tx` (one statement that also sets
    * `local`); `until` is the run's budget (epoch ms), for a kind that waits.
+   * On a rerun `again` is what the rolled-back attempt read: the kind reads
+   * the same place first (Tier B: the same slot), so the rerun meets the
+   * failed event again.
    */
-  receive(tx: Executor, s: BatchSettings, local: LocalTimeouts, until: number): Promise<Received>;
+  receive(tx: Executor, s: BatchSettings, local: LocalTimeouts, until: number, again?: Received): Promise<Received>;
   /** Splits a received batch into events to handle and contended ones. */
   sort(received: Received): Sorted;
   /** Records failures, retries, deferrals, held and released events in `tx`. */
@@ -108,7 +112,7 @@ async function handleEvents(ctx: ConsumerContext, s: BatchSettings, kind: BatchK
   const sorted = kind.sort(received);
   const log = failures(s);
   const ready = await readyEvents(ctx.payloadSchema, ctx.queue, sorted.live, sorted.slot, log);
-  const scope = eventScope(tx);
+  const scope = batchScope(tx, br);
   const h = s.handler ? await handleEach(s, br, scope, ready, sorted.holdFailedKeys, log) : await handleAll(s, br, tx, ready, log);
   if (br.life.dead()) throw br.life.error();
   return await record(kind, tx, received, sorted, log, h, scope.statements());
@@ -131,10 +135,13 @@ async function inTransaction(
   const tx = life.guard(raw);
   const hooked = counting(tx, br.counted);
   const inner = (async (): Promise<BatchReport> => {
-    const received = await kind.receive(tx, s, local, br.until);
+    const received = await kind.receive(tx, s, local, br.until, br.received);
+    br.received = received;
     if (hooks.afterReceive && !(await hooks.afterReceive(received, hooked, life))) {
       throw BUSY; // rolled back: another worker's fenced batch still owns it
     }
+    // A retried event is likely to fail again: such a batch takes savepoints from the start.
+    if (received.events.some((w) => w.redelivered)) br.known ??= new Map();
     const out = await handleEvents(ctx, s, kind, received, tx, br);
     if (life.dead()) throw life.error();
     await hooks.beforeCommit?.(hooked);
@@ -157,7 +164,10 @@ const MARGIN_MS = 2_000;
  * One batch in one transaction. The receive statement also sets the batch's
  * local timeouts from its deadline (the server's idle and statement timeouts
  * stay backstops that fire only after keyq's deadline). Statements: BEGIN,
- * receive, [ack], COMMIT, savepoints, and the handlers' and hooks' own.
+ * receive, [ack], COMMIT, and the handlers' and hooks' own; a batch whose
+ * handler failed, or that holds a retried event, adds the savepoints of its
+ * events that use the database (and a failed fast attempt's BEGIN, receive,
+ * ROLLBACK and its handlers' statements).
  * No event starts after `until` (epoch ms).
  */
 export async function runBatch(ctx: ConsumerContext, s: BatchSettings, kind: BatchKind, until?: number): Promise<BatchReport> {
@@ -176,13 +186,24 @@ export async function runBatch(ctx: ConsumerContext, s: BatchSettings, kind: Bat
   const life = batchLife(s.batchTimeoutMs, s.signal);
   const br: BatchRun = { life, until: until ?? Number.POSITIVE_INFINITY, inflight: Promise.resolve(), counted: { n: 0 } };
   const hooks = kind.hooks();
-  try {
-    const work = driver.transaction((raw) => inTransaction(ctx, s, kind, hooks, raw, br, local));
+  const transaction = driver.transaction.bind(driver);
+  const attempt = (): Promise<BatchReport> => {
+    const work = transaction((raw) => inTransaction(ctx, s, kind, hooks, raw, br, local));
     // A driver may end the transaction early (postgres.js rejects begin() when
     // its connection closes) while a handler still runs; and a hung ROLLBACK
     // must not hold run() past the deadline.
     work.catch(() => {}); // it may settle after we gave up on it
-    return await Promise.race([work, life.died]);
+    return Promise.race([work, life.died]);
+  };
+  try {
+    return await attempt().catch((err) => {
+      if (!isRerun(err)) throw err;
+      // A handler failed on the fast path: the same batch again, with savepoints
+      // (same life and deadline), the failed event's outcome carried over.
+      br.known = new Map([[err.id, err.outcome]]);
+      // br.counted already holds the fast attempt's handler and hook statements; + BEGIN, receive, ROLLBACK.
+      return attempt().then((r) => ({ ...r, statements: r.statements + 3, roundTrips: r.statements + 3 }));
+    });
   } catch (err) {
     if (err === BUSY) {
       const statements = 3 + br.counted.n + (hooks.statements?.() ?? 0); // BEGIN, receive, the hooks', ROLLBACK

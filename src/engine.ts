@@ -339,7 +339,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "dlq_requeue", "dlq_where", "ensure_slot_index", "event_json", "get_consumer", "get_queue", "has_pending",
   "key_budget", "keys_prefix", "lock_key", "lock_keys", "park_events", "plan_chunks", "prune_ticks",
   "queue_json", "read_window", "release_heads", "release_key", "retry_policy", "rotate", "slot_of",
-  "take_retries", "tick_all", "window_count", "window_events", "window_events_slot", "window_take",
+  "take_retries", "tick_all", "window_count", "window_events", "window_events_slot", "window_take", "xbuckets",
 ];
 
 // ---------------------------------------------------------------- typed calls

@@ -1,6 +1,7 @@
 /**
- * Running the user's handlers over a received batch: per event (each in its
- * own savepoint, `handler`) or all at once (`handleBatch`). Failures are
+ * Running the user's handlers over a received batch: per event (`handler`:
+ * no savepoints until one fails, then the batch runs again with one per
+ * event, see savepoint.ts) or all at once (`handleBatch`). Failures are
  * collected for the kind to record; the batch's life decides when no
  * further event starts.
  *
@@ -10,12 +11,12 @@
 import type { AnyEvent, BatchSettings } from "./batch-settings.ts";
 import type { Executor } from "./driver.ts";
 import { describeError } from "./error-text.ts";
-import type { EventRef, WireEvent } from "./engine.ts";
+import type { EventRef, Received, WireEvent } from "./engine.ts";
 import { KeyqError } from "./errors.ts";
 import { type BatchLife, timer } from "./life.ts";
 import { checkPayload, type PayloadSchema } from "./payload.ts";
 import { counting, type Tally } from "./report.ts";
-import type { EventScope } from "./savepoint.ts";
+import { directScope, type EventScope, eventScope, type KnownOutcome, type Rerun } from "./savepoint.ts";
 import type { HandlerContext } from "./types.ts";
 
 /** Where a batch stands while it runs: its life, and when it should stop starting events. */
@@ -27,6 +28,22 @@ export interface BatchRun {
   inflight: Promise<unknown>;
   /** Statements sent through counting executors: the handlers' own and the fence hooks' (report.ts). */
   counted: Tally;
+  /**
+   * Undefined on the fast path (no savepoints; a failure reruns the batch).
+   * On the careful rerun: the outcomes the fast attempt already learned.
+   */
+  known?: Map<string, KnownOutcome>;
+  /** What the batch's last attempt received (the rerun reads the same place first). */
+  received?: Received;
+}
+
+/**
+ * The batch's per-event scope: straight on `tx` on the fast path, lazily
+ * opened savepoints on the careful rerun (or for a batch holding a retried
+ * event).
+ */
+export function batchScope(tx: Executor, br: BatchRun): EventScope {
+  return br.known ? eventScope(tx) : directScope(tx);
 }
 
 /** An event ready for the handler, with its wire form. */
@@ -137,7 +154,12 @@ async function callHandler(
   }
 }
 
-/** One event in its savepoint; the result says whether it counts as handled, failed or released. */
+/**
+ * One event in its scope; the result says whether it counts as handled,
+ * failed or released. On the fast path a failure throws a {@link Rerun}
+ * (its writes cannot be undone alone); on the rerun an outcome the fast
+ * attempt learned is applied without calling the handler again.
+ */
 async function handleOne(s: BatchSettings, br: BatchRun, scope: EventScope, r: Ready, log: Failures): Promise<"ok" | "released" | "failed" | "timeout"> {
   const { life } = br;
   scope.next();
@@ -149,9 +171,18 @@ async function handleOne(s: BatchSettings, br: BatchRun, scope: EventScope, r: R
       return scope.exec.query(text, params);
     },
   };
-  const res = await callHandler(s, br, (hc) => s.handler!(r.ev, exec, hc));
+  const known = br.known?.get(r.w.id);
+  const res: { error?: unknown; timedOut?: boolean } = known
+    ? { error: known.error, timedOut: known.kind === "timedOut" } // learned by the fast attempt: not called again
+    : await callHandler(s, br, (hc) => s.handler!(r.ev, exec, hc));
   current = false;
   if (life.dead()) throw life.error();
+  if (!br.known && "error" in res) {
+    // Its writes cannot be undone alone: roll the batch back, run it again with savepoints.
+    const kind = res.timedOut ? "timedOut" : life.reason() === "stopped" ? "released" : "failed";
+    throw { rerun: true, id: r.w.id, outcome: { kind, error: res.error } } satisfies Rerun;
+  }
+  if (known?.kind === "released") return "released";
   if (!("error" in res)) {
     await scope.commit();
     return "ok";

@@ -191,10 +191,9 @@ function checkOrdered(o: OrderedSettings, s: BatchSettings): void {
  * with `worker`/`workers` its own (worker, worker + workers, …) plus help on
  * any slot not polled for `helpAfter`.
  */
-function slotOrder(o: OrderedSettings): (s: BatchSettings) => { slots: number[]; helpAfter: number | null } {
+function slotOrder(o: OrderedSettings): (s: BatchSettings, first?: number) => { slots: number[]; helpAfter: number | null } {
   let turn = Math.floor(Math.random() * o.slots);
-  return (s) => {
-    turn++;
+  const order = (s: BatchSettings): { slots: number[]; helpAfter: number | null } => {
     if (s.worker === undefined) {
       return { slots: Array.from({ length: o.slots }, (_, i) => (turn + i) % o.slots), helpAfter: null };
     }
@@ -202,6 +201,15 @@ function slotOrder(o: OrderedSettings): (s: BatchSettings) => { slots: number[];
     for (let k = s.worker; k < o.slots; k += s.workers!) mine.push(k);
     const start = turn % Math.max(mine.length, 1);
     return { slots: [...mine.slice(start), ...mine.slice(0, start)], helpAfter: o.helpAfterS };
+  };
+  return (s, first) => {
+    if (first === undefined) {
+      turn++;
+      return order(s);
+    }
+    // The rerun of a rolled-back batch: the slot it read first, so it meets the failed event again.
+    const base = order(s);
+    return { ...base, slots: [first, ...base.slots.filter((k) => k !== first)] };
   };
 }
 
@@ -218,8 +226,8 @@ export function orderedKind(t: KindTarget, o: OrderedSettings): ConsumerKind {
     settings: t.settings,
     check: (s) => checkOrdered(o, s),
     prepare: () => ctx.tick(queue),
-    receive(tx, s, local) {
-      const { slots, helpAfter } = order(s);
+    receive(tx, s, local, _until, again) {
+      const { slots, helpAfter } = order(s, again?.slot);
       return engine.receiveOrdered(tx, ctx.schema, { queue, consumer: name, slots, maxEvents: s.maxEvents, helpAfter, slotCount: o.slots }, local);
     },
     sort: (r) => handleAll(r, r.slot ?? 0, o.pause),

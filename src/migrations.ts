@@ -1446,6 +1446,49 @@ begin
 end $$;
 `,
   },
+  {
+    version: 10,
+    name: "chunk_buckets",
+    sql: `-- Since 0.1: Tier A chunks are cut by key bucket, not by position. A chunk
+-- is one bucket (slot_of(key, 16)) of a window range, read from its
+-- position to the range's end; it no longer counts its events (n).
+--
+-- Chunks planned by an older keyq were cut by position: each covers the n
+-- events after its position in the whole window, so it cannot be read by
+-- bucket. Every batch holding a chunk has finished before this runs (the first ALTER
+-- TABLE waits for their row locks), so every chunk left is unclaimed. They
+-- are replaced, per planned window (start_tick, end_tick), by one chunk per
+-- bucket starting at the window's lowest remaining position:
+-- - no event is lost: every event of the window after that position is in
+--   one of the new chunks, and every event before it was consumed (the
+--   position chunks partition a window in log order, and a chunk is gone or
+--   advanced only when its events committed);
+-- - events consumed between two remaining position chunks of one window
+--   (chunks finished out of order by concurrent workers) come once more:
+--   the only duplicates, a few batches at most, and none when the window's
+--   chunks were finished in order. Resetting the cursor to the oldest open
+--   tick instead would deliver every finished chunk of those windows again.
+-- Windows with no chunk left were consumed whole; the cursor (oldest open
+-- tick, planned frontier) stays valid and the planner goes on from its
+-- frontier. 16 is xbuckets() (a migration calls no engine function).
+
+alter table :KEYQ_SCHEMA.chunk add column bucket int;
+
+insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, n, bucket)
+select w.consumer_id, pg_catalog.nextval(':KEYQ_SCHEMA.chunk_id_seq'), w.start_tick, w.end_tick,
+       w.after_txid, w.after_id, 0, b
+  from (select distinct on (consumer_id, start_tick, end_tick) consumer_id, start_tick, end_tick, after_txid, after_id
+          from :KEYQ_SCHEMA.chunk
+         order by consumer_id, start_tick, end_tick, after_txid, after_id) w
+ cross join pg_catalog.generate_series(0, 15) b
+ order by w.consumer_id, w.start_tick, b;
+
+delete from :KEYQ_SCHEMA.chunk where bucket is null;
+
+alter table :KEYQ_SCHEMA.chunk drop column n, alter column bucket set not null;
+create index on :KEYQ_SCHEMA.chunk (consumer_id, bucket, chunk_id);
+`,
+  },
 ];
 
 /** Functions defined by migrations only (indexes depend on them); never dropped. */
@@ -1833,7 +1876,8 @@ $$;
 
 -- Consumers -------------------------------------------------------------------
 
--- An ordered consumer needs the slot index for its N: when a ring table can
+-- An ordered consumer needs the slot index for its N (an exclusive one the
+-- index for xbuckets()): when a ring table can
 -- only be indexed concurrently, nothing is created and the answer lists the
 -- statements the client runs (outside a transaction) before calling again.
 create function :KEYQ_SCHEMA.subscribe(queue text, consumer text, kind text default 'plain',
@@ -1863,6 +1907,13 @@ begin
       raise exception 'Consumer "%" of queue "%" has % slots, persisted when it was created; pass slots: % or use another consumer name.', consumer, queue, c.slots, c.slots
         using errcode = 'KQ004', hint = 'KEYQ:SLOT_COUNT_MISMATCH';
     end if;
+    if kind = 'exclusive' then
+      -- A consumer created before Tier A read through the slot index gets it now.
+      pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, :KEYQ_SCHEMA.xbuckets(), index_inline);
+      if pending is not null then
+        return pending || jsonb_build_object('created', false);
+      end if;
+    end if;
     return jsonb_build_object('created', false);
   end if;
   -- Maintenance skips the queue until this commits: with no cursor yet,
@@ -1870,8 +1921,10 @@ begin
   -- first window would read from a missing snapshot (nothing, silently).
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id));
   select max(tick_id) into t from :KEYQ_SCHEMA.tick where queue_id = q.queue_id;
-  if kind = 'ordered' then
-    pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, slots, index_inline);
+  if kind in ('ordered', 'exclusive') then
+    -- An exclusive consumer reads its key buckets through the slot index for xbuckets().
+    pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id,
+                 case kind when 'ordered' then slots else :KEYQ_SCHEMA.xbuckets() end, index_inline);
     if pending is not null then
       return pending || jsonb_build_object('created', false);
     end if;
@@ -2409,16 +2462,35 @@ end $$;
     sql: `-- keyq engine, part 3: Tier A, the exclusive consumer. Many workers share one
 -- consumer; at most one of them processes a key at any instant; no order.
 --
--- A planner (run in the ticker's short transaction, never in a batch) cuts
--- each new window into chunks of at most chunk_size events, so one big window
--- still feeds every worker. A batch claims one chunk with SKIP LOCKED (never
--- waiting on another worker), reads it, and try-locks every key of the batch
--- in the same statement. Deleting the claimed chunk row commits with the
--- batch; a rollback or a killed backend puts it back at once.
+-- Work is cut by key, not by position: a planner (run in the ticker's short
+-- transaction, never in a batch) gives each new window range one chunk per
+-- key bucket (xbuckets() buckets of slot_of(key, xbuckets()), read through
+-- the same slot index as Tier B), so one key lies in one chunk per window.
+-- The planner reads no event: a batch reads its chunk's rows once, through
+-- the slot index. A batch claims chunks with SKIP LOCKED (never waiting on
+-- another worker), the oldest chunk of a bucket first, so a key's later
+-- window is taken while its earlier one is held only when no other chunk is
+-- free (a key held across windows is the only source of contention); it
+-- reads them and try-locks every key of the batch in the same statement
+-- (the backstop of the guarantee, and what separates retried events).
+-- Deleting or advancing a claimed chunk row commits with the batch; a
+-- rollback or a killed backend puts it back at once. The chunk table (with
+-- its bucket column since migration 010) is in src/sql/migrations/.
 
--- Cuts the windows after the consumer's planned frontier into chunks, and
--- moves its cursor (used by rotation and tick pruning) to the oldest tick
--- that still has unfinished chunks.
+-- Key buckets of every exclusive consumer: the parallelism of one window
+-- (one worker per bucket at a time) and the N of the slot index it reads
+-- through (shared with Tier B consumers of N = 16).
+create function :KEYQ_SCHEMA.xbuckets() returns int
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$ select 16 $$;
+
+-- Gives the window range after the consumer's planned frontier one chunk
+-- per bucket, without reading an event: a bucket whose newest chunk is
+-- still untouched and unclaimed has it extended to the new tick instead (a
+-- started chunk cannot grow: its position is inside its own range). Moves
+-- the cursor (used by rotation and tick pruning) to the oldest tick that
+-- still has unfinished chunks.
 create function :KEYQ_SCHEMA.plan_chunks(c :KEYQ_SCHEMA.consumer, chunk_size int) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -2428,8 +2500,6 @@ declare
   cur :KEYQ_SCHEMA.cursor;
   frontier bigint;
   latest bigint;
-  s1 pg_snapshot;
-  s2 pg_snapshot;
   n int := 0;
   oldest bigint;
 begin
@@ -2440,17 +2510,20 @@ begin
   frontier := coalesce(cur.end_tick_id, cur.tick_id);
   select max(tick_id) into latest from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id > frontier;
   if latest is not null then
-    select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = frontier;
-    select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = latest;
-    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, n)
-    select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest,
-           coalesce(w.prev_txid, '0'::xid8), coalesce(w.prev_id, 0), least(chunk_size, w.total - w.rn)
-      from (select row_number() over o - 1 as rn, count(*) over () as total,
-                   lag(e.ev_txid) over o as prev_txid, lag(e.ev_id) over o as prev_id
-              from :KEYQ_SCHEMA.window_events(c.queue_id, s1, s2, '0'::xid8, 0, 2147483647) e
-            window o as (order by e.ev_txid, e.ev_id)) w
-     where w.rn % chunk_size = 0
-     order by w.rn;
+    with open as (
+      select k.chunk_id from :KEYQ_SCHEMA.chunk k
+       where k.consumer_id = c.consumer_id and k.end_tick = frontier and k.after_txid = '0'::xid8 and k.after_id = 0
+       for update skip locked
+    ), grown as (
+      update :KEYQ_SCHEMA.chunk k set end_tick = latest from open
+       where k.consumer_id = c.consumer_id and k.chunk_id = open.chunk_id
+      returning k.bucket
+    )
+    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
+    select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b
+      from generate_series(0, :KEYQ_SCHEMA.xbuckets() - 1) b
+     where b not in (select bucket from grown)
+     order by b;
     get diagnostics n = row_count;
     frontier := latest;
   end if;
@@ -2520,8 +2593,11 @@ as $$
    where keys <= budget
 $$;
 
--- One batch of an exclusive consumer: due retries first, then one chunk
--- claimed without waiting; per-key try-locks for all of them.
+-- One batch of an exclusive consumer: due retries first, then chunks
+-- claimed without waiting (oldest of each bucket first, in plan order) until
+-- max_events or the key budget; per-key try-locks for all of them. A chunk
+-- read to its end is deleted and the next one taken in the same call, so
+-- empty buckets cost no batch of their own.
 create function :KEYQ_SCHEMA.receive_exclusive(queue text, consumer text, max_events int) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -2531,10 +2607,15 @@ declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   ch :KEYQ_SCHEMA.chunk;
   evs :KEYQ_SCHEMA.event[];
+  got_all :KEYQ_SCHEMA.event[] := '{}';
   take int;
+  got int;
+  n int;
   last :KEYQ_SCHEMA.event;
   out jsonb;
   keys_left int := :KEYQ_SCHEMA.key_budget();
+  nb int := :KEYQ_SCHEMA.xbuckets();
+  claims int := 0;
 begin
   if c.kind <> 'exclusive' then
     raise exception 'Consumer "%" of queue "%" is a % consumer, not exclusive; use another consumer name.', consumer, queue, c.kind
@@ -2543,29 +2624,47 @@ begin
   out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, least(max_events, keys_left));
   take := max_events - jsonb_array_length(out);
   keys_left := keys_left - (select count(distinct e->>'key') from jsonb_array_elements(out) e)::int;
-  if take > 0 and keys_left > 0 then
-    select * into ch from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id
-     order by chunk_id limit 1 for update skip locked;
-    if found then
-      take := least(take, ch.n);
-      select array_agg(w order by w.ev_txid, w.ev_id) into evs
-        from :KEYQ_SCHEMA.window_events(c.queue_id,
-               (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
-               (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
-               ch.after_txid, ch.after_id, take) w;
-      take := :KEYQ_SCHEMA.keys_prefix(evs, keys_left);
-      evs := evs[1:take];
-      if take >= ch.n or take = 0 then
-        delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
-      else
-        last := evs[take];
-        update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id, n = ch.n - take
-         where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
-      end if;
-      out := out || coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i)
-                                from generate_subscripts(evs, 1) i), '[]');
+  -- Bounded: at most two rounds over the buckets per call.
+  while take > 0 and keys_left > 0 and claims < 2 * nb loop
+    claims := claims + 1;
+    -- A bucket with an older chunk (another batch holds it, or its keys
+    -- wait there) comes last: its newer chunk would collide with that batch
+    -- on any key held across the two windows. Taken only when nothing else
+    -- is free, so no chunk waits on a stuck batch.
+    select * into ch from :KEYQ_SCHEMA.chunk k
+     where k.consumer_id = c.consumer_id
+     order by exists (select 1 from :KEYQ_SCHEMA.chunk o
+                       where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id < k.chunk_id),
+              k.chunk_id
+     limit 1 for update skip locked;
+    exit when not found;
+    select array_agg(w order by w.ev_txid, w.ev_id) into evs
+      from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
+             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
+             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
+             ch.after_txid, ch.after_id, take, nb, ch.bucket) w;
+    got := coalesce(cardinality(evs), 0);
+    n := :KEYQ_SCHEMA.keys_prefix(coalesce(evs, '{}'), keys_left);
+    evs := evs[1:n];
+    if got < take and n = got then
+      -- Read to its end: nothing of this chunk is left.
+      delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+    elsif n > 0 then
+      last := evs[n];
+      update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id
+       where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
     end if;
-  end if;
+    if n > 0 then
+      got_all := got_all || evs;
+      keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(evs) e)::int;
+    end if;
+    -- Full, or out of key budget: the rest stays in the chunk for a later
+    -- batch (nothing skipped, reordered or charged a retry).
+    exit when got = take or n < got;
+    take := take - n;
+  end loop;
+  -- Several chunks' events in log order, as one chunk's would be.
+  out := out || coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(e) order by e.ev_txid, e.ev_id) from unnest(got_all) e), '[]');
   return jsonb_build_object('busy', false, 'events', :KEYQ_SCHEMA.lock_keys(c, out));
 end $$;
 `,
@@ -3002,7 +3101,7 @@ $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "004114eb403306f9e02292dd35c08af280546f3a2d5cb9988705f8ce7cdb0ecb";
+export const functionsHash: string = "9341159e376111c1bf865996e5e1f2eb3b79e75613cc6752b94f68aea3ee9e12";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";

@@ -1,7 +1,10 @@
 /**
- * Per-event savepoints, opened lazily: a handler that never touches the
- * database costs no round trip. A failed event rolls back only its own
- * writes, and the batch goes on.
+ * Per-event failure isolation. A batch first runs on the fast path
+ * ({@link directScope}: no savepoint statement at all); when a handler fails
+ * it throws a {@link Rerun}, the batch rolls back and runs again with
+ * per-event savepoints ({@link eventScope}), opened lazily: a handler that
+ * never touches the database costs no round trip. A failed event rolls back
+ * only its own writes, and the batch goes on.
  *
  * Two ways, by what the driver offers:
  * - `tx.savepoint(fn)` (postgres.js): the handler's queries run inside the
@@ -109,4 +112,54 @@ function driverScope(_tx: Executor, savepoint: SavepointFn): EventScope {
     rollback: (error) => close(error ?? new Error("event failed")),
     statements: () => count,
   };
+}
+
+/**
+ * The fast path of a batch: handlers run straight on the batch transaction,
+ * with no savepoint statement at all. Used until a handler fails; then the
+ * batch is rolled back and run again with per-event savepoints (see
+ * {@link Rerun}).
+ *
+ * @example
+ * ```ts
+ * const scope = directScope(tx); // scope.exec is tx itself
+ * ```
+ */
+export function directScope(tx: Executor): EventScope {
+  return {
+    exec: tx,
+    next() {},
+    commit: () => Promise.resolve(),
+    rollback: () => Promise.resolve(),
+    statements: () => 0,
+  };
+}
+
+/** How the event that ended a fast batch went: the careful rerun applies it without calling the handler again. */
+export type KnownOutcome = { kind: "failed" | "timedOut" | "released"; error: unknown };
+
+/**
+ * Thrown out of a fast batch when a handler fails, times out or gives up on
+ * a stop: its writes cannot be undone alone, so the whole transaction rolls
+ * back and the batch runs again with savepoints. The event's outcome is
+ * carried over, so its handler is not called twice; handlers of the events
+ * before it are (their writes were rolled back first; at-least-once for
+ * effects outside the database).
+ */
+export interface Rerun {
+  readonly rerun: true;
+  readonly id: string;
+  readonly outcome: KnownOutcome;
+}
+
+/**
+ * Recognises a {@link Rerun}.
+ *
+ * @example
+ * ```ts
+ * isRerun({ rerun: true, id: "1", outcome: { kind: "failed", error: new Error("x") } }); // true
+ * ```
+ */
+export function isRerun(x: unknown): x is Rerun {
+  return typeof x === "object" && x !== null && (x as Rerun).rerun === true;
 }

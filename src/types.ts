@@ -164,8 +164,9 @@ export interface HandlerContext {
 
 /**
  * Handles one event inside the batch transaction `tx`. Throwing fails this
- * event only: its writes through `tx` roll back (a savepoint), it is retried
- * with backoff, and the batch goes on.
+ * event only: its writes through `tx` roll back, it is retried with backoff,
+ * and the other events' writes commit (the batch runs again with a savepoint
+ * per event, calling the handlers before it a second time, not this one).
  *
  * @example
  * ```ts

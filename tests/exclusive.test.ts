@@ -107,17 +107,27 @@ describe("Tier A: exclusive consumer", () => {
       await f.q.sendBatch("jobs", Array.from({ length: 300 }, (_, i) => ({ type: "E", payload: i, key: `k${i}` })));
       const stuck = gate();
       const inside = gate();
+      let aKey: string | undefined;
       const aRun = a.q.exclusive("jobs", "m").run({
         maxEvents: 20,
         maxBatches: 1,
-        handler: async () => {
+        handler: async (ev) => {
+          aKey ??= ev.key!;
           inside.open();
           await stuck.wait;
         },
       });
       await inside.wait;
+      // Chunks are cut by key bucket: A's claimed chunk holds its bucket's other events too.
+      const [held] = await f.raw(
+        `select count(*)::int as n from "${f.schema}".event e where "${f.schema}".slot_of(e.ev_key, "${f.schema}".xbuckets())
+           = "${f.schema}".slot_of($1, "${f.schema}".xbuckets())`,
+        [aKey ?? null],
+      );
+      const heldN = Number(held!.n);
+      assert.ok(heldN >= 20 && heldN < 100, `A's chunk: ${heldN} events`);
       const r = await b.q.exclusive("jobs", "m").run({ maxEvents: 20, budgetMs: 30_000, handler: () => {} });
-      assert.equal(r.events, 280, `the other worker consumed every other chunk while A was stuck (${r.events})`);
+      assert.equal(r.events, 300 - heldN, `the other worker consumed every other chunk while A was stuck (${r.events})`);
       stuck.open();
       const ra = await aRun;
       assert.equal(ra.events, 20);
@@ -134,7 +144,9 @@ describe("Tier A: exclusive consumer", () => {
         });
         await f.q.createQueue("jobs");
         await f.q.exclusive("jobs", "m").subscribe();
-        await f.q.sendBatch("jobs", [{ type: "First", payload: 1, key: "K" }, { type: "Second", payload: 2, key: "K" }]);
+        // Contention comes only from a key held across windows (one key lies in one chunk
+        // per window): Second arrives in the window after the one A holds First from.
+        await f.q.send("jobs", { type: "First", payload: 1, key: "K" });
         const handled: string[] = [];
         const stuck = gate();
         const inside = gate();
@@ -149,6 +161,7 @@ describe("Tier A: exclusive consumer", () => {
           },
         });
         await inside.wait;
+        await f.q.send("jobs", { type: "Second", payload: 2, key: "K" });
         const rb = await b.q.exclusive("jobs", "m", opts).run({
           maxEvents: 1,
           budgetMs: 5_000,

@@ -219,7 +219,10 @@ describe("Tier B: ordered consumer", () => {
       assert.deepEqual(seven.map((d) => d.retry), [0, 1]);
       const own = await c.slotOf("tenant-3");
       assert.deepEqual(seven.map((d) => d.slot), [own, own]);
-      assert.equal(deliveries.length, 21);
+      // The failure reruns its batch with savepoints: the events before 7 in that batch run
+      // twice (their first writes rolled back), so count distinct deliveries.
+      assert.equal(new Set(deliveries.map((d) => `${d.n}:${d.retry}`)).size, 21);
+      assert.ok(deliveries.every((d) => d.n === 7 || d.retry === 0), "only 7 was retried");
     });
   });
 

@@ -16,7 +16,7 @@ chunk (table)
   end_tick bigint not null
   after_txid xid8 not null
   after_id bigint not null
-  n integer not null
+  bucket integer not null
 consumer (table)
   consumer_id integer not null generated always as identity
   queue_id integer not null
@@ -142,6 +142,7 @@ tick: tick_queue_id_fkey FOREIGN KEY (queue_id) REFERENCES :KEYQ_SCHEMA.queue(qu
 -- indexes ---------------------------------------------------------------------
 
 CREATE UNIQUE INDEX blocked_pkey ON :KEYQ_SCHEMA.blocked USING btree (consumer_id, slot, ev_key)
+CREATE INDEX chunk_consumer_id_bucket_chunk_id_idx ON :KEYQ_SCHEMA.chunk USING btree (consumer_id, bucket, chunk_id)
 CREATE UNIQUE INDEX chunk_pkey ON :KEYQ_SCHEMA.chunk USING btree (consumer_id, chunk_id)
 CREATE UNIQUE INDEX consumer_pkey ON :KEYQ_SCHEMA.consumer USING btree (consumer_id)
 CREATE UNIQUE INDEX consumer_queue_id_consumer_name_key ON :KEYQ_SCHEMA.consumer USING btree (queue_id, consumer_name)
@@ -751,8 +752,6 @@ declare
   cur :KEYQ_SCHEMA.cursor;
   frontier bigint;
   latest bigint;
-  s1 pg_snapshot;
-  s2 pg_snapshot;
   n int := 0;
   oldest bigint;
 begin
@@ -763,17 +762,20 @@ begin
   frontier := coalesce(cur.end_tick_id, cur.tick_id);
   select max(tick_id) into latest from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id > frontier;
   if latest is not null then
-    select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = frontier;
-    select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = latest;
-    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, n)
-    select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest,
-           coalesce(w.prev_txid, '0'::xid8), coalesce(w.prev_id, 0), least(chunk_size, w.total - w.rn)
-      from (select row_number() over o - 1 as rn, count(*) over () as total,
-                   lag(e.ev_txid) over o as prev_txid, lag(e.ev_id) over o as prev_id
-              from :KEYQ_SCHEMA.window_events(c.queue_id, s1, s2, '0'::xid8, 0, 2147483647) e
-            window o as (order by e.ev_txid, e.ev_id)) w
-     where w.rn % chunk_size = 0
-     order by w.rn;
+    with open as (
+      select k.chunk_id from :KEYQ_SCHEMA.chunk k
+       where k.consumer_id = c.consumer_id and k.end_tick = frontier and k.after_txid = '0'::xid8 and k.after_id = 0
+       for update skip locked
+    ), grown as (
+      update :KEYQ_SCHEMA.chunk k set end_tick = latest from open
+       where k.consumer_id = c.consumer_id and k.chunk_id = open.chunk_id
+      returning k.bucket
+    )
+    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
+    select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b
+      from generate_series(0, :KEYQ_SCHEMA.xbuckets() - 1) b
+     where b not in (select bucket from grown)
+     order by b;
     get diagnostics n = row_count;
     frontier := latest;
   end if;
@@ -872,10 +874,15 @@ declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   ch :KEYQ_SCHEMA.chunk;
   evs :KEYQ_SCHEMA.event[];
+  got_all :KEYQ_SCHEMA.event[] := '{}';
   take int;
+  got int;
+  n int;
   last :KEYQ_SCHEMA.event;
   out jsonb;
   keys_left int := :KEYQ_SCHEMA.key_budget();
+  nb int := :KEYQ_SCHEMA.xbuckets();
+  claims int := 0;
 begin
   if c.kind <> 'exclusive' then
     raise exception 'Consumer "%" of queue "%" is a % consumer, not exclusive; use another consumer name.', consumer, queue, c.kind
@@ -884,29 +891,47 @@ begin
   out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, least(max_events, keys_left));
   take := max_events - jsonb_array_length(out);
   keys_left := keys_left - (select count(distinct e->>'key') from jsonb_array_elements(out) e)::int;
-  if take > 0 and keys_left > 0 then
-    select * into ch from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id
-     order by chunk_id limit 1 for update skip locked;
-    if found then
-      take := least(take, ch.n);
-      select array_agg(w order by w.ev_txid, w.ev_id) into evs
-        from :KEYQ_SCHEMA.window_events(c.queue_id,
-               (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
-               (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
-               ch.after_txid, ch.after_id, take) w;
-      take := :KEYQ_SCHEMA.keys_prefix(evs, keys_left);
-      evs := evs[1:take];
-      if take >= ch.n or take = 0 then
-        delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
-      else
-        last := evs[take];
-        update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id, n = ch.n - take
-         where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
-      end if;
-      out := out || coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i)
-                                from generate_subscripts(evs, 1) i), '[]');
+  -- Bounded: at most two rounds over the buckets per call.
+  while take > 0 and keys_left > 0 and claims < 2 * nb loop
+    claims := claims + 1;
+    -- A bucket with an older chunk (another batch holds it, or its keys
+    -- wait there) comes last: its newer chunk would collide with that batch
+    -- on any key held across the two windows. Taken only when nothing else
+    -- is free, so no chunk waits on a stuck batch.
+    select * into ch from :KEYQ_SCHEMA.chunk k
+     where k.consumer_id = c.consumer_id
+     order by exists (select 1 from :KEYQ_SCHEMA.chunk o
+                       where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id < k.chunk_id),
+              k.chunk_id
+     limit 1 for update skip locked;
+    exit when not found;
+    select array_agg(w order by w.ev_txid, w.ev_id) into evs
+      from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
+             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
+             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
+             ch.after_txid, ch.after_id, take, nb, ch.bucket) w;
+    got := coalesce(cardinality(evs), 0);
+    n := :KEYQ_SCHEMA.keys_prefix(coalesce(evs, '{}'), keys_left);
+    evs := evs[1:n];
+    if got < take and n = got then
+      -- Read to its end: nothing of this chunk is left.
+      delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+    elsif n > 0 then
+      last := evs[n];
+      update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id
+       where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
     end if;
-  end if;
+    if n > 0 then
+      got_all := got_all || evs;
+      keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(evs) e)::int;
+    end if;
+    -- Full, or out of key budget: the rest stays in the chunk for a later
+    -- batch (nothing skipped, reordered or charged a retry).
+    exit when got = take or n < got;
+    take := take - n;
+  end loop;
+  -- Several chunks' events in log order, as one chunk's would be.
+  out := out || coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(e) order by e.ev_txid, e.ev_id) from unnest(got_all) e), '[]');
   return jsonb_build_object('busy', false, 'events', :KEYQ_SCHEMA.lock_keys(c, out));
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_ordered(queue text, consumer text, slots integer[], max_events integer, help_after double precision DEFAULT NULL::double precision, skip_try_lock boolean DEFAULT false, slot_count integer DEFAULT NULL::integer)
@@ -1226,6 +1251,13 @@ begin
       raise exception 'Consumer "%" of queue "%" has % slots, persisted when it was created; pass slots: % or use another consumer name.', consumer, queue, c.slots, c.slots
         using errcode = 'KQ004', hint = 'KEYQ:SLOT_COUNT_MISMATCH';
     end if;
+    if kind = 'exclusive' then
+      -- A consumer created before Tier A read through the slot index gets it now.
+      pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, :KEYQ_SCHEMA.xbuckets(), index_inline);
+      if pending is not null then
+        return pending || jsonb_build_object('created', false);
+      end if;
+    end if;
     return jsonb_build_object('created', false);
   end if;
   -- Maintenance skips the queue until this commits: with no cursor yet,
@@ -1233,8 +1265,10 @@ begin
   -- first window would read from a missing snapshot (nothing, silently).
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id));
   select max(tick_id) into t from :KEYQ_SCHEMA.tick where queue_id = q.queue_id;
-  if kind = 'ordered' then
-    pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, slots, index_inline);
+  if kind in ('ordered', 'exclusive') then
+    -- An exclusive consumer reads its key buckets through the slot index for xbuckets().
+    pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id,
+                 case kind when 'ordered' then slots else :KEYQ_SCHEMA.xbuckets() end, index_inline);
     if pending is not null then
       return pending || jsonb_build_object('created', false);
     end if;
@@ -1489,6 +1523,12 @@ begin
   end if;
   return coalesce(evs, '{}');
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.xbuckets()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 16 $function$;
 
 -- triggers --------------------------------------------------------------------
 

@@ -64,10 +64,6 @@ export const tierACases: Case[] = [
       await f.q.createQueue("jobs");
       await f.q.exclusive("jobs", "m").subscribe();
       await f.q.send("jobs", { type: "Held", payload: 0, key: "K" });
-      await f.q.sendBatch("jobs", [
-        { type: "Contended", payload: 1, key: "K" },
-        ...Array.from({ length: 20 }, (_, i) => ({ type: "Free", payload: i, key: `k${i}` })),
-      ]);
       const handled: string[] = [];
       const stuck = gate();
       const inside = gate();
@@ -82,6 +78,12 @@ export const tierACases: Case[] = [
         },
       });
       await inside.wait;
+      // Chunks are cut by key, so a key contends only across windows: the rest comes in the
+      // window after the one A holds "Held" from.
+      await f.q.sendBatch("jobs", [
+        { type: "Contended", payload: 1, key: "K" },
+        ...Array.from({ length: 20 }, (_, i) => ({ type: "Free", payload: i, key: `k${i}` })),
+      ]);
       const started = Date.now();
       const b = await f.q.exclusive("jobs", "m", opts).run({
         maxEvents: 1,

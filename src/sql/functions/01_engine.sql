@@ -376,7 +376,8 @@ $$;
 
 -- Consumers -------------------------------------------------------------------
 
--- An ordered consumer needs the slot index for its N: when a ring table can
+-- An ordered consumer needs the slot index for its N (an exclusive one the
+-- index for xbuckets()): when a ring table can
 -- only be indexed concurrently, nothing is created and the answer lists the
 -- statements the client runs (outside a transaction) before calling again.
 create function :KEYQ_SCHEMA.subscribe(queue text, consumer text, kind text default 'plain',
@@ -406,6 +407,13 @@ begin
       raise exception 'Consumer "%" of queue "%" has % slots, persisted when it was created; pass slots: % or use another consumer name.', consumer, queue, c.slots, c.slots
         using errcode = 'KQ004', hint = 'KEYQ:SLOT_COUNT_MISMATCH';
     end if;
+    if kind = 'exclusive' then
+      -- A consumer created before Tier A read through the slot index gets it now.
+      pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, :KEYQ_SCHEMA.xbuckets(), index_inline);
+      if pending is not null then
+        return pending || jsonb_build_object('created', false);
+      end if;
+    end if;
     return jsonb_build_object('created', false);
   end if;
   -- Maintenance skips the queue until this commits: with no cursor yet,
@@ -413,8 +421,10 @@ begin
   -- first window would read from a missing snapshot (nothing, silently).
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id));
   select max(tick_id) into t from :KEYQ_SCHEMA.tick where queue_id = q.queue_id;
-  if kind = 'ordered' then
-    pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, slots, index_inline);
+  if kind in ('ordered', 'exclusive') then
+    -- An exclusive consumer reads its key buckets through the slot index for xbuckets().
+    pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id,
+                 case kind when 'ordered' then slots else :KEYQ_SCHEMA.xbuckets() end, index_inline);
     if pending is not null then
       return pending || jsonb_build_object('created', false);
     end if;

@@ -1,16 +1,35 @@
 -- keyq engine, part 3: Tier A, the exclusive consumer. Many workers share one
 -- consumer; at most one of them processes a key at any instant; no order.
 --
--- A planner (run in the ticker's short transaction, never in a batch) cuts
--- each new window into chunks of at most chunk_size events, so one big window
--- still feeds every worker. A batch claims one chunk with SKIP LOCKED (never
--- waiting on another worker), reads it, and try-locks every key of the batch
--- in the same statement. Deleting the claimed chunk row commits with the
--- batch; a rollback or a killed backend puts it back at once.
+-- Work is cut by key, not by position: a planner (run in the ticker's short
+-- transaction, never in a batch) gives each new window range one chunk per
+-- key bucket (xbuckets() buckets of slot_of(key, xbuckets()), read through
+-- the same slot index as Tier B), so one key lies in one chunk per window.
+-- The planner reads no event: a batch reads its chunk's rows once, through
+-- the slot index. A batch claims chunks with SKIP LOCKED (never waiting on
+-- another worker), the oldest chunk of a bucket first, so a key's later
+-- window is taken while its earlier one is held only when no other chunk is
+-- free (a key held across windows is the only source of contention); it
+-- reads them and try-locks every key of the batch in the same statement
+-- (the backstop of the guarantee, and what separates retried events).
+-- Deleting or advancing a claimed chunk row commits with the batch; a
+-- rollback or a killed backend puts it back at once. The chunk table (with
+-- its bucket column since migration 010) is in src/sql/migrations/.
 
--- Cuts the windows after the consumer's planned frontier into chunks, and
--- moves its cursor (used by rotation and tick pruning) to the oldest tick
--- that still has unfinished chunks.
+-- Key buckets of every exclusive consumer: the parallelism of one window
+-- (one worker per bucket at a time) and the N of the slot index it reads
+-- through (shared with Tier B consumers of N = 16).
+create function :KEYQ_SCHEMA.xbuckets() returns int
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$ select 16 $$;
+
+-- Gives the window range after the consumer's planned frontier one chunk
+-- per bucket, without reading an event: a bucket whose newest chunk is
+-- still untouched and unclaimed has it extended to the new tick instead (a
+-- started chunk cannot grow: its position is inside its own range). Moves
+-- the cursor (used by rotation and tick pruning) to the oldest tick that
+-- still has unfinished chunks.
 create function :KEYQ_SCHEMA.plan_chunks(c :KEYQ_SCHEMA.consumer, chunk_size int) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -20,8 +39,6 @@ declare
   cur :KEYQ_SCHEMA.cursor;
   frontier bigint;
   latest bigint;
-  s1 pg_snapshot;
-  s2 pg_snapshot;
   n int := 0;
   oldest bigint;
 begin
@@ -32,17 +49,20 @@ begin
   frontier := coalesce(cur.end_tick_id, cur.tick_id);
   select max(tick_id) into latest from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id > frontier;
   if latest is not null then
-    select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = frontier;
-    select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = latest;
-    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, n)
-    select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest,
-           coalesce(w.prev_txid, '0'::xid8), coalesce(w.prev_id, 0), least(chunk_size, w.total - w.rn)
-      from (select row_number() over o - 1 as rn, count(*) over () as total,
-                   lag(e.ev_txid) over o as prev_txid, lag(e.ev_id) over o as prev_id
-              from :KEYQ_SCHEMA.window_events(c.queue_id, s1, s2, '0'::xid8, 0, 2147483647) e
-            window o as (order by e.ev_txid, e.ev_id)) w
-     where w.rn % chunk_size = 0
-     order by w.rn;
+    with open as (
+      select k.chunk_id from :KEYQ_SCHEMA.chunk k
+       where k.consumer_id = c.consumer_id and k.end_tick = frontier and k.after_txid = '0'::xid8 and k.after_id = 0
+       for update skip locked
+    ), grown as (
+      update :KEYQ_SCHEMA.chunk k set end_tick = latest from open
+       where k.consumer_id = c.consumer_id and k.chunk_id = open.chunk_id
+      returning k.bucket
+    )
+    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
+    select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b
+      from generate_series(0, :KEYQ_SCHEMA.xbuckets() - 1) b
+     where b not in (select bucket from grown)
+     order by b;
     get diagnostics n = row_count;
     frontier := latest;
   end if;
@@ -112,8 +132,11 @@ as $$
    where keys <= budget
 $$;
 
--- One batch of an exclusive consumer: due retries first, then one chunk
--- claimed without waiting; per-key try-locks for all of them.
+-- One batch of an exclusive consumer: due retries first, then chunks
+-- claimed without waiting (oldest of each bucket first, in plan order) until
+-- max_events or the key budget; per-key try-locks for all of them. A chunk
+-- read to its end is deleted and the next one taken in the same call, so
+-- empty buckets cost no batch of their own.
 create function :KEYQ_SCHEMA.receive_exclusive(queue text, consumer text, max_events int) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -123,10 +146,15 @@ declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   ch :KEYQ_SCHEMA.chunk;
   evs :KEYQ_SCHEMA.event[];
+  got_all :KEYQ_SCHEMA.event[] := '{}';
   take int;
+  got int;
+  n int;
   last :KEYQ_SCHEMA.event;
   out jsonb;
   keys_left int := :KEYQ_SCHEMA.key_budget();
+  nb int := :KEYQ_SCHEMA.xbuckets();
+  claims int := 0;
 begin
   if c.kind <> 'exclusive' then
     raise exception 'Consumer "%" of queue "%" is a % consumer, not exclusive; use another consumer name.', consumer, queue, c.kind
@@ -135,28 +163,46 @@ begin
   out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, least(max_events, keys_left));
   take := max_events - jsonb_array_length(out);
   keys_left := keys_left - (select count(distinct e->>'key') from jsonb_array_elements(out) e)::int;
-  if take > 0 and keys_left > 0 then
-    select * into ch from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id
-     order by chunk_id limit 1 for update skip locked;
-    if found then
-      take := least(take, ch.n);
-      select array_agg(w order by w.ev_txid, w.ev_id) into evs
-        from :KEYQ_SCHEMA.window_events(c.queue_id,
-               (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
-               (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
-               ch.after_txid, ch.after_id, take) w;
-      take := :KEYQ_SCHEMA.keys_prefix(evs, keys_left);
-      evs := evs[1:take];
-      if take >= ch.n or take = 0 then
-        delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
-      else
-        last := evs[take];
-        update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id, n = ch.n - take
-         where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
-      end if;
-      out := out || coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i)
-                                from generate_subscripts(evs, 1) i), '[]');
+  -- Bounded: at most two rounds over the buckets per call.
+  while take > 0 and keys_left > 0 and claims < 2 * nb loop
+    claims := claims + 1;
+    -- A bucket with an older chunk (another batch holds it, or its keys
+    -- wait there) comes last: its newer chunk would collide with that batch
+    -- on any key held across the two windows. Taken only when nothing else
+    -- is free, so no chunk waits on a stuck batch.
+    select * into ch from :KEYQ_SCHEMA.chunk k
+     where k.consumer_id = c.consumer_id
+     order by exists (select 1 from :KEYQ_SCHEMA.chunk o
+                       where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id < k.chunk_id),
+              k.chunk_id
+     limit 1 for update skip locked;
+    exit when not found;
+    select array_agg(w order by w.ev_txid, w.ev_id) into evs
+      from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
+             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
+             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
+             ch.after_txid, ch.after_id, take, nb, ch.bucket) w;
+    got := coalesce(cardinality(evs), 0);
+    n := :KEYQ_SCHEMA.keys_prefix(coalesce(evs, '{}'), keys_left);
+    evs := evs[1:n];
+    if got < take and n = got then
+      -- Read to its end: nothing of this chunk is left.
+      delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+    elsif n > 0 then
+      last := evs[n];
+      update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id
+       where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
     end if;
-  end if;
+    if n > 0 then
+      got_all := got_all || evs;
+      keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(evs) e)::int;
+    end if;
+    -- Full, or out of key budget: the rest stays in the chunk for a later
+    -- batch (nothing skipped, reordered or charged a retry).
+    exit when got = take or n < got;
+    take := take - n;
+  end loop;
+  -- Several chunks' events in log order, as one chunk's would be.
+  out := out || coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(e) order by e.ev_txid, e.ev_id) from unnest(got_all) e), '[]');
   return jsonb_build_object('busy', false, 'events', :KEYQ_SCHEMA.lock_keys(c, out));
 end $$;
