@@ -155,6 +155,7 @@ declare
   keys_left int := :KEYQ_SCHEMA.key_budget();
   nb int := :KEYQ_SCHEMA.xbuckets();
   claims int := 0;
+  locked jsonb;
 begin
   if c.kind <> 'exclusive' then
     raise exception 'Consumer "%" of queue "%" is a % consumer, not exclusive; use another consumer name.', consumer, queue, c.kind
@@ -204,5 +205,16 @@ begin
   end loop;
   -- Several chunks' events in log order, as one chunk's would be.
   out := out || coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(e) order by e.ev_txid, e.ev_id) from unnest(got_all) e), '[]');
-  return jsonb_build_object('busy', false, 'events', :KEYQ_SCHEMA.lock_keys(c, out));
+  locked := :KEYQ_SCHEMA.lock_keys(c, out);
+  -- A committing batch stops holding its chunk row before it lets go of its
+  -- key locks (the end of its transaction is visible before its locks are
+  -- released), so a key of a chunk claimed just now can still look held for
+  -- a moment. Look again twice, briefly, before calling it contended; keys
+  -- held across windows by a running batch cost this look ~4 ms.
+  for attempt in 1..2 loop
+    exit when not exists (select 1 from jsonb_array_elements(locked) e where not (e->>'locked')::boolean);
+    perform pg_sleep(0.001 * attempt * attempt);
+    locked := :KEYQ_SCHEMA.lock_keys(c, out);
+  end loop;
+  return jsonb_build_object('busy', false, 'events', locked);
 end $$;
