@@ -1,5 +1,5 @@
-// Network round trips, counted on the wire: every pooled driver reachable over
-// TCP talks to Postgres through a counting proxy (tests/helpers/wire-proxy.ts).
+// Network round trips, counted on the wire: every pooled driver (Neon's Pool
+// through the local stand-in of its WebSocket proxy) talks to Postgres through a counting proxy (tests/helpers/wire-proxy.ts).
 // One keyq statement is one round trip once its statement is prepared on the
 // connection; a batch of events with a no-op handler (plain, exclusive,
 // ordered) costs at most 3 round trips (BEGIN, receive, COMMIT).
@@ -10,10 +10,12 @@ import postgres from "postgres";
 import { type Keyq, keyq } from "../mod.ts";
 import type { Driver, Executor } from "../src/driver.ts";
 import { type BunSqlLike, fromBunSql } from "../src/drivers/bun-sql.ts";
+import { Pool as NeonPool } from "@neondatabase/serverless";
+import { fromNeonPool } from "../src/drivers/neon.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { dbSkip, requireDatabase } from "./helpers/db.ts";
-import { runtimeName } from "./helpers/drivers.ts";
+import { runtimeName, setupNeon, teardownNeon } from "./helpers/drivers.ts";
 import { type Fixture, pgFixture } from "./helpers/keyq.ts";
 import { startWireProxy, type WireCounts, type WireProxy } from "./helpers/wire-proxy.ts";
 
@@ -27,6 +29,9 @@ interface Spec {
   skip: string | false;
   /** One connection, so warming up prepares every statement where it is used. */
   open(url: string): { driver: Driver; close(): Promise<unknown> };
+  /** Process-wide setup the driver needs first, and its undoing. */
+  setup?(): Promise<void>;
+  teardown?(): Promise<void>;
 }
 
 const specs: Spec[] = [
@@ -44,6 +49,17 @@ const specs: Spec[] = [
     open: (url) => {
       const pool = new pg.Pool({ connectionString: url, max: 1 });
       return { driver: fromPg(pool), close: () => pool.end() };
+    },
+  },
+  {
+    // WebSocket to the local stand-in of Neon's proxy, which opens TCP to the counting proxy.
+    label: "Neon Pool",
+    skip: false,
+    setup: setupNeon,
+    teardown: teardownNeon,
+    open: (url) => {
+      const pool = new NeonPool({ connectionString: url, max: 1 });
+      return { driver: fromNeonPool(pool), close: () => pool.end() };
     },
   },
   {
@@ -99,6 +115,7 @@ for (const spec of specs) {
       const url = await requireDatabase();
       f = await pgFixture({ max: 2 });
       proxy = await startWireProxy(url);
+      await spec.setup?.();
       const opened = spec.open(proxy.url);
       close = opened.close;
       q = keyq(counted(opened.driver, proxy, (c) => (lastTx = c)), { schema: f.schema });
@@ -119,6 +136,7 @@ for (const spec of specs) {
 
     after(async () => {
       await close?.();
+      await spec.teardown?.();
       await proxy?.stop();
       await f?.close();
     });
