@@ -147,7 +147,11 @@ for (const spec of specs) {
       const c = proxy.counts();
       console.log(`${spec.label} on ${runtimeName()}: 5 sends = ${show(c)}`);
       assert.equal(c.roundTrips, 5, show(c));
-      assert.equal(c.waits, 5, show(c)); // no Parse/Describe/Flush exchange before the Bind
+      // No Parse/Describe/Flush exchange before the Bind. Neon's Pool (pg's
+      // protocol code over a WebSocket) writes a Flush with every Sync, in the
+      // same write: one turn each, which the round-trip count above checks.
+      if (spec.label !== "Neon Pool") assert.equal(c.waits, 5, show(c));
+      else assert.equal(c.writes, 5, show(c));
     });
 
     for (const kind of kinds) {
