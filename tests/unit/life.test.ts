@@ -89,7 +89,7 @@ function settings(over: Partial<BatchSettings> = {}): BatchSettings {
 }
 
 const batchOf = (events: number, over: Partial<BatchReport> = {}): BatchReport => ({
-  events, retried: 0, deadLettered: 0, dropped: 0, deferred: 0, roundTrips: 3, busy: false, ...over,
+  events, retried: 0, deadLettered: 0, dropped: 0, deferred: 0, statements: 3, roundTrips: 3, busy: false, ...over,
 } as BatchReport);
 
 describe("run and work loops", () => {
@@ -97,15 +97,16 @@ describe("run and work loops", () => {
     const total = emptyReport();
     addUp(total, { ...batchOf(2, { retried: 1, dropped: 1 }), ticked: true });
     addUp(total, { ...batchOf(3, { deferred: 2, deadLettered: 1 }), batches: 4, ticked: false });
-    assert.deepEqual({ ...total, ms: 0 }, { batches: 5, events: 5, retried: 1, deadLettered: 1, dropped: 1, deferred: 2, roundTrips: 6, ticked: true, ms: 0 });
+    assert.deepEqual({ ...total, ms: 0 }, { batches: 5, events: 5, retried: 1, deadLettered: 1, dropped: 1, deferred: 2, statements: 6, roundTrips: 6, ticked: true, ms: 0 });
   });
 
-  test("runLoop stops at the first empty batch, and counts its round trips", async () => {
-    const queue = [batchOf(5), batchOf(2), batchOf(0, { roundTrips: 1 }), batchOf(9)];
+  test("runLoop stops at the first empty batch, and counts its statements (roundTrips: the same, deprecated)", async () => {
+    const queue = [batchOf(5), batchOf(2), batchOf(0, { statements: 1, roundTrips: 1 }), batchOf(9)];
     const r = await runLoop(settings(), () => Promise.resolve(true), () => Promise.resolve(), () => Promise.resolve(queue.shift()!));
     assert.equal(r.batches, 2);
     assert.equal(r.events, 7);
-    assert.equal(r.roundTrips, 2 + 3 + 3 + 1);
+    assert.equal(r.statements, 2 + 3 + 3 + 1);
+    assert.equal(r.roundTrips, r.statements);
     assert.equal(r.ticked, true);
     assert.equal(queue.length, 1, "the batch after the empty one never ran");
   });
