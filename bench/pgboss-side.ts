@@ -6,7 +6,7 @@
  * Per-key exclusion is pg-boss's `singleton` queue policy with
  * `singletonKey = tenant`: at most one *active* job per key, enforced by a
  * unique partial index (job_i2) and skipped at fetch time by a NOT EXISTS
- * probe, while other keys proceed. That is Tier A's guarantee (G2, no order).
+ * probe, while other keys proceed. That is Tier A's guarantee (one worker per key, no order).
  * `groupConcurrency: 1` is only a fetch-time filter with no database
  * backstop, `exclusive` allows one queued-or-active job per key (it refuses
  * the backlog at send time), and `key_strict_fifo` adds per-key order: it is
