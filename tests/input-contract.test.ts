@@ -16,20 +16,10 @@ import { type Fixture, pgFixture } from "./helpers/keyq.ts";
 import { withPg } from "./helpers/fixture.ts";
 import { scoped } from "./helpers/scope.ts";
 import { configureNeonHttp, type NeonHttpShim, startNeonHttpShim } from "./helpers/neon-http-shim.ts";
+import { refused } from "./helpers/refused.ts";
 
 const skip = await dbSkip();
 
-/** Awaits `p` (or calls it) and returns the KeyqError it threw, checking the code. */
-async function refused(p: Promise<unknown> | (() => unknown), code: string): Promise<KeyqError> {
-  try {
-    await (typeof p === "function" ? p() : p);
-  } catch (err) {
-    assert.ok(err instanceof KeyqError, `expected KeyqError ${code}, got ${String(err)}`);
-    assert.equal(err.code, code, err.message);
-    return err;
-  }
-  assert.fail(`expected KeyqError ${code}, but the call succeeded`);
-}
 
 const count = async (f: Fixture, table: string): Promise<number> =>
   Number((await f.raw(`select count(*)::int as n from "${f.schema}".${table}`))[0]!.n);

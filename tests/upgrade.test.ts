@@ -12,7 +12,8 @@ import { latestVersion } from "../src/migrate.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { functionsHash } from "../src/migrations.ts";
 import { catalogDump, SNAPSHOT_PATH } from "../scripts/catalog-dump.ts";
-import { connect, databaseUrl, dbSkip, dropSchema, freshSchema, type Sql } from "./helpers/db.ts";
+import { connect, dbSkip, type Sql } from "./helpers/db.ts";
+import { withSchema } from "./helpers/fixture.ts";
 
 const skip = await dbSkip();
 const root = new URL("..", import.meta.url);
@@ -83,11 +84,9 @@ async function drain(c: { run: (o: never) => Promise<{ events: number }> }, seen
   }
 }
 
-test("0.1 → current: in-flight events of every consumer kind are delivered exactly once, per-key order kept", { skip }, async () => {
-  const url = (await databaseUrl())!;
-  const schema = freshSchema("upgrade");
-  const sql = connect(url, { max: 4 });
-  try {
+test("0.1 → current: in-flight events of every consumer kind are delivered exactly once, per-key order kept", { skip }, () =>
+  withSchema(async ({ url, schema }, defer) => {
+    const sql = defer.use(connect(url, { max: 4 }), (s) => s.end({ timeout: 2 }));
     await install01(url, schema);
     const done = await inFlight01(sql, schema);
     for (const name of ["plain", "excl", "ord"]) assert.ok(done[name]!.length > 0, `0.1 consumed some events of ${name}`);
@@ -120,17 +119,11 @@ test("0.1 → current: in-flight events of every consumer kind are delivered exa
     assert.equal(names!.names, "event_1_0_slots4,event_1_1_slots4,event_1_2_slots4");
     await q.ordered("jobs", "ord2", { slots: 4 }).subscribe();
     assert.deepEqual([...await sql.unsafe(slotIndexes)], [names]);
-  } finally {
-    await sql.end({ timeout: 2 });
-    await dropSchema(url, schema);
-  }
-});
+  }, "upgrade"));
 
-test("an empty 0.1 schema upgrades to exactly the fresh schema; migrate() again is a no-op", { skip }, async () => {
-  const url = (await databaseUrl())!;
-  const schema = freshSchema("upgrade");
-  const sql = connect(url);
-  try {
+test("an empty 0.1 schema upgrades to exactly the fresh schema; migrate() again is a no-op", { skip }, () =>
+  withSchema(async ({ url, schema }, defer) => {
+    const sql = defer.use(connect(url), (s) => s.end({ timeout: 2 }));
     await install01(url, schema);
     const q = keyq(fromPostgresJs(sql), { schema });
     await q.migrate();
@@ -143,17 +136,11 @@ test("an empty 0.1 schema upgrades to exactly the fresh schema; migrate() again 
     assert.deepEqual([...await sql.unsafe(procs)], [before], "no function re-created");
     assert.deepEqual([...await sql.unsafe(`select hash, applied_at::text from "${schema}".function_set`)], [set]);
     assert.equal(set!.hash, functionsHash);
-  } finally {
-    await sql.end({ timeout: 2 });
-    await dropSchema(url, schema);
-  }
-});
+  }, "upgrade"));
 
-test("a function set whose recorded hash differs is re-applied: changed, missing and stray functions; slot_of kept", { skip }, async () => {
-  const url = (await databaseUrl())!;
-  const schema = freshSchema("upgrade");
-  const sql = connect(url);
-  try {
+test("a function set whose recorded hash differs is re-applied: changed, missing and stray functions; slot_of kept", { skip }, () =>
+  withSchema(async ({ url, schema }, defer) => {
+    const sql = defer.use(connect(url), (s) => s.end({ timeout: 2 }));
     const q = keyq(fromPostgresJs(sql), { schema });
     await q.migrate();
     await q.createQueue("jobs");
@@ -175,17 +162,11 @@ test("a function set whose recorded hash differs is re-applied: changed, missing
     assert.deepEqual([...await sql.unsafe(slotOf)], [frozen], "slot_of (frozen) is never dropped");
     const [set] = await sql.unsafe(`select hash from "${schema}".function_set`);
     assert.equal(set!.hash, functionsHash);
-  } finally {
-    await sql.end({ timeout: 2 });
-    await dropSchema(url, schema);
-  }
-});
+  }, "upgrade"));
 
-test("a function set recorded by a newer keyq is left alone (no downgrade in a rolling deploy)", { skip }, async () => {
-  const url = (await databaseUrl())!;
-  const schema = freshSchema("upgrade");
-  const sql = connect(url);
-  try {
+test("a function set recorded by a newer keyq is left alone (no downgrade in a rolling deploy)", { skip }, () =>
+  withSchema(async ({ url, schema }, defer) => {
+    const sql = defer.use(connect(url), (s) => s.end({ timeout: 2 }));
     const q = keyq(fromPostgresJs(sql), { schema });
     await q.migrate();
     await sql.unsafe(`update "${schema}".function_set set hash = 'a newer set', version = '999.0.0'`);
@@ -198,8 +179,4 @@ test("a function set recorded by a newer keyq is left alone (no downgrade in a r
     await q.migrate();
     const [now] = await sql.unsafe(`select to_regprocedure('"${schema}".newer_only()')::text as f, hash from "${schema}".function_set`);
     assert.deepEqual({ ...now }, { f: null, hash: functionsHash });
-  } finally {
-    await sql.end({ timeout: 2 });
-    await dropSchema(url, schema);
-  }
-});
+  }, "upgrade"));

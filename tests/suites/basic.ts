@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import * as v from "valibot";
 import { KeyqError } from "../../mod.ts";
 import { drain, type Fixture } from "../helpers/keyq.ts";
+import { refused } from "../helpers/refused.ts";
 
 /** One case: a name and a body over a fresh fixture. */
 export interface Case {
@@ -16,16 +17,8 @@ export interface Case {
 
 const payloadSchema = v.object({ path: v.string(), size: v.number() });
 
-async function rejects(p: Promise<unknown>, code: string): Promise<KeyqError> {
-  try {
-    await p;
-  } catch (err) {
-    assert.ok(err instanceof KeyqError, `expected KeyqError ${code}, got ${String(err)}`);
-    assert.equal(err.code, code, err.message);
-    return err;
-  }
-  assert.fail(`expected a KeyqError ${code}, but the call succeeded`);
-}
+/** The suites' name for `refused` (tests/helpers/refused.ts). */
+const rejects = refused;
 
 async function eventCount(f: Fixture): Promise<number> {
   const rows = await f.raw(`select count(*)::int as n from "${f.schema}".event`);

@@ -2,19 +2,9 @@
 // refusal here happens before keyq sends a single query, so no database.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { type Driver, keyq, KeyqError } from "../../mod.ts";
+import { type Driver, keyq } from "../../mod.ts";
+import { refused } from "../helpers/refused.ts";
 
-/** Awaits `p` (or calls it) and returns the KeyqError it threw, checking the code. */
-async function refused(p: Promise<unknown> | (() => unknown), code: string): Promise<KeyqError> {
-  try {
-    await (typeof p === "function" ? p() : p);
-  } catch (err) {
-    assert.ok(err instanceof KeyqError, `expected KeyqError ${code}, got ${String(err)}`);
-    assert.equal(err.code, code, err.message);
-    return err;
-  }
-  assert.fail(`expected KeyqError ${code}, but the call succeeded`);
-}
 
 /** A driver with transactions that counts what reaches it. */
 function counting(): { driver: Driver; queries: () => number } {
