@@ -144,7 +144,11 @@ describe("property: every public call succeeds or throws a typed KeyqError, and 
   before(async () => {
     if (skip) return;
     f = await pgFixture({ max: 2 });
-    snap = connect((f as unknown as { url: string }).url);
+    // The snapshot function lives in this session's pg_temp, so the session
+    // must outlive idle gaps: no idle timeout (with the helpers' default of
+    // 1 s, a slow CI machine once dropped it mid-run and the next call found
+    // no pg_temp schema).
+    snap = connect((f as unknown as { url: string }).url, { idleTimeout: 0 });
     // One round trip per snapshot: a hash of every table's rows in the engine's schema.
     await snap.unsafe(`
       create function pg_temp.kq_snapshot(s text) returns text language plpgsql as $$
@@ -190,7 +194,7 @@ describe("property: every public call succeeds or throws a typed KeyqError, and 
           assert.equal(await snapshot(), before, `${name} refused with ${err.code} but changed the database: ${err.message}`);
         }
       }),
-      { seed: SEED, numRuns: RUNS, endOnFailure: true },
+      { seed: SEED, numRuns: RUNS, endOnFailure: true, includeErrorInReport: true },
     );
     console.log(`property: ${RUNS} runs in ${Date.now() - started} ms, untyped errors: ${untyped}, outcomes: ${JSON.stringify(outcomes)}`);
     assert.equal(untyped, 0);
