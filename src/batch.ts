@@ -151,13 +151,19 @@ async function inTransaction(
   })();
   inner.catch(() => {}); // observed by the race; may settle after it
   try {
-    return await Promise.race([inner, life.died]);
+    const report = await Promise.race([inner, life.died]);
+    // The driver sends COMMIT next. It cannot be recalled, so its answer is
+    // waited for up to MARGIN_MS past the deadline (the server's statement
+    // timeout is its backstop): a batch that commits late is reported as
+    // committed, not as rolled back; one that does not answer, as unknown.
+    life.seal(MARGIN_MS);
+    return report;
   } finally {
     raw.signal?.removeEventListener("abort", lost);
   }
 }
 
-/** Margin past the deadline for the server-side backstops. */
+/** Margin past the deadline for the server-side backstops and for a COMMIT in flight. */
 const MARGIN_MS = 2_000;
 
 /**

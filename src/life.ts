@@ -3,7 +3,11 @@
  * it ended early. A batch is dead when its deadline passes or its
  * connection is lost: then no further handler starts and it rolls back.
  * A stopped batch (the worker's signal) starts no further handler either,
- * but commits what finished.
+ * but commits what finished. Once its handlers are done and the driver is
+ * committing, the batch is sealed: a COMMIT in flight cannot be recalled, so
+ * the deadline no longer kills it; only a lost connection or a COMMIT that
+ * does not answer within a grace period does, and then its outcome is
+ * reported as unknown, not as rolled back.
  *
  * @module
  */
@@ -27,6 +31,12 @@ export interface BatchLife {
   dead(): boolean;
   /** Ends the batch early; the first reason wins. */
   abort(reason: AbortReason, cause?: unknown): void;
+  /**
+   * The handlers are done and the driver sends COMMIT: from now on the
+   * deadline does not end the batch; a lost connection, or no answer
+   * `graceMs` after the deadline, does, with the COMMIT's outcome unknown.
+   */
+  seal(graceMs: number): void;
   /** Rejects with `error()` once the batch is dead; never resolves. */
   readonly died: Promise<never>;
   /** Resolves when the deadline passes (or the batch is disposed). */
@@ -49,10 +59,11 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): Bat
   const deadline = new Date(Date.now() + timeoutMs);
   let why: AbortReason | undefined;
   let cause: unknown;
+  let grace: number | undefined; // set when sealed
   let die!: (e: KeyqError) => void;
   const died = new Promise<never>((_, reject) => (die = reject));
   died.catch(() => {}); // observed through race() only
-  const error = (): KeyqError => abortedError(why, deadline, cause);
+  const error = (): KeyqError => abortedError(why, deadline, cause, grace);
   const abort = (reason: AbortReason, c?: unknown): void => {
     if (why !== undefined && !(why === "stopped" && reason !== "stopped")) return;
     const first = why === undefined;
@@ -63,10 +74,11 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): Bat
   };
   let expire!: () => void;
   const expired = new Promise<void>((resolve) => (expire = resolve));
-  const timer = setTimeout(() => {
+  const onDeadline = () => {
     expire();
     abort("deadline");
-  }, timeoutMs);
+  };
+  let timer = setTimeout(onDeadline, timeoutMs);
   const onStop = () => abort("stopped", stop?.reason);
   if (stop?.aborted) onStop();
   else stop?.addEventListener("abort", onStop, { once: true });
@@ -80,6 +92,12 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): Bat
     reason: () => why,
     dead,
     abort,
+    seal(graceMs) {
+      if (grace !== undefined || dead()) return;
+      grace = graceMs;
+      clearTimeout(timer);
+      timer = setTimeout(onDeadline, Math.max(0, deadline.getTime() - Date.now()) + graceMs);
+    },
     died,
     expired,
     error,
@@ -93,14 +111,26 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): Bat
   };
 }
 
-/** The BATCH_ABORTED error of a batch that ended early for `why`; a lost connection's error is its cause. */
-function abortedError(why: AbortReason | undefined, deadline: Date, cause: unknown): KeyqError {
-  const text = why === "deadline"
-    ? `The batch ran past its deadline (batchTimeout, ${deadline.toISOString()}) and was rolled back; its events come again. Make handlers honour their signal, or raise batchTimeout.`
+/**
+ * The BATCH_ABORTED error of a batch that ended early for `why`; a lost
+ * connection's error is its cause. A sealed batch (grace set) died while its
+ * COMMIT was in flight: `details.commit` is "unknown".
+ */
+function abortedError(why: AbortReason | undefined, deadline: Date, cause: unknown, grace: number | undefined): KeyqError {
+  const when = `batchTimeout, ${deadline.toISOString()}`;
+  const text = grace !== undefined
+    ? `${
+      why === "deadline"
+        ? `The batch's COMMIT did not answer within ${grace} ms after its deadline (${when})`
+        : `The batch's connection was lost while it committed (${describe(cause)})`
+    }; it may have committed or rolled back. Events it did not commit come again, so keep handlers idempotent.`
+    : why === "deadline"
+    ? `The batch ran past its deadline (${when}) and was rolled back; its events come again. Make handlers honour their signal, or raise batchTimeout.`
     : why === "connection"
     ? `The batch's connection was lost and the batch was rolled back; its events come again (${describe(cause)}).`
     : "The batch was stopped by the worker's signal and was rolled back; its events come again.";
-  return new KeyqError("BATCH_ABORTED", text, { reason: why, cause }, cause === undefined ? undefined : { cause });
+  const details = grace !== undefined ? { reason: why, cause, commit: "unknown" } : { reason: why, cause };
+  return new KeyqError("BATCH_ABORTED", text, details, cause === undefined ? undefined : { cause });
 }
 
 /**

@@ -212,7 +212,10 @@ export interface BatchOptions<P = unknown> {
    * signal fires, no further handler starts, the batch rolls back and the
    * call rejects with `KeyqError` "BATCH_ABORTED" (`details.reason`
    * "deadline"). The server's idle and statement timeouts of the batch are
-   * set just past it, so keyq's deadline decides, not the server.
+   * set just past it, so keyq's deadline decides, not the server. A COMMIT
+   * sent before the deadline is waited for up to 2 s past it (a batch that
+   * commits late is reported as committed); with no answer by then the call
+   * rejects with `details.commit` "unknown".
    */
   batchTimeout?: Duration;
   /**

@@ -63,6 +63,16 @@ function overlaps(calls: Call[]): number {
   return n;
 }
 
+/** Makes COMMIT take `seconds` in `f.schema`: a deferred constraint trigger on inserts into slow_commit. */
+async function slowCommit(f: { schema: string; raw: (text: string) => Promise<unknown> }, seconds: number): Promise<void> {
+  await f.raw(`
+    create table "${f.schema}".slow_commit (n int);
+    create function "${f.schema}".slow() returns trigger language plpgsql as $$
+      begin perform pg_sleep(${seconds}); return null; end $$;
+    create constraint trigger slow after insert on "${f.schema}".slow_commit
+      deferrable initially deferred for each row execute function "${f.schema}".slow();`);
+}
+
 describe("reliability", () => {
   test("engine replies are checked: a stale or empty reply is BAD_REPLY, not a TypeError", async () => {
     const stale = { name: "stale", query: () => Promise.resolve([]) } as Driver; // COMMIT's empty result
@@ -271,6 +281,63 @@ describe("reliability", () => {
       const seen: number[] = [];
       await c.run({ handler: (ev) => void seen.push(ev.payload) });
       assert.deepEqual(seen.sort(), [1, 2, 3], "rolled back: every event comes again");
+    });
+  });
+
+  for (const driverName of ["postgres-js", "pg"] as const) {
+    test(`${driverName}: a COMMIT still running at the deadline is waited for; the batch reports what it committed`, { skip }, async () => {
+      await withPg(async (f, defer) => {
+        const pool = new pg.Pool({ connectionString: f.url, max: 2 });
+        defer(() => pool.end());
+        const q = driverName === "pg" ? keyq(fromPg(pool), { schema: f.schema }) : f.q;
+        await slowCommit(f, 1.0);
+        await q.createQueue("jobs");
+        const c = q.exclusive<number>("jobs", "late");
+        await c.subscribe();
+        await q.send("jobs", { type: "E", payload: 1, key: "a" });
+        let commitStarted = 0;
+        const r = await c.run({
+          batchTimeout: 2000,
+          handler: async (ev, tx, { deadline }) => {
+            await sleep(deadline.getTime() - Date.now() - 600); // the handler finishes 600 ms before its deadline
+            await tx.query(`insert into "${f.schema}".slow_commit values ($1::int)`, [String(ev.payload)]);
+            commitStarted = Date.now();
+          },
+        });
+        const committedAt = Date.now();
+        assert.ok(committedAt - commitStarted >= 900, `COMMIT took ${committedAt - commitStarted} ms: it ran past the deadline`);
+        assert.equal(r.events, 1, "reported as committed");
+        assert.deepEqual((await f.raw(`select n from "${f.schema}".slow_commit`)).map((x) => x.n), [1]);
+        const again = await c.run({ handler: () => assert.fail("a committed event must not come again") });
+        assert.equal(again.events, 0);
+      });
+    });
+  }
+
+  test("a COMMIT that does not answer within the grace after the deadline is reported as 'commit unknown', not as rolled back", { skip }, async () => {
+    await withPg(async (f) => {
+      await slowCommit(f, 3.5); // COMMIT ends 2.9 s after the deadline; keyq waits 2 s, the server's statement timeout 3.4 s
+      await f.q.createQueue("jobs");
+      const c = f.q.exclusive<number>("jobs", "late");
+      await c.subscribe();
+      await f.q.send("jobs", { type: "E", payload: 7, key: "a" });
+      await assert.rejects(
+        c.run({
+          batchTimeout: 2000,
+          handler: async (ev, tx, { deadline }) => {
+            await sleep(deadline.getTime() - Date.now() - 600);
+            await tx.query(`insert into "${f.schema}".slow_commit values ($1::int)`, [String(ev.payload)]);
+          },
+        }),
+        (e: unknown) => e instanceof KeyqError && e.code === "BATCH_ABORTED" && e.details.commit === "unknown" && /may have committed/.test(e.message),
+      );
+      // And it did commit, later: why "rolled back" would have been a lie.
+      let rows: Record<string, unknown>[] = [];
+      for (let i = 0; i < 50 && rows.length === 0; i++) {
+        await sleep(100);
+        rows = await f.raw(`select n from "${f.schema}".slow_commit`);
+      }
+      assert.deepEqual(rows.map((x) => x.n), [7]);
     });
   });
 

@@ -58,6 +58,34 @@ describe("batch life", () => {
     life.dispose();
   });
 
+  test("a sealed batch (COMMIT in flight) outlives its deadline; no answer within the grace is 'commit unknown'", async () => {
+    const life = batchLife(20, undefined);
+    life.seal(40);
+    await new Promise((r) => setTimeout(r, 35));
+    assert.equal(life.dead(), false, "past the deadline, within the grace: still committing");
+    assert.equal(life.signal.aborted, false);
+    await assert.rejects(life.died, (e) =>
+      e instanceof KeyqError && e.code === "BATCH_ABORTED" && e.details.reason === "deadline" && e.details.commit === "unknown" &&
+      /did not answer within 40 ms after its deadline.*may have committed or rolled back/.test(e.message));
+    life.dispose();
+  });
+
+  test("a connection lost while sealed is 'commit unknown', not 'rolled back'; sealing a dead batch changes nothing", () => {
+    const sealed = batchLife(60_000, undefined);
+    sealed.seal(2_000);
+    sealed.abort("connection", lost);
+    assert.equal(sealed.error().details.commit, "unknown");
+    assert.match(sealed.error().message, /lost while it committed \(Connection terminated unexpectedly\); it may have committed/);
+    assert.doesNotMatch(sealed.error().message, /rolled back;/);
+    sealed.dispose();
+    const dead = batchLife(60_000, undefined);
+    dead.abort("connection", lost);
+    dead.seal(2_000);
+    assert.equal(dead.error().details.commit, undefined);
+    assert.match(dead.error().message, /was rolled back/);
+    dead.dispose();
+  });
+
   test("after dispose a left-behind handler cannot use the transaction, savepoints included", async () => {
     const life = batchLife(60_000, undefined);
     const withSp: Executor = { query: ok.query, savepoint: (fn) => fn(ok) };
