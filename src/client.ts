@@ -108,6 +108,21 @@ const optionsSchema = v.strictObject({
 
 const sendOptionsSchema = v.strictObject({ tx: v.optional(v.unknown()) });
 
+/**
+ * A fenced batch leases its keys or slot on a second connection while its
+ * own transaction holds one: on a one-connection driver that lease would wait
+ * for the batch, and the batch for the lease, until the deadline.
+ */
+function checkFenced(driver: Driver, fenced: boolean): void {
+  const n = driver.connections;
+  if (!fenced || n === undefined || n >= 2) return;
+  throw new KeyqError(
+    "INVALID_INPUT",
+    `Option "fenced" needs a driver with at least 2 connections (a fenced batch leases on a second connection while its transaction holds one); the ${driver.name} driver has ${n}. Give the pool max: 2 or more (for pg, a Pool rather than a Client), or drop fenced.`,
+    { field: "fenced", connections: n },
+  );
+}
+
 /** The consumer factories of a client. */
 function consumers(
   driver: Driver,
@@ -131,11 +146,13 @@ function consumers(
     },
     exclusive: (queue, name, opts) => {
       const o = exclusiveOptions(opts);
+      checkFenced(driver, o.kind.fenced);
       const c = ctx(queue);
       return makeConsumer(c, name, exclusiveKind({ ctx: c, queue, name, settings: o.settings }, o.kind));
     },
     ordered: (queue, name, opts) => {
       const o = orderedOptions(opts);
+      checkFenced(driver, o.kind.fenced);
       const c = ctx(queue);
       return withSlots(c, makeConsumer(c, name, orderedKind({ ctx: c, queue, name, settings: o.settings }, o.kind)), o.kind.slots);
     },

@@ -74,6 +74,13 @@ export interface Driver extends Executor {
   /** A short name for messages and reports, e.g. `"postgres-js"`. */
   readonly name: string;
   /**
+   * Optional: the most connections the driver opens at once (a pool's
+   * `max`; 1 for a single client or PGlite), when the adapter knows it.
+   * A fenced consumer needs 2 (it leases on a second connection while its
+   * batch's transaction holds one) and is refused on a driver with 1.
+   */
+  readonly connections?: number;
+  /**
    * Runs `fn` inside one transaction (BEGIN … COMMIT, ROLLBACK when `fn`
    * throws) on one connection, and resolves to what `fn` returned.
    */

@@ -16,6 +16,8 @@ export interface BunSqlQueryable {
 export interface BunSqlLike extends BunSqlQueryable {
   /** `sql.begin(fn)`: BEGIN … COMMIT on one reserved connection, ROLLBACK on a throw. */
   begin(fn: (tx: BunSqlQueryable) => Promise<{ value: unknown }>): PromiseLike<{ value: unknown }>;
+  /** The client's settings; `max` is its pool size. */
+  readonly options?: { readonly max?: number };
 }
 
 /**
@@ -66,6 +68,7 @@ async function run(q: BunSqlQueryable, text: string, params?: readonly SqlParam[
 export function fromBunSql(sql: BunSqlLike): Driver {
   return {
     name: "bun-sql",
+    connections: sql.options?.max,
     query: (text, params) => run(sql, text, params),
     // A Bun.SQL transaction (the `tx` of sql.begin, or a savepoint scope) has
     // `savepoint`; the top-level `sql`, whose queries autocommit, has not.

@@ -31,6 +31,8 @@ export interface PgPoolLike extends PgClientLike {
   connect(): Promise<PgPoolClientLike>;
   /** The number of connections. */
   readonly totalCount: number;
+  /** The pool's settings; `max` is its size. */
+  readonly options?: { readonly max?: number };
   /** An idle client that loses its connection emits `error` on the pool: unheard, it crashes Node. */
   on?(event: "error", listener: (err: Error) => void): unknown;
   /** How many listeners an event has. */
@@ -93,6 +95,7 @@ function poolDriver(pool: PgPoolLike): Driver {
   if (pool.on && pool.listenerCount && pool.listenerCount("error") === 0) pool.on("error", idleError);
   return {
     name: "pg",
+    connections: pool.options?.max,
     adopt,
     query: (text, params) => run(pool, text, params),
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
@@ -123,6 +126,7 @@ function clientDriver(client: PgClientLike): Driver {
   };
   return {
     name: "pg",
+    connections: 1,
     adopt,
     query: (text, params) => serial(() => run(client, text, params)),
     // The owner listens for the client's errors too; this listener only tells the

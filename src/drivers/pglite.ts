@@ -43,6 +43,7 @@ async function run(db: PGliteTxLike, text: string, params?: readonly SqlParam[])
 export function fromPGlite(db: PGliteLike): Driver {
   return {
     name: "pglite",
+    connections: 1,
     query: (text, params) => run(db, text, params),
     transaction: <T>(fn: (tx: Executor) => Promise<T>): Promise<T> =>
       db.transaction((tx) => fn({ query: (text, params) => run(tx, text, params) })),

@@ -30,7 +30,7 @@ export interface PostgresJsLike extends PostgresJsTxLike {
   /** `sql.begin(fn)`: BEGIN … COMMIT on one connection, ROLLBACK when `fn` throws. */
   begin(fn: (tx: PostgresJsTransactionLike) => Promise<unknown>): PromiseLike<unknown>;
   /** The parsed options; `prepare` (default true) makes postgres.js name its statements. */
-  readonly options?: { readonly prepare?: boolean };
+  readonly options?: { readonly prepare?: boolean; readonly max?: number };
 }
 
 /** Whether a statement text may be a named prepared statement (true for the first `MAX_NAMED` texts seen). */
@@ -258,6 +258,7 @@ export function fromPostgresJs(sql: PostgresJsLike): Driver {
   const named = names();
   return {
     name: "postgres-js",
+    connections: sql.options?.max,
     // The caller's own transaction: keyq does not own its life, so a fresh state.
     adopt: (native) =>
       isTransaction(native)
