@@ -5,6 +5,7 @@
  * @module
  */
 import type { Driver, Executor, Row, SqlParam } from "../driver.ts";
+import { KeyqError } from "../errors.ts";
 
 /** The part of a `Bun.SQL` instance or transaction the adapter uses. */
 export interface BunSqlQueryable {
@@ -16,8 +17,8 @@ export interface BunSqlQueryable {
 export interface BunSqlLike extends BunSqlQueryable {
   /** `sql.begin(fn)`: BEGIN … COMMIT on one reserved connection, ROLLBACK on a throw. */
   begin(fn: (tx: BunSqlQueryable) => Promise<{ value: unknown }>): PromiseLike<{ value: unknown }>;
-  /** The client's settings; `max` is its pool size. */
-  readonly options?: { readonly max?: number };
+  /** The client's settings: `max` is its pool size; `prepare` (default true) names its statements. */
+  readonly options?: { readonly max?: number; readonly prepare?: boolean };
 }
 
 /**
@@ -38,14 +39,42 @@ function normalise(err: unknown): unknown {
  */
 const viaText = (text: string): string => text.replace(/(\$\d+)\s*::\s*(jsonb?)\b/gi, "$1::text::$2");
 
-async function run(q: BunSqlQueryable, text: string, params?: readonly SqlParam[]): Promise<Row[]> {
+/**
+ * With `prepare: true` (Bun's default) every statement with values is a
+ * named prepared statement ("P0", "P1", … per connection). A transaction-mode
+ * pooler hands each transaction any server connection, where that name is
+ * missing (26000), taken (42P05) or another statement (08P01 "bind message
+ * supplies 3 parameters, but prepared statement "P7" requires 2"; measured
+ * through PgBouncer 1.18; with matching parameters another client's statement
+ * can even run). Those errors become PREPARED_STATEMENTS_UNSUPPORTED.
+ */
+function astray(err: unknown, prepared: boolean): boolean {
+  const e = err as { code?: unknown; message?: unknown } | null;
+  if (!prepared || !e) return false;
+  return e.code === "26000" || e.code === "42P05" || (e.code === "08P01" && /prepared statement/.test(String(e.message)));
+}
+
+function astrayError(cause: unknown): KeyqError {
+  const e = cause as { code?: unknown; message?: unknown };
+  return new KeyqError(
+    "PREPARED_STATEMENTS_UNSUPPORTED",
+    `Bun.SQL sent a named prepared statement that this server connection does not have or holds as another statement (${
+      String(e.code)
+    }: ${String(e.message)}): a transaction-mode pooler (PgBouncer, Supavisor, a pooled serverless endpoint) is in front of Postgres. Create the client with new Bun.SQL(url, { prepare: false }).`,
+    { code: e.code, prepare: true },
+    { cause },
+  );
+}
+
+async function run(q: BunSqlQueryable, text: string, params: readonly SqlParam[] | undefined, prepare: boolean): Promise<Row[]> {
   try {
     const res = params === undefined ? await q.unsafe(text) : await q.unsafe(viaText(text), [...params]);
     // Several statements resolve to an array of result arrays: return the last one's rows.
     if (params === undefined && Array.isArray(res[0])) return [...(res.at(-1) as Row[])];
     return [...(res as Row[])];
   } catch (err) {
-    throw normalise(err);
+    const e = normalise(err);
+    throw astray(e, prepare && params !== undefined) ? astrayError(e) : e;
   }
 }
 
@@ -66,25 +95,34 @@ async function run(q: BunSqlQueryable, text: string, params?: readonly SqlParam[
  * ```
  */
 export function fromBunSql(sql: BunSqlLike): Driver {
+  const prepare = sql.options?.prepare !== false;
   return {
     name: "bun-sql",
     connections: sql.options?.max,
-    query: (text, params) => run(sql, text, params),
+    query: (text, params) => run(sql, text, params, prepare),
     // A Bun.SQL transaction (the `tx` of sql.begin, or a savepoint scope) has
     // `savepoint`; the top-level `sql`, whose queries autocommit, has not.
     adopt: (native) => {
       const t = native as Record<string, unknown> | null;
       return typeof native === "function" && typeof t!.unsafe === "function" && typeof t!.savepoint === "function"
-        ? { query: (text, params) => run(native as unknown as BunSqlQueryable, text, params) }
+        ? { query: (text, params) => run(native as unknown as BunSqlQueryable, text, params, prepare) }
         : undefined;
     },
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
+      // The first statement that went astray: a handler may catch its error
+      // (keyq isolates handler failures), so the transaction reports it.
+      let wrong: KeyqError | undefined;
+      const query = (tx: BunSqlQueryable): Executor["query"] => (t, p) =>
+        run(tx, t, p, prepare).catch((err: unknown) => {
+          if (err instanceof KeyqError && err.code === "PREPARED_STATEMENTS_UNSUPPORTED") wrong ??= err;
+          throw err;
+        });
       // Boxed: `begin` would await the items of an array that `fn` returns.
       try {
-        const box = await sql.begin(async (tx) => ({ value: await fn({ query: (t, p) => run(tx, t, p) }) }));
+        const box = await sql.begin(async (tx) => ({ value: await fn({ query: query(tx) }) }));
         return box.value as T;
       } catch (err) {
-        throw normalise(err); // BEGIN/COMMIT failures; errors already normalised pass through
+        throw wrong ?? normalise(err); // BEGIN/COMMIT failures; errors already normalised pass through
       }
     },
   };
