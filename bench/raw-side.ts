@@ -88,3 +88,35 @@ export async function keysetRead(schema: string, conns: number, page: number): P
     await Promise.all(pool.map((sql) => sql.end({ timeout: 5 })));
   }
 }
+
+/**
+ * Events/s of the Tier A writing handler's work with no queue at all: the
+ * same `writeEvents` inserts (one statement each, into a table of the same
+ * shape) from `workers` connections, 100 to a transaction (Tier A's default
+ * batch). What the handlers' own writes can reach on this database and
+ * driver: keyq's writing row cannot pass it, whatever the queue costs.
+ */
+export async function writeCeiling(admin: Sql, sizes: Sizes, seed: number): Promise<number> {
+  const schema = freshSchema("raw_write");
+  const pool = Array.from({ length: sizes.workers }, (_, i) => connect(`${APP}-rawwrite-${i}`));
+  try {
+    await pool[0]!.unsafe(`create schema "${schema}"`);
+    await pool[0]!.unsafe(`create table "${schema}".bench_sink (event_id text not null, key text not null, seq int not null)`);
+    const events = makeEvents(sizes.writeEvents, seed, { keys: sizes.writeKeys });
+    const insert = `insert into "${schema}".bench_sink (event_id, key, seq) values ($1, $2, $3::int)`;
+    for (const sql of pool) await sql.unsafe("select 1");
+    const t0 = performance.now();
+    await Promise.all(pool.map(async (sql, w) => {
+      const mine = events.filter((_, i) => i % pool.length === w);
+      for (let i = 0; i < mine.length; i += 100) {
+        await sql.begin(async (tx) => {
+          for (const e of mine.slice(i, i + 100)) await tx.unsafe(insert, [String(e.payload.seq), e.key, String(e.payload.seq)]);
+        });
+      }
+    }));
+    return events.length / ((performance.now() - t0) / 1000);
+  } finally {
+    await Promise.all(pool.map((sql) => sql.end({ timeout: 5 })));
+    await dropSchema(admin, schema);
+  }
+}

@@ -52,7 +52,8 @@ function notes(): string[] {
     `Tier A with a writing handler: ${fmt0(s.writeEvents)} events, keys drawn uniformly from ${fmt0(s.writeKeys)}` +
     ` (hot case: ${fmt0(s.hotEvents)} events, ${s.hotPercent} % of them on one extra key); keyq's handler inserts one row through tx in the batch transaction ` +
     `(engine defaults: deferDelay, maxEvents); pg-boss's worker inserts the same row on its connection, then completes ` +
-    `(fetch batchSize ${s.maxEvents}). Deferrals = RunReport.deferred summed / events.`,
+    `(fetch batchSize ${s.maxEvents}). Deferrals = RunReport.deferred summed / events. No queue: the same inserts from ` +
+    `${s.workers} connections, one statement each, 100 to a transaction (the handlers' writes alone).`,
     `Read limit: ${s.rawConns} connections read an equivalent table (keyq's event columns, one btree) by keyset, ` +
     `${s.batchSize} rows a statement, each a quarter of the id range. The three plain consumers read one backlog, each from the start.`,
     `Raw insert: insert … select … from jsonb_array_elements($1::text::jsonb), the ${s.batchSize} events as one JSON document.`,

@@ -38,6 +38,7 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
       return [
         ["write", `Tier A, ${w} workers, ${fmt(s.writeKeys)} uniform keys, handler does one insert through tx`, "ev/s", "pg-boss singleton (singletonKey), same insert", true, atLeast(5)],
         ["write-deferrals", `Tier A deferrals at ${fmt(s.writeKeys)} uniform keys, ${w} workers (per 100 events)`, "%", "", false, atMost(2)],
+        ["write-ceiling", `Tier A writing (row above) vs its inserts with no queue`, "ev/s", `the same inserts, ${w} conns, 100 a transaction`, true],
       ];
     case "exclusive-hot":
       return [
@@ -151,7 +152,11 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
       const deferrals = k?.deferred === undefined ? null : (100 * k.deferred) / (hot ? s.hotEvents : s.writeEvents);
       put(book, hot ? "hot" : "write", k?.eventsPerSec, b?.eventsPerSec);
       put(book, hot ? "hot-deferrals" : "write-deferrals", deferrals);
-      return `${vs(k?.eventsPerSec, b?.eventsPerSec, "pg-boss")} · keyq deferrals ${fmt(deferrals ?? undefined)} %`;
+      const line = `${vs(k?.eventsPerSec, b?.eventsPerSec, "pg-boss")} · keyq deferrals ${fmt(deferrals ?? undefined)} %`;
+      if (hot) return line;
+      const c = await measure(book, `${id} (no queue)`, () => raw.writeCeiling(admin, s, seed));
+      put(book, "write-ceiling", k?.eventsPerSec, c);
+      return `${line} · no queue ${ev(c)}`;
     }
     case "backlog": {
       const r = await measure(book, id, () => backlog(admin, s, seed, !keyqFirst));
