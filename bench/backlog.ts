@@ -14,6 +14,8 @@ import { makeEvents } from "./util.ts";
 /** What the read-limit scenario measured, events/s each. */
 export interface BacklogResult {
   raw: number;
+  /** The same keyset read on one connection: what one plain worker (one cursor) could reach. */
+  raw1: number;
   plain1000: number;
   plainDefault: number;
   plain4x1000: number;
@@ -25,13 +27,13 @@ export interface BacklogResult {
  * 1 worker with maxEvents 1000, 1 worker with the default, `workers`
  * workers with maxEvents 1000; and the read-limit reference: a raw keyset
  * read of the same events from an equivalent table over `rawConns`
- * connections. `flip` reverses the order (interleaved rounds).
+ * connections, and over one. `flip` reverses the order (interleaved rounds).
  */
 export async function backlog(admin: Sql, sizes: Sizes, seed: number, flip: boolean): Promise<BacklogResult> {
   const { schema, loader } = await setup("backlog");
   const tag = `${APP}-wbacklog`;
   const n = sizes.backlogEvents;
-  const out: BacklogResult = { raw: Number.NaN, plain1000: Number.NaN, plainDefault: Number.NaN, plain4x1000: Number.NaN };
+  const out: BacklogResult = { raw: Number.NaN, raw1: Number.NaN, plain1000: Number.NaN, plainDefault: Number.NaN, plain4x1000: Number.NaN };
   try {
     for (const name of ["m1000", "mdefault", "w4"]) await loader.q.consumer(QUEUE, name).subscribe();
     const events = makeEvents(n, seed);
@@ -41,6 +43,7 @@ export async function backlog(admin: Sql, sizes: Sizes, seed: number, flip: bool
     await analyzeSchema(admin, schema);
     const steps: (() => Promise<void>)[] = [
       async () => void (out.raw = await raw.keysetRead(schema, sizes.rawConns, sizes.batchSize)),
+      async () => void (out.raw1 = await raw.keysetRead(schema, 1, sizes.batchSize)),
       async () => void (out.plain1000 = await plainRun(schema, tag, "m1000", 1, n, sizes, 1000)),
       async () => void (out.plainDefault = await plainRun(schema, tag, "mdefault", 1, n, sizes, undefined)),
       async () => void (out.plain4x1000 = await plainRun(schema, tag, "w4", sizes.workers, n, sizes, 1000)),

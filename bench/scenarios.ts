@@ -50,6 +50,7 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
         ["backlog-1000", `plain consume, ${fmt(s.backlogEvents)} backlog, no-op, 1 worker, maxEvents 1000`, "ev/s", `raw keyset read (${s.rawConns} conns)`, true, atLeast(0.5)],
         ["backlog-default", `plain consume, ${fmt(s.backlogEvents)} backlog, no-op, 1 worker, default maxEvents`, "ev/s", `raw keyset read (${s.rawConns} conns)`, true, atLeast(0.5)],
         ["plain-workers", `plain consumer, ${w} workers vs 1 (same backlog, maxEvents 1000)`, "ev/s", "keyq, 1 worker", true, atLeast(1)],
+        ["backlog-1conn", `plain consume, 1 worker, maxEvents 1000, vs a keyset read on 1 connection`, "ev/s", "raw keyset read (1 conn)", true],
       ];
     case "produce-raw":
       return [["produce-raw", `sendBatch ${fmt(s.batchSize)}, 1 connection`, "ev/s", "raw one-JSON-document insert", true, atLeast(0.7)]];
@@ -163,8 +164,9 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
       put(book, "backlog-1000", r?.plain1000, r?.raw);
       put(book, "backlog-default", r?.plainDefault, r?.raw);
       put(book, "plain-workers", r?.plain4x1000, r?.plain1000);
+      put(book, "backlog-1conn", r?.plain1000, r?.raw1);
       return r
-        ? `raw ${ev(r.raw)} · keyq maxEvents 1000 ${ev(r.plain1000)} · default ${ev(r.plainDefault)} · ${s.workers} workers ${ev(r.plain4x1000)}`
+        ? `raw ${ev(r.raw)} (1 conn ${ev(r.raw1)}) · keyq maxEvents 1000 ${ev(r.plain1000)} · default ${ev(r.plainDefault)} · ${s.workers} workers ${ev(r.plain4x1000)}`
         : "error";
     }
     case "produce-raw": {

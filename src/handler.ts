@@ -101,6 +101,10 @@ export async function readyEvents(
   log: Failures,
 ): Promise<Ready[]> {
   const ready: Ready[] = [];
+  if (!schema) {
+    for (const w of live) ready.push({ w, ev: toEvent(w, w.payload, slot) });
+    return ready;
+  }
   for (const w of live) {
     try {
       const payload = await checkPayload(schema, w.payload, `event ${w.id} (queue "${queue}")`);
@@ -124,6 +128,11 @@ function eventTimedOut(ms: number): Error {
  * Resolves to the handler's error (undefined when it succeeded), or
  * "timeout"; rejects with BATCH_ABORTED when the batch dies meanwhile. A
  * handler still running then is left behind, its rejection observed.
+ *
+ * The call's signal and deadline are made when the handler first reads
+ * them: an AbortController costs microseconds, a plain consumer's handler
+ * runs for thousands of events a second and most never look. A handler
+ * that returns no promise is done when it returns (nothing to race).
  */
 async function callHandler(
   s: BatchSettings,
@@ -131,27 +140,55 @@ async function callHandler(
   fn: (ctx: HandlerContext) => Promise<void> | void,
 ): Promise<{ error?: unknown; timedOut?: boolean }> {
   const life = br.life;
-  const ctl = new AbortController();
-  const relay = () => ctl.abort(life.signal.reason);
-  if (life.signal.aborted) relay();
-  else life.signal.addEventListener("abort", relay, { once: true });
   const limit = Math.min(life.deadline.getTime(), Date.now() + s.eventTimeoutMs);
-  const t = timer(Number.isFinite(s.eventTimeoutMs) ? s.eventTimeoutMs : Number.POSITIVE_INFINITY);
+  let ctl: AbortController | undefined;
+  const relay = () => ctl!.abort(life.signal.reason);
+  const signal = (): AbortSignal => {
+    if (!ctl) {
+      ctl = new AbortController();
+      if (life.signal.aborted) relay();
+      else life.signal.addEventListener("abort", relay, { once: true });
+    }
+    return ctl.signal;
+  };
+  const ctx: HandlerContext = {
+    get signal() {
+      return signal();
+    },
+    get deadline() {
+      return new Date(limit);
+    },
+  };
+  const t = Number.isFinite(s.eventTimeoutMs) ? timer(s.eventTimeoutMs) : undefined;
   try {
-    const run = Promise.resolve().then(() => fn({ signal: ctl.signal, deadline: new Date(limit) }));
-    br.inflight = run.catch(() => {}); // a handler left behind must not become an unhandled rejection
+    let out: unknown;
+    try {
+      out = fn(ctx);
+    } catch (error) {
+      return { error };
+    }
+    if (!isThenable(out)) return {};
+    // Never rejects: a handler left behind is no unhandled rejection.
+    const settled = Promise.resolve(out).then(() => ({}), (error: unknown) => ({ error }));
+    br.inflight = settled;
+    if (!t) return await life.race(settled);
     return await Promise.race([
-      run.then(() => ({}), (error) => ({ error })),
+      settled,
       t.done.then(() => {
-        ctl.abort(eventTimedOut(s.eventTimeoutMs));
+        if (!ctl) signal(); // the handler may read it later: it must be aborted then
+        ctl!.abort(eventTimedOut(s.eventTimeoutMs));
         return { timedOut: true, error: eventTimedOut(s.eventTimeoutMs) };
       }),
       life.died,
     ]);
   } finally {
-    t.cancel();
-    life.signal.removeEventListener("abort", relay);
+    t?.cancel();
+    if (ctl) life.signal.removeEventListener("abort", relay);
   }
+}
+
+function isThenable(x: unknown): x is PromiseLike<unknown> {
+  return x !== null && (typeof x === "object" || typeof x === "function") && typeof (x as { then?: unknown }).then === "function";
 }
 
 /**

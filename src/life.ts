@@ -39,6 +39,12 @@ export interface BatchLife {
   seal(graceMs: number): void;
   /** Rejects with `error()` once the batch is dead; never resolves. */
   readonly died: Promise<never>;
+  /**
+   * Settles like `p`, or rejects with `error()` once the batch dies first.
+   * `Promise.race([p, died])` for the per-event path: one promise, no
+   * reaction left on `died` per call.
+   */
+  race<T>(p: PromiseLike<T>): Promise<T>;
   /** Resolves when the deadline passes (or the batch is disposed). */
   readonly expired: Promise<void>;
   /** The BATCH_ABORTED error for the reason. */
@@ -60,9 +66,15 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): Bat
   let why: AbortReason | undefined;
   let cause: unknown;
   let grace: number | undefined; // set when sealed
-  let die!: (e: KeyqError) => void;
-  const died = new Promise<never>((_, reject) => (die = reject));
+  let reject!: (e: KeyqError) => void;
+  const died = new Promise<never>((_, r) => (reject = r));
   died.catch(() => {}); // observed through race() only
+  const mourners = new Set<(e: KeyqError) => void>();
+  const die = (e: KeyqError): void => {
+    reject(e);
+    for (const m of mourners) m(e);
+    mourners.clear();
+  };
   const error = (): KeyqError => abortedError(why, deadline, cause, grace);
   const abort = (reason: AbortReason, c?: unknown): void => {
     if (why !== undefined && !(why === "stopped" && reason !== "stopped")) return;
@@ -84,6 +96,18 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): Bat
   else stop?.addEventListener("abort", onStop, { once: true });
   let over = false; // disposed: a handler left behind must not reach a connection back in the pool
   const dead = () => why === "deadline" || why === "connection";
+  const race = <T>(p: PromiseLike<T>): Promise<T> =>
+    new Promise<T>((resolve, fail) => {
+      if (dead()) return fail(error());
+      mourners.add(fail);
+      p.then((v) => {
+        mourners.delete(fail);
+        resolve(v);
+      }, (e: unknown) => {
+        mourners.delete(fail);
+        fail(e);
+      });
+    });
   const refuse = (): KeyqError | undefined => (dead() ? error() : over ? overError() : undefined);
   const guard = (exec: Executor): Executor => guarded(exec, refuse, (err) => abort("connection", err));
   return {
@@ -92,6 +116,7 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): Bat
     reason: () => why,
     dead,
     abort,
+    race,
     seal(graceMs) {
       if (grace !== undefined || dead()) return;
       grace = graceMs;

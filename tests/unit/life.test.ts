@@ -58,6 +58,20 @@ describe("batch life", () => {
     life.dispose();
   });
 
+  test("race: settles like the promise while the batch lives; rejects BATCH_ABORTED when it dies first, or at once when dead", async () => {
+    const life = batchLife(60_000, undefined);
+    assert.equal(await life.race(Promise.resolve(7)), 7);
+    await assert.rejects(life.race(Promise.reject(new Error("handler broke"))), /handler broke/);
+    const hung = life.race(new Promise(() => {}));
+    life.abort("connection", lost);
+    await assert.rejects(hung, (e) => e instanceof KeyqError && e.details.reason === "connection");
+    await assert.rejects(life.race(Promise.resolve(1)), (e) => e instanceof KeyqError && e.code === "BATCH_ABORTED");
+    life.dispose();
+    const stopped = batchLife(60_000, AbortSignal.abort());
+    assert.equal(await stopped.race(Promise.resolve("done")), "done", "a stopped batch is not dead: what runs may finish");
+    stopped.dispose();
+  });
+
   test("a sealed batch (COMMIT in flight) outlives its deadline; no answer within the grace is 'commit unknown'", async () => {
     const life = batchLife(20, undefined);
     life.seal(40);
