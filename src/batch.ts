@@ -228,4 +228,9 @@ export async function runBatch(ctx: ConsumerContext, s: BatchSettings, kind: Bat
   }
 }
 
-const BUSY: unique symbol = Symbol("busy");
+/**
+ * Thrown inside a batch's transaction when the batch cannot proceed because
+ * another worker holds what it needs: the transaction rolls back and the
+ * batch reports `busy`.
+ */
+export const BUSY: unique symbol = Symbol("busy");

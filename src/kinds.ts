@@ -8,7 +8,7 @@
  */
 
 import type { BatchSettings } from "./batch-settings.ts";
-import type { BatchKind, ConsumerContext, Outcome, Sorted } from "./batch.ts";
+import { type BatchKind, BUSY, type ConsumerContext, type Outcome, type Sorted } from "./batch.ts";
 import type { Executor } from "./driver.ts";
 import { type AckReply, engine, type Received } from "./engine.ts";
 import { KeyqError } from "./errors.ts";
@@ -107,7 +107,13 @@ export function plainKind(t: KindTarget): ConsumerKind {
     prepare: () => ctx.tick(queue),
     async receive(tx, s, local, until) {
       const input = { queue, consumer: name, maxEvents: s.maxEvents, waitMs: plainWait(s, until) };
-      return fromPlain(await engine.receivePlain(tx, ctx.schema, input, local));
+      try {
+        return fromPlain(await engine.receivePlain(tx, ctx.schema, input, local));
+      } catch (err) {
+        // The wait for the cursor ran out (lock_timeout): the holder is still at it.
+        if (input.waitMs > 0 && (err as { code?: unknown } | null)?.code === "55P03") throw BUSY;
+        throw err;
+      }
     },
     sort: (r) => handleAll(r),
     record: ack(t, { slot: () => 0, deferDelay: 1, pause: false }),

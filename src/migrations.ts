@@ -2151,7 +2151,7 @@ end $$;
 -- function call per event; half the server time of receive's objects).
 -- When another batch holds the cursor, waits for it up to wait_ms (its
 -- commit hands the cursor over, so a second worker reads the next batch at
--- once instead of polling), then answers busy. Order is unchanged: a batch
+-- once instead of polling), then fails with 55P03 (the client: busy). Order is unchanged: a batch
 -- starts only after the previous one committed.
 create function :KEYQ_SCHEMA.receive_plain(queue text, consumer text, max_events int, wait_ms int default 0)
 returns text
@@ -2173,15 +2173,15 @@ begin
   select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0
     for update skip locked;
   if not found and wait_ms > 0 then
+    -- READ COMMITTED: the wait ends with the holder's committed row version.
+    -- No exception block: a row lock taken in its subtransaction, then this
+    -- transaction's update of the row, cost a MultiXact per waited batch.
+    -- A wait past wait_ms fails the statement (55P03), which the client
+    -- reads as busy.
     prev := current_setting('lock_timeout');
-    begin
-      perform set_config('lock_timeout', wait_ms || 'ms', true);
-      -- READ COMMITTED: the wait ends with the holder's committed row version.
-      select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0 for update;
-      perform set_config('lock_timeout', prev, true);
-    exception when lock_not_available then
-      null; -- still held: busy (the subtransaction undid the setting)
-    end;
+    perform set_config('lock_timeout', wait_ms || 'ms', true);
+    select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0 for update;
+    perform set_config('lock_timeout', prev, true);
   end if;
   if cur.consumer_id is null then
     return '{"busy":true,"retries":[],"rows":[]}';
@@ -3113,7 +3113,7 @@ $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "4eb5f1b40ebeeb9af2778def3b456dfc3d41383b6a03095c5e88c440e38a7dea";
+export const functionsHash: string = "630450d1cf2adada34627d81b862f4a50b2af621d218dadea7fafd091c027b15";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";

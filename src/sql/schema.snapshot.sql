@@ -1021,15 +1021,15 @@ begin
   select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0
     for update skip locked;
   if not found and wait_ms > 0 then
+    -- READ COMMITTED: the wait ends with the holder's committed row version.
+    -- No exception block: a row lock taken in its subtransaction, then this
+    -- transaction's update of the row, cost a MultiXact per waited batch.
+    -- A wait past wait_ms fails the statement (55P03), which the client
+    -- reads as busy.
     prev := current_setting('lock_timeout');
-    begin
-      perform set_config('lock_timeout', wait_ms || 'ms', true);
-      -- READ COMMITTED: the wait ends with the holder's committed row version.
-      select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0 for update;
-      perform set_config('lock_timeout', prev, true);
-    exception when lock_not_available then
-      null; -- still held: busy (the subtransaction undid the setting)
-    end;
+    perform set_config('lock_timeout', wait_ms || 'ms', true);
+    select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0 for update;
+    perform set_config('lock_timeout', prev, true);
   end if;
   if cur.consumer_id is null then
     return '{"busy":true,"retries":[],"rows":[]}';

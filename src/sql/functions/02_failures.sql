@@ -133,7 +133,7 @@ end $$;
 -- function call per event; half the server time of receive's objects).
 -- When another batch holds the cursor, waits for it up to wait_ms (its
 -- commit hands the cursor over, so a second worker reads the next batch at
--- once instead of polling), then answers busy. Order is unchanged: a batch
+-- once instead of polling), then fails with 55P03 (the client: busy). Order is unchanged: a batch
 -- starts only after the previous one committed.
 create function :KEYQ_SCHEMA.receive_plain(queue text, consumer text, max_events int, wait_ms int default 0)
 returns text
@@ -155,15 +155,15 @@ begin
   select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0
     for update skip locked;
   if not found and wait_ms > 0 then
+    -- READ COMMITTED: the wait ends with the holder's committed row version.
+    -- No exception block: a row lock taken in its subtransaction, then this
+    -- transaction's update of the row, cost a MultiXact per waited batch.
+    -- A wait past wait_ms fails the statement (55P03), which the client
+    -- reads as busy.
     prev := current_setting('lock_timeout');
-    begin
-      perform set_config('lock_timeout', wait_ms || 'ms', true);
-      -- READ COMMITTED: the wait ends with the holder's committed row version.
-      select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0 for update;
-      perform set_config('lock_timeout', prev, true);
-    exception when lock_not_available then
-      null; -- still held: busy (the subtransaction undid the setting)
-    end;
+    perform set_config('lock_timeout', wait_ms || 'ms', true);
+    select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0 for update;
+    perform set_config('lock_timeout', prev, true);
   end if;
   if cur.consumer_id is null then
     return '{"busy":true,"retries":[],"rows":[]}';
