@@ -151,12 +151,13 @@ async function callHandler(
     }
     return ctl.signal;
   };
+  let deadline: Date | undefined;
   const ctx: HandlerContext = {
     get signal() {
       return signal();
     },
     get deadline() {
-      return new Date(limit);
+      return (deadline ??= new Date(limit));
     },
   };
   const t = Number.isFinite(s.eventTimeoutMs) ? timer(s.eventTimeoutMs) : undefined;
