@@ -151,6 +151,11 @@ export function sinkDdl(schema: string): string {
   return `create table "${schema}".bench_sink (event_id text not null, key text not null, seq int not null)`;
 }
 
+/** The writing handler's one statement (keyq's handler and the no-queue ceiling). */
+export function sinkInsert(schema: string): string {
+  return `insert into "${schema}".bench_sink (event_id, key, seq) values ($1, $2, $3::int)`;
+}
+
 function makeConsumer(q: Keyq, kind: Kind, name: string, sizes: Sizes, o: ConsumeOptions): AnyConsumer | null {
   if (kind === "plain") return q.consumer<FilePayload>(QUEUE, name);
   if (kind === "exclusive") return q.exclusive<FilePayload>(QUEUE, name, o.deferMs === undefined ? {} : { deferDelay: o.deferMs });
@@ -176,7 +181,7 @@ export async function drive(pool: Client[], kind: Kind, name: string, n: number,
   let handled = 0;
   const d: Drive = { seconds: 0, deliveries: 0, batches: 0, statements: 0, deferred: 0 };
   let doneAt = 0;
-  const insert = `insert into "${schema}".bench_sink (event_id, key, seq) values ($1, $2, $3::int)`;
+  const insert = sinkInsert(schema);
   let broken: unknown;
   const handler = async (ev: KeyqEvent<FilePayload>, tx: Executor) => {
     d.deliveries++;

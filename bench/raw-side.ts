@@ -9,6 +9,7 @@
  */
 
 import { APP, connect, dropSchema, freshSchema, type Sql } from "./db.ts";
+import { sinkDdl, sinkInsert } from "./keyq-side.ts";
 import type { Sizes } from "./sizes.ts";
 import { type BenchEvent, makeEvents } from "./util.ts";
 
@@ -101,9 +102,9 @@ export async function writeCeiling(admin: Sql, sizes: Sizes, seed: number): Prom
   const pool = Array.from({ length: sizes.workers }, (_, i) => connect(`${APP}-rawwrite-${i}`));
   try {
     await pool[0]!.unsafe(`create schema "${schema}"`);
-    await pool[0]!.unsafe(`create table "${schema}".bench_sink (event_id text not null, key text not null, seq int not null)`);
+    await pool[0]!.unsafe(sinkDdl(schema));
     const events = makeEvents(sizes.writeEvents, seed, { keys: sizes.writeKeys });
-    const insert = `insert into "${schema}".bench_sink (event_id, key, seq) values ($1, $2, $3::int)`;
+    const insert = sinkInsert(schema);
     for (const sql of pool) await sql.unsafe("select 1");
     const t0 = performance.now();
     await Promise.all(pool.map(async (sql, w) => {

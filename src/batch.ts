@@ -151,7 +151,7 @@ async function inTransaction(
   })();
   inner.catch(() => {}); // observed by the race; may settle after it
   try {
-    const report = await Promise.race([inner, life.died]);
+    const report = await life.race(inner);
     // The driver sends COMMIT next. It cannot be recalled, so its answer is
     // waited for up to MARGIN_MS past the deadline (the server's statement
     // timeout is its backstop): a batch that commits late is reported as
@@ -199,7 +199,7 @@ export async function runBatch(ctx: ConsumerContext, s: BatchSettings, kind: Bat
     // its connection closes) while a handler still runs; and a hung ROLLBACK
     // must not hold run() past the deadline.
     work.catch(() => {}); // it may settle after we gave up on it
-    return Promise.race([work, life.died]);
+    return life.race(work);
   };
   try {
     return await attempt().catch((err) => {

@@ -173,15 +173,12 @@ async function callHandler(
     const settled = Promise.resolve(out).then(() => ({}), (error: unknown) => ({ error }));
     br.inflight = settled;
     if (!t) return await life.race(settled);
-    return await Promise.race([
-      settled,
-      t.done.then(() => {
-        if (!ctl) signal(); // the handler may read it later: it must be aborted then
-        ctl!.abort(eventTimedOut(s.eventTimeoutMs));
-        return { timedOut: true, error: eventTimedOut(s.eventTimeoutMs) };
-      }),
-      life.died,
-    ]);
+    const timedOut = t.done.then(() => {
+      signal(); // made now if the handler never read it: a late read must see it aborted
+      ctl!.abort(eventTimedOut(s.eventTimeoutMs));
+      return { timedOut: true, error: eventTimedOut(s.eventTimeoutMs) };
+    });
+    return await life.race(Promise.race([settled, timedOut]));
   } finally {
     t?.cancel();
     if (ctl) life.signal.removeEventListener("abort", relay);
