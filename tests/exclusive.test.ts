@@ -6,7 +6,7 @@ import pg from "pg";
 import { fromPg } from "../src/drivers/pg.ts";
 import { dbSkip } from "./helpers/db.ts";
 import { withPg } from "./helpers/fixture.ts";
-import { gate, sleep, worker } from "./helpers/sync.ts";
+import { gate, sleep, terminate, worker } from "./helpers/sync.ts";
 
 const skip = await dbSkip();
 
@@ -212,7 +212,7 @@ describe("Tier A: exclusive consumer", () => {
         },
       });
       await inside.wait;
-      await f.raw("select pg_terminate_backend($1::int)", [pid]);
+      await terminate(f.raw, pid);
       await assert.rejects(aRun);
       const side = await f.raw(`select count(*)::int as n from "${f.schema}".side`);
       assert.equal(side[0]!.n, 0, "nothing the killed batch did is visible");

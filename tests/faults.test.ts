@@ -15,7 +15,7 @@ import { type Cluster, pgBinDir, startCluster } from "./helpers/cluster.ts";
 import { freshSchema } from "./helpers/db.ts";
 import { type DriverSpec, driverSpecs, type Opened, runtimeName, teardownNeon } from "./helpers/drivers.ts";
 import { type Defer, scoped } from "./helpers/scope.ts";
-import { sleep } from "./helpers/sync.ts";
+import { sleep, terminate } from "./helpers/sync.ts";
 
 const runtime = runtimeName();
 let noCluster: string | false = false;
@@ -101,14 +101,7 @@ function withSetup<T>(d: FaultDriver, body: (s: Awaited<ReturnType<typeof setup>
 }
 
 /** Kills `pid` from the side connection and waits until it is gone. */
-async function kill(pid: unknown): Promise<void> {
-  await side("select pg_terminate_backend($1::int)", [String(pid)]);
-  for (let i = 0; i < 100; i++) {
-    if ((await side("select 1 from pg_stat_activity where pid = $1::int", [String(pid)])).length === 0) return;
-    await sleep(20);
-  }
-  throw new Error(`backend ${pid} did not end`);
-}
+const kill = (pid: unknown): Promise<void> => terminate(side, String(pid));
 
 async function doneStats(schema: string): Promise<{ n: number; d: number }> {
   const [r] = await side(`select count(*)::int as n, count(distinct ev_id)::int as d from "${schema}".done`);

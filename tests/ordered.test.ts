@@ -8,7 +8,7 @@ import { fromPg } from "../src/drivers/pg.ts";
 import { dbSkip } from "./helpers/db.ts";
 import type { Fixture } from "./helpers/keyq.ts";
 import { withPg } from "./helpers/fixture.ts";
-import { gate, sleep, worker } from "./helpers/sync.ts";
+import { gate, sleep, terminate, worker } from "./helpers/sync.ts";
 
 const skip = await dbSkip();
 
@@ -376,7 +376,7 @@ describe("Tier B: ordered consumer", () => {
         },
       });
       await inside.wait;
-      await f.raw("select pg_terminate_backend($1::int)", [pid]);
+      await terminate(f.raw, pid);
       killed.open();
       await assert.rejects(run);
       const order: number[] = [];
