@@ -19,11 +19,11 @@
 
 export { keyq } from "./src/client.ts";
 export type { ConsumerOptions, ExclusiveOptions, Keyq, KeyqOptions, OrderedOptions } from "./src/client.ts";
-export type { DeadLetters } from "./src/dlq.ts";
-export type { Consumer, OrderedConsumer } from "./src/consumer.ts";
+export type { DeadLetters } from "./src/ops/dlq.ts";
+export type { Consumer, OrderedConsumer } from "./src/kinds/consumer.ts";
 export type { Driver, Executor, Row, SqlParam } from "./src/driver.ts";
 export { KeyqError } from "./src/errors.ts";
 export type { KeyqErrorCode } from "./src/errors.ts";
-export { latestVersion, migrationSql } from "./src/migrate.ts";
+export { latestVersion, migrationSql } from "./src/engine/migrate.ts";
 export type { PayloadSchema, SchemaResult } from "./src/payload.ts";
 export type * from "./src/types.ts";

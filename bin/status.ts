@@ -6,7 +6,7 @@
  * @module
  */
 import type { MaintainReport, QueueInfo, QueueStatus } from "../mod.ts";
-import { QUEUE_SETTINGS } from "../src/queue-settings.ts";
+import { QUEUE_SETTINGS } from "../src/ops/queue-settings.ts";
 import { humanSeconds } from "./format.ts";
 
 /** Thresholds of `status --check`; a missing one is not checked. */
@@ -85,7 +85,7 @@ export function cursorRows(status: QueueStatus[]): Record<string, unknown>[] {
   );
 }
 
-/** A queue's settings with durations in human units, in the order of the settings table (src/queue-settings.ts). */
+/** A queue's settings with durations in human units, in the order of the settings table (src/ops/queue-settings.ts). */
 export function queueSettings(q: QueueInfo): Record<string, unknown> {
   const out: Record<string, unknown> = { name: q.name };
   for (const [k, spec] of Object.entries(QUEUE_SETTINGS)) {

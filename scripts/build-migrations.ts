@@ -3,7 +3,7 @@
  * file system at run time: reads `src/sql/migrations/NNN_name.sql` (numbered,
  * immutable: tables, indexes, data, frozen functions) and
  * `src/sql/functions/NN_name.sql` (the engine functions, re-applied as a set
- * when their hash changes) and writes `src/migrations.ts`.
+ * when their hash changes) and writes `src/generated/migrations.ts`.
  *
  *   node --import tsx scripts/build-migrations.ts [sqlDir] [outFile]
  *
@@ -86,7 +86,7 @@ export function functionsHash(functions: { name: string; sql: string }[]): strin
 }
 
 /**
- * Renders `src/migrations.ts` from the SQL files (pure). Migrations must be
+ * Renders `src/generated/migrations.ts` from the SQL files (pure). Migrations must be
  * named `NNN_name.sql`, numbered 001, 002, … without gaps; function files
  * `NN_name.sql` (applied in name order); `version` is the package's.
  * CRLF line endings are normalised to LF, so a Windows checkout renders the same.
@@ -167,7 +167,7 @@ export function buildMigrations(sqlDir: string, outFile: string, version = "0.0.
 const root = resolve(fileURLToPath(import.meta.url), "../..");
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const sqlDir = resolve(process.argv[2] ?? join(root, "src/sql"));
-  const outFile = resolve(process.argv[3] ?? join(root, "src/migrations.ts"));
+  const outFile = resolve(process.argv[3] ?? join(root, "src/generated/migrations.ts"));
   const n = buildMigrations(sqlDir, outFile, packageVersion(root));
   console.log(`build-migrations: wrote ${outFile} (${n} file${n === 1 ? "" : "s"} from ${sqlDir})`);
 }

@@ -6,17 +6,17 @@
  */
 
 import * as v from "valibot";
-import { type Admin, admin } from "./admin.ts";
-import type { ConsumerContext } from "./batch.ts";
-import { type ConsumerOptions, exclusiveOptions, type ExclusiveOptions, orderedOptions, type OrderedOptions, plainOptions } from "./consumer-options.ts";
-import { type Consumer, makeConsumer, type OrderedConsumer, withSlots } from "./consumer.ts";
-import { type DeadLetters, deadLetters } from "./dlq.ts";
+import { type Admin, admin } from "./ops/admin.ts";
+import type { ConsumerContext } from "./batch/batch.ts";
+import { type ConsumerOptions, exclusiveOptions, type ExclusiveOptions, orderedOptions, type OrderedOptions, plainOptions } from "./kinds/options.ts";
+import { type Consumer, makeConsumer, type OrderedConsumer, withSlots } from "./kinds/consumer.ts";
+import { type DeadLetters, deadLetters } from "./ops/dlq.ts";
 import type { Driver, Executor } from "./driver.ts";
 import { KeyqError } from "./errors.ts";
-import { exclusiveKind, orderedKind, plainKind } from "./kinds.ts";
-import { migrate, migrationSql } from "./migrate.ts";
+import { exclusiveKind, orderedKind, plainKind } from "./kinds/kinds.ts";
+import { migrate, migrationSql } from "./engine/migrate.ts";
 import type { PayloadSchema } from "./payload.ts";
-import { send, sendBatch } from "./producer.ts";
+import { send, sendBatch } from "./produce/producer.ts";
 import type {
   Duration,
   MaintainReport,
@@ -28,7 +28,7 @@ import type {
   SendOptions,
   SendResult,
 } from "./types.ts";
-import { txExecutor } from "./tx.ts";
+import { txExecutor } from "./produce/tx.ts";
 import { checkSchemaName, parse } from "./validate.ts";
 
 /** Options of `keyq()`. */
@@ -93,7 +93,7 @@ export interface Keyq {
   status(options?: { queue?: string; staleAfter?: Duration }): Promise<QueueStatus[]>;
 }
 
-export type { ConsumerOptions, ExclusiveOptions, OrderedOptions } from "./consumer-options.ts";
+export type { ConsumerOptions, ExclusiveOptions, OrderedOptions } from "./kinds/options.ts";
 
 const optionsSchema = v.strictObject({
   schema: v.optional(v.string("expected a string")),

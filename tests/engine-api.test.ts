@@ -1,5 +1,5 @@
 // The typed engine seam against the real engine: every declaration in
-// src/engine.ts (function name, argument names and types, return type) must
+// src/engine/calls.ts (function name, argument names and types, return type) must
 // match pg_proc of a freshly migrated schema, every engine function must be
 // declared or on the internal allow-list, and every KQ### raise of the
 // engine must be in the one SQLSTATE table of src/errors.ts. A deliberately
@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { keyq, KeyqError } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
-import { ENGINE, type EngineFn, FORMAT_TYPE, INTERNAL_FUNCTIONS, statement } from "../src/engine.ts";
+import { ENGINE, type EngineFn, FORMAT_TYPE, INTERNAL_FUNCTIONS, statement } from "../src/engine/calls.ts";
 import { DATABASE_ERRORS, fromDatabaseError } from "../src/errors.ts";
 import { connect, databaseUrl, dbSkip, dropSchema, freshSchema } from "./helpers/db.ts";
 

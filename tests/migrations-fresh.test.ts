@@ -1,4 +1,4 @@
-// The committed src/migrations.ts must be what scripts/build-migrations.ts
+// The committed src/generated/migrations.ts must be what scripts/build-migrations.ts
 // renders from src/sql/migrations/*.sql and src/sql/functions/*.sql; and the
 // renderer itself, on a temporary directory.
 import { test } from "node:test";
@@ -11,16 +11,16 @@ import { buildMigrations, functionsHash, HEADER, packageVersion, readSqlFiles, r
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 
-test("src/migrations.ts is fresh (else: run npm run build:migrations)", () => {
+test("src/generated/migrations.ts is fresh (else: run npm run build:migrations)", () => {
   const expected = renderMigrations(
     readSqlFiles(join(root, "src/sql/migrations")),
     readSqlFiles(join(root, "src/sql/functions")),
     packageVersion(root),
   );
-  const actual = readFileSync(join(root, "src/migrations.ts"), "utf8");
+  const actual = readFileSync(join(root, "src/generated/migrations.ts"), "utf8");
   assert.ok(
     actual === expected,
-    "src/migrations.ts is stale: it does not match src/sql/{migrations,functions}/*.sql — run npm run build:migrations",
+    "src/generated/migrations.ts is stale: it does not match src/sql/{migrations,functions}/*.sql — run npm run build:migrations",
   );
 });
 

@@ -4,9 +4,9 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { KeyqError } from "../mod.ts";
-import { ENGINE } from "../src/engine.ts";
-import { reply } from "../src/sql.ts";
-import { fromPlain, type PlainBatch } from "../src/wire.ts";
+import { ENGINE } from "../src/engine/calls.ts";
+import { reply } from "../src/engine/reply.ts";
+import { fromPlain, type PlainBatch } from "../src/engine/wire.ts";
 import { dbSkip } from "./helpers/db.ts";
 import { pgFixture } from "./helpers/keyq.ts";
 

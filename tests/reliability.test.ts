@@ -10,7 +10,7 @@ import { type Driver, type Keyq, keyq, KeyqError } from "../mod.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { backoffMs, classify } from "../src/faults.ts";
-import { engine } from "../src/engine.ts";
+import { engine } from "../src/engine/calls.ts";
 import { connect, dbSkip } from "./helpers/db.ts";
 import { withPg } from "./helpers/fixture.ts";
 

@@ -9,7 +9,7 @@ import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import { keyq, migrationSql } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
-import { functionsHash, migrations } from "../src/migrations.ts";
+import { functionsHash, migrations } from "../src/generated/migrations.ts";
 import { catalogDump, normalise, SNAPSHOT_PATH } from "../scripts/catalog-dump.ts";
 import { connect, databaseUrl, dbSkip, dropSchema, freshSchema } from "./helpers/db.ts";
 

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { fromDatabaseError, KeyqError } from "../../src/errors.ts";
 import { backoffMs, classify } from "../../src/faults.ts";
-import { mapError } from "../../src/sql.ts";
+import { mapError } from "../../src/engine/reply.ts";
 
 /** A driver error as postgres.js and pg shape it. */
 const pgError = (code: string, message = "boom", extra: Record<string, unknown> = {}) => Object.assign(new Error(message), { code, ...extra });

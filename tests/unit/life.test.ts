@@ -2,11 +2,11 @@
 // with fake executors and batches instead of a database.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import type { BatchSettings } from "../../src/batch-settings.ts";
+import type { BatchSettings } from "../../src/batch/settings.ts";
 import type { Executor } from "../../src/driver.ts";
 import { KeyqError } from "../../src/errors.ts";
-import { batchLife, timer } from "../../src/life.ts";
-import { addUp, emptyReport, runLoop, sleep, workLoop } from "../../src/loop.ts";
+import { batchLife, timer } from "../../src/batch/life.ts";
+import { addUp, emptyReport, runLoop, sleep, workLoop } from "../../src/kinds/loop.ts";
 import type { BatchReport } from "../../src/types.ts";
 
 const ok: Executor = { query: () => Promise.resolve([{ ok: 1 }]) };

@@ -7,15 +7,15 @@
  * @module
  */
 
-import { type BatchSettings, batchSettings } from "./batch-settings.ts";
-import { type ConsumerContext, runBatch } from "./batch.ts";
-import { engine } from "./engine.ts";
-import { KeyqError } from "./errors.ts";
+import { type BatchSettings, batchSettings } from "../batch/settings.ts";
+import { type ConsumerContext, runBatch } from "../batch/batch.ts";
+import { engine } from "../engine/calls.ts";
+import { KeyqError } from "../errors.ts";
 import type { ConsumerKind } from "./kinds.ts";
 import { runLoop, workLoop } from "./loop.ts";
-import { mapError } from "./sql.ts";
-import type { BatchOptions, BatchReport, BlockedKey, RunOptions, RunReport, WorkOptions } from "./types.ts";
-import { checkName, checkText, show } from "./validate.ts";
+import { mapError } from "../engine/reply.ts";
+import type { BatchOptions, BatchReport, BlockedKey, RunOptions, RunReport, WorkOptions } from "../types.ts";
+import { checkName, checkText, show } from "../validate.ts";
 
 /**
  * A consumer of a queue. Every kind has the same calls; what a batch reads

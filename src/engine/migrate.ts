@@ -20,12 +20,12 @@
  * @module
  */
 
-import type { Driver, Executor } from "./driver.ts";
-import { KeyqError } from "./errors.ts";
-import { frozenFunctions, functions, functionsHash, functionsVersion, type Migration, migrations } from "./migrations.ts";
-import { mapError } from "./sql.ts";
-import type { MigrateResult } from "./types.ts";
-import { checkSchemaName } from "./validate.ts";
+import type { Driver, Executor } from "../driver.ts";
+import { KeyqError } from "../errors.ts";
+import { frozenFunctions, functions, functionsHash, functionsVersion, type Migration, migrations } from "../generated/migrations.ts";
+import { mapError } from "./reply.ts";
+import type { MigrateResult } from "../types.ts";
+import { checkSchemaName } from "../validate.ts";
 
 /** The newest schema version this build knows. */
 export const latestVersion: number = migrations.length === 0 ? 0 : migrations[migrations.length - 1]!.version;

@@ -6,10 +6,10 @@
  */
 
 import * as v from "valibot";
-import type { Executor } from "./driver.ts";
-import { KeyqError } from "./errors.ts";
-import type { BatchContext, HandlerContext, KeyqEvent } from "./types.ts";
-import { duration, durationMs, int, MAX_TIMEOUT_MS, parse } from "./validate.ts";
+import type { Executor } from "../driver.ts";
+import { KeyqError } from "../errors.ts";
+import type { BatchContext, HandlerContext, KeyqEvent } from "../types.ts";
+import { duration, durationMs, int, MAX_TIMEOUT_MS, parse } from "../validate.ts";
 
 const batchSchema = v.strictObject({
   handler: v.optional(v.function("expected a function (event, tx, { signal, deadline }) => …")),

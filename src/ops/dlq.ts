@@ -6,11 +6,11 @@
  */
 
 import * as v from "valibot";
-import type { Driver } from "./driver.ts";
-import { engine } from "./engine.ts";
-import { KeyqError } from "./errors.ts";
-import type { DeadLetter, DeadLetterFilter } from "./types.ts";
-import { checkId, checkName, duration, durationMs, int, parse, show, text } from "./validate.ts";
+import type { Driver } from "../driver.ts";
+import { engine } from "../engine/calls.ts";
+import { KeyqError } from "../errors.ts";
+import type { DeadLetter, DeadLetterFilter } from "../types.ts";
+import { checkId, checkName, duration, durationMs, int, parse, show, text } from "../validate.ts";
 
 /**
  * The dead-letter API of a client (`q.dlq`). A filter naming a queue or

@@ -4,10 +4,10 @@
  * @module
  */
 
-import type { BatchSettings } from "./batch-settings.ts";
-import { KeyqError } from "./errors.ts";
-import { backoffMs, classify } from "./faults.ts";
-import type { BatchReport, RunReport } from "./types.ts";
+import type { BatchSettings } from "../batch/settings.ts";
+import { KeyqError } from "../errors.ts";
+import { backoffMs, classify } from "../faults.ts";
+import type { BatchReport, RunReport } from "../types.ts";
 
 /** Sleeps `ms`, waking early when `signal` aborts. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {

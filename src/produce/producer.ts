@@ -6,13 +6,13 @@
  */
 
 import * as v from "valibot";
-import type { Executor } from "./driver.ts";
-import { engine } from "./engine.ts";
-import { KeyqError } from "./errors.ts";
-import { checkPayload, type PayloadSchema } from "./payload.ts";
-import type { SendInput, SendResult } from "./types.ts";
-import { checkJson, textProblem } from "./text.ts";
-import { checkName, duration, durationMs, parse, show, text } from "./validate.ts";
+import type { Executor } from "../driver.ts";
+import { engine } from "../engine/calls.ts";
+import { KeyqError } from "../errors.ts";
+import { checkPayload, type PayloadSchema } from "../payload.ts";
+import type { SendInput, SendResult } from "../types.ts";
+import { checkJson, textProblem } from "../text.ts";
+import { checkName, duration, durationMs, parse, show, text } from "../validate.ts";
 
 /** SQS's dedup window: a dedup key without a ttl stays live for 5 minutes. */
 const DEFAULT_TTL_MS = 5 * 60_000;
@@ -26,7 +26,7 @@ const eventSchema = v.strictObject({
 });
 
 /** What the engine's `send_batch` takes per event. */
-interface WireEvent {
+interface OutEvent {
   type: string;
   key: string | null;
   payload: unknown;
@@ -41,7 +41,7 @@ async function prepare(
   input: SendInput,
   schema: PayloadSchema | undefined,
   where: string,
-): Promise<WireEvent> {
+): Promise<OutEvent> {
   if (typeof input !== "object" || input === null || Array.isArray(input)) {
     throw new KeyqError("INVALID_INPUT", `Expected ${where} as an object like { type: "FileCreated", payload: {…} }, not ${show(input)}.`, {
       field: "event",
@@ -60,7 +60,7 @@ async function prepare(
   const ttlMs = e.dedupKey === undefined ? undefined : durationMs("ttl", e.ttl ?? DEFAULT_TTL_MS, 1);
   const payload = await checkPayload(schema, e.payload, `${where} (queue "${queue}")`);
   checkJson(payload, where);
-  const wire: WireEvent = { type: e.type, key: e.key ?? null, payload };
+  const wire: OutEvent = { type: e.type, key: e.key ?? null, payload };
   if (e.dedupKey !== undefined) {
     wire.dedupKey = e.dedupKey;
     wire.ttl = ttlMs! / 1000;
@@ -130,7 +130,7 @@ export async function sendBatch(
   for (let i = 0; fast && i < inputs.length; i++) fast = quick(inputs[i], `event ${i}`) === true;
   let events: readonly unknown[] = inputs;
   if (!fast) {
-    const wire: WireEvent[] = [];
+    const wire: OutEvent[] = [];
     for (let i = 0; i < inputs.length; i++) {
       wire.push(await prepare(queue, inputs[i] as SendInput, payloadSchema, `event ${i}`));
     }

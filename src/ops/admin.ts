@@ -6,12 +6,12 @@
  */
 
 import * as v from "valibot";
-import type { Driver } from "./driver.ts";
-import { engine } from "./engine.ts";
-import { KeyqError } from "./errors.ts";
+import type { Driver } from "../driver.ts";
+import { engine } from "../engine/calls.ts";
+import { KeyqError } from "../errors.ts";
 import { queueSettings, sameSettings } from "./queue-settings.ts";
-import type { Duration, MaintainReport, QueueInfo, QueueSettings, QueueStatus } from "./types.ts";
-import { checkName, duration, durationMs, parse } from "./validate.ts";
+import type { Duration, MaintainReport, QueueInfo, QueueSettings, QueueStatus } from "../types.ts";
+import { checkName, duration, durationMs, parse } from "../validate.ts";
 
 const tickSchema = v.strictObject({ force: v.optional(v.boolean("expected true or false")) });
 const maintainSchema = v.strictObject({ forceRotate: v.optional(v.boolean("expected true or false")) });

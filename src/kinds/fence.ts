@@ -11,10 +11,10 @@
  * @module
  */
 
-import type { BatchHooks, ConsumerContext } from "./batch.ts";
-import type { Executor } from "./driver.ts";
-import { engine, type Received } from "./engine.ts";
-import type { BatchLife } from "./life.ts";
+import type { BatchHooks, ConsumerContext } from "../batch/batch.ts";
+import type { Executor } from "../driver.ts";
+import { engine, type Received } from "../engine/calls.ts";
+import type { BatchLife } from "../batch/life.ts";
 
 /** Past the batch deadline, for clock skew between this process and the server. */
 const LEASE_MARGIN_MS = 2_000;

@@ -9,7 +9,7 @@
  * @module
  */
 
-import type { Executor } from "./driver.ts";
+import type { Executor } from "../driver.ts";
 
 /** A statement tally shared by the executors that feed it. */
 export interface Tally {

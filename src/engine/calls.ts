@@ -14,9 +14,10 @@
  * @module
  */
 
-import type { Executor, SqlParam } from "./driver.ts";
-import { fields, mapError, reply, type Shape } from "./sql.ts";
-import { isPlainBatch, type PlainBatch } from "./wire.ts";
+import type { Executor, SqlParam } from "../driver.ts";
+import { fields, mapError, reply, type Shape } from "./reply.ts";
+import { isPlainBatch, type PlainBatch, type Received } from "./wire.ts";
+export type { Received, WireEvent } from "./wire.ts";
 import type {
   BlockedKey,
   DeadLetter,
@@ -24,7 +25,7 @@ import type {
   QueueInfo,
   QueueStatus,
   SendResult,
-} from "./types.ts";
+} from "../types.ts";
 
 /** SQL types the engine's arguments use, as written in the cast. */
 export type SqlType = "text" | "int" | "int[]" | "text[]" | "jsonb" | "boolean" | "float8";
@@ -121,31 +122,6 @@ async function run<In, Out>(exec: Executor, schema: string, f: EngineFn<In>, inp
 }
 
 // ---------------------------------------------------------------- result types
-
-/** The engine's JSON form of a received event. */
-export interface WireEvent {
-  id: string;
-  txid: string;
-  type: string;
-  key: string | null;
-  payload: unknown;
-  time: string;
-  retry: number;
-  /** True when it came from the consumer's retry rows (a retry or a replay). */
-  redelivered?: boolean;
-  /** Tier A: false when another worker holds the key. */
-  locked?: boolean;
-  /** Set by a fenced batch: another batch's lease still fences the key (always deferred). */
-  fenced?: boolean;
-}
-
-/** The engine's answer to a receive call. */
-export interface Received {
-  busy: boolean;
-  events: WireEvent[];
-  /** Tier B: the slot this batch read. */
-  slot?: number;
-}
 
 /** An event named by id and transaction, as `ack` takes it. */
 export interface EventRef {

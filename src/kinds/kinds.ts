@@ -7,13 +7,13 @@
  * @module
  */
 
-import type { BatchSettings } from "./batch-settings.ts";
-import { type BatchKind, BUSY, type ConsumerContext, type Outcome, type Sorted } from "./batch.ts";
-import type { Executor } from "./driver.ts";
-import { type AckReply, engine, type Received } from "./engine.ts";
-import { KeyqError } from "./errors.ts";
+import type { BatchSettings } from "../batch/settings.ts";
+import { type BatchKind, BUSY, type ConsumerContext, type Outcome, type Sorted } from "../batch/batch.ts";
+import type { Executor } from "../driver.ts";
+import { type AckReply, engine, type Received } from "../engine/calls.ts";
+import { KeyqError } from "../errors.ts";
 import { fenceHooks } from "./fence.ts";
-import { fromPlain } from "./wire.ts";
+import { fromPlain } from "../engine/wire.ts";
 
 /** One kind of consumer: what it persists, and its own steps of a run and a batch. */
 export interface ConsumerKind extends BatchKind {

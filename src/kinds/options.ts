@@ -7,9 +7,9 @@
 
 import * as v from "valibot";
 import type { ExclusiveSettings, OrderedSettings } from "./kinds.ts";
-import { CONSUMER_OVERRIDES, engineUnits, settingEntries } from "./queue-settings.ts";
-import type { Duration } from "./types.ts";
-import { duration, durationMs, int, parse } from "./validate.ts";
+import { CONSUMER_OVERRIDES, engineUnits, settingEntries } from "../ops/queue-settings.ts";
+import type { Duration } from "../types.ts";
+import { duration, durationMs, int, parse } from "../validate.ts";
 
 /** Per-consumer overrides of the queue's retry policy. */
 export interface ConsumerOptions {

@@ -8,16 +8,16 @@
  * @module
  */
 
-import type { AnyEvent, BatchSettings } from "./batch-settings.ts";
-import type { Executor } from "./driver.ts";
-import { describeError } from "./error-text.ts";
-import type { EventRef, Received, WireEvent } from "./engine.ts";
-import { KeyqError } from "./errors.ts";
+import type { AnyEvent, BatchSettings } from "./settings.ts";
+import type { Executor } from "../driver.ts";
+import { describeError } from "../error-text.ts";
+import type { EventRef, Received, WireEvent } from "../engine/calls.ts";
+import { KeyqError } from "../errors.ts";
 import { type BatchLife, timer } from "./life.ts";
-import { checkPayload, type PayloadSchema } from "./payload.ts";
+import { checkPayload, type PayloadSchema } from "../payload.ts";
 import { counting, type Tally } from "./report.ts";
 import { directScope, type EventScope, eventScope, type KnownOutcome, type Rerun } from "./savepoint.ts";
-import type { HandlerContext } from "./types.ts";
+import type { HandlerContext } from "../types.ts";
 
 /** Where a batch stands while it runs: its life, and when it should stop starting events. */
 export interface BatchRun {

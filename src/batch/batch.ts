@@ -9,18 +9,18 @@
  * @module
  */
 
-import type { BatchSettings } from "./batch-settings.ts";
-import type { Driver, Executor } from "./driver.ts";
-import type { AckOutcome, AckReply, EventRef, LocalTimeouts, Received, WireEvent } from "./engine.ts";
-import { KeyqError } from "./errors.ts";
-import { classify } from "./faults.ts";
+import type { BatchSettings } from "./settings.ts";
+import type { Driver, Executor } from "../driver.ts";
+import type { AckOutcome, AckReply, EventRef, LocalTimeouts, Received, WireEvent } from "../engine/calls.ts";
+import { KeyqError } from "../errors.ts";
+import { classify } from "../faults.ts";
 import { batchScope, type BatchRun, failures, type Failures, type Handled, handleAll, handleEach, readyEvents } from "./handler.ts";
 import { type BatchLife, batchLife } from "./life.ts";
-import type { PayloadSchema } from "./payload.ts";
+import type { PayloadSchema } from "../payload.ts";
 import { counting } from "./report.ts";
 import { isRerun } from "./savepoint.ts";
-import { mapError } from "./sql.ts";
-import type { BatchReport } from "./types.ts";
+import { mapError } from "../engine/reply.ts";
+import type { BatchReport } from "../types.ts";
 
 /** What a consumer needs from its client. */
 export interface ConsumerContext {

@@ -8,9 +8,9 @@
  */
 
 import * as v from "valibot";
-import { KeyqError } from "./errors.ts";
-import type { QueueInfo } from "./types.ts";
-import { duration, durationMs, int, parse } from "./validate.ts";
+import { KeyqError } from "../errors.ts";
+import type { QueueInfo } from "../types.ts";
+import { duration, durationMs, int, parse } from "../validate.ts";
 
 /** One setting: a count in a range, or a duration with a floor (ms). */
 export interface SettingSpec {

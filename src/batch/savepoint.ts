@@ -16,7 +16,7 @@
  * @module
  */
 
-import type { Executor } from "./driver.ts";
+import type { Executor } from "../driver.ts";
 
 /** An executor for the current event plus the controls the batch loop needs. */
 export interface EventScope {

@@ -9,9 +9,9 @@
  * @module
  */
 
-import type { Driver, Executor } from "./driver.ts";
-import { KeyqError } from "./errors.ts";
-import { show } from "./text.ts";
+import type { Driver, Executor } from "../driver.ts";
+import { KeyqError } from "../errors.ts";
+import { show } from "../text.ts";
 
 const HOW = "pass the transaction itself: keyq's (q.driver.transaction(async (tx) => …)) or your driver's " +
   "(postgres.js sql.begin(async (tx) => …), a pg client after BEGIN)";

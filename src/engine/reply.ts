@@ -1,11 +1,11 @@
 /**
  * Wire helpers of engine calls: checking a reply's shape, and mapping
- * driver errors (the calls themselves are declared in engine.ts).
+ * driver errors (the calls themselves are declared in calls.ts).
  *
  * @module
  */
 
-import { fromDatabaseError, KeyqError } from "./errors.ts";
+import { fromDatabaseError, KeyqError } from "../errors.ts";
 
 /** Checks the shape of a parsed engine reply; true when it is what was asked for. */
 export type Shape = (value: unknown) => boolean;

@@ -8,7 +8,30 @@
  * @module
  */
 
-import type { Received, WireEvent } from "./engine.ts";
+/** The engine's JSON form of a received event. */
+export interface WireEvent {
+  id: string;
+  txid: string;
+  type: string;
+  key: string | null;
+  payload: unknown;
+  time: string;
+  retry: number;
+  /** True when it came from the consumer's retry rows (a retry or a replay). */
+  redelivered?: boolean;
+  /** Tier A: false when another worker holds the key. */
+  locked?: boolean;
+  /** Set by a fenced batch: another batch's lease still fences the key (always deferred). */
+  fenced?: boolean;
+}
+
+/** The engine's answer to a receive call. */
+export interface Received {
+  busy: boolean;
+  events: WireEvent[];
+  /** Tier B: the slot this batch read. */
+  slot?: number;
+}
 
 /** One event row: id, txid, type, key, time, payload. */
 export type PlainRow = [id: string, txid: string, type: string, key: string | null, time: string, payload: unknown];

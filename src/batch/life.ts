@@ -12,9 +12,9 @@
  * @module
  */
 
-import type { Executor } from "./driver.ts";
-import { KeyqError } from "./errors.ts";
-import { classify } from "./faults.ts";
+import type { Executor } from "../driver.ts";
+import { KeyqError } from "../errors.ts";
+import { classify } from "../faults.ts";
 
 /** Why a batch ended early. */
 export type AbortReason = "deadline" | "stopped" | "connection";
