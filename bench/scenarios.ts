@@ -13,6 +13,7 @@ import type { Sql } from "./db.ts";
 import * as kq from "./keyq-side.ts";
 import * as boss from "./pgboss-side.ts";
 import * as raw from "./raw-side.ts";
+import { manyQueues } from "./queues.ts";
 import { roundTrips } from "./roundtrips.ts";
 import type { Row, Target } from "./rows.ts";
 import type { ConsumeResult, Sizes } from "./sizes.ts";
@@ -87,6 +88,12 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
       return [
         ["latency-p50", `Tier A latency p50 at ${s.rate}/s (↓)`, "ms", "pg-boss singleton", true],
         ["latency-p95", `Tier A latency p95 at ${s.rate}/s (↓)`, "ms", "pg-boss singleton", true],
+      ];
+    case "queues":
+      return [
+        ["queues-run", `run() of one plain consumer (10 events), ${fmt(s.manyQueues)} queues in the schema (↓)`, "ms", "the same, 10 queues", true, atMost(1.2, "ratio")],
+        ["queues-cold", `cold run() (fresh connection), ${fmt(s.manyQueues)} queues (↓)`, "ms", "the same, 10 queues", true, atMost(1.2, "ratio")],
+        ["queues-tick", `tick() of one queue, ${fmt(s.manyQueues)} queues (↓)`, "ms", "the same, 10 queues", true, atMost(1.2, "ratio")],
       ];
     case "retry":
       return [["retry", `retry: every event fails once, Tier A, ${w} workers`, "ev/s", "pg-boss singleton", true]];
@@ -216,6 +223,14 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
       put(book, "latency-p50", k?.p50, b?.p50);
       put(book, "latency-p95", k?.p95, b?.p95);
       return `keyq p50 ${fmt(k?.p50)} ms p95 ${fmt(k?.p95)} ms · pg-boss p50 ${fmt(b?.p50)} ms p95 ${fmt(b?.p95)} ms`;
+    }
+    case "queues": {
+      const [many, few] = await both(book, id, keyqFirst, () => manyQueues(admin, s.manyQueues, s.queueSamples), () => manyQueues(admin, 10, s.queueSamples));
+      put(book, "queues-run", many?.run, few?.run);
+      put(book, "queues-cold", many?.cold, few?.cold);
+      put(book, "queues-tick", many?.tick, few?.tick);
+      const ms = (x: number | undefined) => `${fmt(x)} ms`;
+      return `run ${ms(many?.run)} vs ${ms(few?.run)} · cold ${ms(many?.cold)} vs ${ms(few?.cold)} · tick ${ms(many?.tick)} vs ${ms(few?.tick)}`;
     }
     case "retry": {
       const [k, b] = await both(book, id, keyqFirst, () => kq.retryExclusive(admin, s, seed), () => boss.retryExclusive(admin, s, seed));

@@ -52,6 +52,10 @@ export interface Sizes {
   rawConns: number;
   /** Statements timed per driver in the round-trip scenario. */
   rtStatements: number;
+  /** Queues in the schema of the many-queues scenario (its reference: the same with 10). */
+  manyQueues: number;
+  /** Timed runs per side of the many-queues scenario (medians). */
+  queueSamples: number;
 }
 
 /** Defaults of a full run (its output header says how long it took). */
@@ -79,6 +83,8 @@ export const FULL: Sizes = {
   backlogEvents: 100_000,
   rawConns: 4,
   rtStatements: 200,
+  manyQueues: 1_000,
+  queueSamples: 15,
 };
 
 /** `--quick`: a ~30 s smoke run. */
@@ -98,6 +104,8 @@ export const QUICK: Sizes = {
   hotEvents: 400,
   backlogEvents: 10_000,
   rtStatements: 50,
+  manyQueues: 100,
+  queueSamples: 7,
 };
 
 /** What a throughput scenario measured on one side. */

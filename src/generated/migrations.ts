@@ -1755,16 +1755,23 @@ end $$;
 -- scans are off: with no statistics yet the planner may otherwise read the
 -- whole table to prove that nothing is pending, on every run.
 create function :KEYQ_SCHEMA.has_pending(qid int, snap pg_snapshot) returns boolean
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 set enable_seqscan = off
 as $$
-  select exists (select 1 from :KEYQ_SCHEMA.event
-                  where queue_id = qid and ev_txid >= pg_snapshot_xmax(snap))
-      or exists (select 1 from :KEYQ_SCHEMA.event
-                  where queue_id = qid
-                    and ev_txid = any (array(select pg_snapshot_xip(snap))))
-$$;
+declare found_one boolean;
+begin
+  -- The queue's own partition by name (event_<qid>), never the parent: a
+  -- statement on the parent with the queue id as a parameter plans, opens
+  -- and locks every queue's partitions, so its cost grew with the number of
+  -- queues (and its locks filled the shared lock table).
+  execute format($q$
+    select exists (select 1 from %1$I.%2$I where ev_txid >= pg_catalog.pg_snapshot_xmax($1))
+        or exists (select 1 from %1$I.%2$I where ev_txid = any (array(select pg_catalog.pg_snapshot_xip($1)))) $q$,
+    :KEYQ_SCHEMA_NAME, 'event_' || qid)
+    into found_one using snap;
+  return found_one;
+end $$;
 
 -- Writes a tick when the policy says so and nobody else is ticking this queue.
 -- Returns {"tick": id} or {"tick": null, "reason": ...}. Must run in its own
@@ -1819,29 +1826,31 @@ end $$;
 create function :KEYQ_SCHEMA.window_events(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int
 ) returns setof :KEYQ_SCHEMA.event
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 set enable_sort = off
 set enable_seqscan = off
 set jit = off
 as $$
+begin
+  -- The queue's own partition by name (see has_pending).
+  return query execute format($q$
   select w.* from (
-    (select e.* from :KEYQ_SCHEMA.event e
-      where e.queue_id = qid
-        and e.ev_txid = any (array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2)))
-        and (e.ev_txid, e.ev_id) > (a_txid, a_id)
-      order by e.ev_txid, e.ev_id limit lim)
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+      order by e.ev_txid, e.ev_id limit $5)
     union all
-    (select e.* from :KEYQ_SCHEMA.event e
-      where e.queue_id = qid
-        and e.ev_txid >= pg_snapshot_xmax(s1) and e.ev_txid < pg_snapshot_xmax(s2)
-        and (e.ev_txid, e.ev_id) > (a_txid, a_id)
-        and pg_visible_in_snapshot(e.ev_txid, s2)
-      order by e.ev_txid, e.ev_id limit lim)
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
+      order by e.ev_txid, e.ev_id limit $5)
   ) w
   order by w.ev_txid, w.ev_id
-  limit lim
-$$;
+  limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
+  using s1, s2, a_txid, a_id, lim;
+end $$;
 
 -- How many events window (s1, s2] holds, counting at most lim (null: all):
 -- status() counts real events (sequence values also go to deduplicated and
@@ -1849,22 +1858,39 @@ $$;
 -- as window_events, without the rows.
 create function :KEYQ_SCHEMA.window_count(qid int, s1 pg_snapshot, s2 pg_snapshot, lim bigint default null)
 returns bigint
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 set enable_seqscan = off
 set jit = off
 as $$
-  select count(*) from (
-    (select 1 from :KEYQ_SCHEMA.event e
-      where e.queue_id = qid
-        and e.ev_txid = any (array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2))))
+declare n bigint;
+begin
+  -- The queue's own partition by name (see has_pending).
+  execute format($q$
+  select pg_catalog.count(*) from (
+    (select 1 from %1$I.%2$I e
+      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2))))
     union all
-    (select 1 from :KEYQ_SCHEMA.event e
-      where e.queue_id = qid
-        and e.ev_txid >= pg_snapshot_xmax(s1) and e.ev_txid < pg_snapshot_xmax(s2)
-        and pg_visible_in_snapshot(e.ev_txid, s2))
-    limit lim) w
-$$;
+    (select 1 from %1$I.%2$I e
+      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
+        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2))
+    limit $3) w $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
+    into n using s1, s2, lim;
+  return n;
+end $$;
+
+-- One event of queue qid by (txid, id), or a row of nulls when it is gone
+-- (rotated away). The queue's partition by name (see has_pending).
+create function :KEYQ_SCHEMA.event_row(qid int, txid xid8, id bigint) returns :KEYQ_SCHEMA.event
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare e :KEYQ_SCHEMA.event;
+begin
+  execute format('select * from %I.%I where ev_txid = $1 and ev_id = $2', :KEYQ_SCHEMA_NAME, 'event_' || qid)
+    into e using txid, id;
+  return e;
+end $$;
 
 create function :KEYQ_SCHEMA.event_json(e :KEYQ_SCHEMA.event, retry int default 0) returns jsonb
 language sql stable
@@ -1950,6 +1976,23 @@ end $$;
 
 -- Maintenance -----------------------------------------------------------------
 
+-- Whether ring table t of queue qid holds an event the snapshot does not see
+-- (a cursor has not passed it). The table by name (see has_pending).
+create function :KEYQ_SCHEMA.table_unread(qid int, t int, snap pg_snapshot) returns boolean
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare unread boolean;
+begin
+  execute format($q$
+    select exists (select 1 from %1$I.%2$I e
+                    where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1)
+                       or e.ev_txid = any (array(select pg_catalog.pg_snapshot_xip($1)))) $q$,
+    :KEYQ_SCHEMA_NAME, 'event_' || qid || '_' || t)
+    into unread using snap;
+  return unread;
+end $$;
+
 -- Switches the queue to its next ring table after emptying it. Safe because:
 -- the ACCESS EXCLUSIVE lock waits out every transaction that inserted into
 -- that table (they hold ROW EXCLUSIVE until they end), and the table is only
@@ -1981,11 +2024,7 @@ begin
     join :KEYQ_SCHEMA.tick t on t.queue_id = k.queue_id and t.tick_id = cu.tick_id
    where k.queue_id = q.queue_id
    order by cu.tick_id limit 1;
-  if oldest is not null and exists (
-      select 1 from :KEYQ_SCHEMA.event e
-       where e.queue_id = q.queue_id and e.ev_table = nxt
-         and (e.ev_txid >= pg_snapshot_xmax(oldest)
-              or e.ev_txid = any (array(select pg_snapshot_xip(oldest))))) then
+  if oldest is not null and :KEYQ_SCHEMA.table_unread(q.queue_id, nxt, oldest) then
     return jsonb_build_object('rotated', false, 'reason', 'lagging consumer');
   end if;
   execute format('truncate %I.%I', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || nxt);
@@ -2145,7 +2184,7 @@ begin
     retries || :KEYQ_SCHEMA.read_window(c, cur, max_events - jsonb_array_length(retries)));
 end $$;
 
--- One batch of a plain consumer in the compact wire form (src/wire.ts):
+-- One batch of a plain consumer in the compact wire form (src/engine/wire.ts):
 -- {"busy": b, "retries": [event objects], "rows": [[id, txid, type, key,
 -- time, payload], …]}, built as json text (no jsonb re-parse of payloads, no
 -- function call per event; half the server time of receive's objects).
@@ -2210,9 +2249,8 @@ begin
     update :KEYQ_SCHEMA.retry set due_at = due
      where consumer_id = c.consumer_id and ev_id = (d->>'id')::bigint;
     if not found then
-      select * into e from :KEYQ_SCHEMA.event
-       where queue_id = c.queue_id and ev_txid = (d->>'txid')::xid8 and ev_id = (d->>'id')::bigint;
-      if not found then continue; end if;
+      e := :KEYQ_SCHEMA.event_row(c.queue_id, (d->>'txid')::xid8, (d->>'id')::bigint);
+      if e.ev_id is null then continue; end if;
       insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
                                       retry, due_at, last_error)
       values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null)
@@ -2271,9 +2309,8 @@ begin
   for f in select x from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x loop
     select * into r from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = (f->>'id')::bigint;
     if not found then
-      select * into e from :KEYQ_SCHEMA.event
-       where queue_id = c.queue_id and ev_txid = (f->>'txid')::xid8 and ev_id = (f->>'id')::bigint;
-      if not found then continue; end if;  -- rotated away meanwhile: nothing left to retry
+      e := :KEYQ_SCHEMA.event_row(c.queue_id, (f->>'txid')::xid8, (f->>'id')::bigint);
+      if e.ev_id is null then continue; end if;  -- rotated away meanwhile: nothing left to retry
       r := row(c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null);
     end if;
     if r.retry + 1 > p.max_retries then
@@ -2829,22 +2866,21 @@ begin
     lo_id := 0;
   end if;
   range_sql := format($q$
-      select e.* from %1$I.event e
-        where e.queue_id = $1
-          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
+      select e.* from %1$I.%3$I e
+        where (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
           and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
           and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
-        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, n::int);
+        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, n::int, 'event_' || qid);
   if cardinality(strag) = 0 then
     return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
     return;
   end if;
   execute format($q$
     select pg_catalog.array_agg(e) from (
-      select e.* from %1$I.event e
-        where e.queue_id = $1 and e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
+      select e.* from %1$I.%3$I e
+        where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
           and (e.ev_txid, e.ev_id) > ($2, $3)
-        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, n::int)
+        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, n::int, 'event_' || qid)
     into late using qid, a_txid, a_id, k, lim, n, strag;
   if late is null then
     return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
@@ -3113,7 +3149,7 @@ $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "630450d1cf2adada34627d81b862f4a50b2af621d218dadea7fafd091c027b15";
+export const functionsHash: string = "ac984981f42261f4ae0cee949cb9871267906859c23641aae348d35210be3a97";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";

@@ -127,7 +127,7 @@ begin
     retries || :KEYQ_SCHEMA.read_window(c, cur, max_events - jsonb_array_length(retries)));
 end $$;
 
--- One batch of a plain consumer in the compact wire form (src/wire.ts):
+-- One batch of a plain consumer in the compact wire form (src/engine/wire.ts):
 -- {"busy": b, "retries": [event objects], "rows": [[id, txid, type, key,
 -- time, payload], …]}, built as json text (no jsonb re-parse of payloads, no
 -- function call per event; half the server time of receive's objects).
@@ -192,9 +192,8 @@ begin
     update :KEYQ_SCHEMA.retry set due_at = due
      where consumer_id = c.consumer_id and ev_id = (d->>'id')::bigint;
     if not found then
-      select * into e from :KEYQ_SCHEMA.event
-       where queue_id = c.queue_id and ev_txid = (d->>'txid')::xid8 and ev_id = (d->>'id')::bigint;
-      if not found then continue; end if;
+      e := :KEYQ_SCHEMA.event_row(c.queue_id, (d->>'txid')::xid8, (d->>'id')::bigint);
+      if e.ev_id is null then continue; end if;
       insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
                                       retry, due_at, last_error)
       values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null)
@@ -253,9 +252,8 @@ begin
   for f in select x from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x loop
     select * into r from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = (f->>'id')::bigint;
     if not found then
-      select * into e from :KEYQ_SCHEMA.event
-       where queue_id = c.queue_id and ev_txid = (f->>'txid')::xid8 and ev_id = (f->>'id')::bigint;
-      if not found then continue; end if;  -- rotated away meanwhile: nothing left to retry
+      e := :KEYQ_SCHEMA.event_row(c.queue_id, (f->>'txid')::xid8, (f->>'id')::bigint);
+      if e.ev_id is null then continue; end if;  -- rotated away meanwhile: nothing left to retry
       r := row(c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null);
     end if;
     if r.retry + 1 > p.max_retries then

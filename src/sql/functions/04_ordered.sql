@@ -144,22 +144,21 @@ begin
     lo_id := 0;
   end if;
   range_sql := format($q$
-      select e.* from %1$I.event e
-        where e.queue_id = $1
-          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
+      select e.* from %1$I.%3$I e
+        where (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
           and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
           and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
-        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, n::int);
+        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, n::int, 'event_' || qid);
   if cardinality(strag) = 0 then
     return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
     return;
   end if;
   execute format($q$
     select pg_catalog.array_agg(e) from (
-      select e.* from %1$I.event e
-        where e.queue_id = $1 and e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
+      select e.* from %1$I.%3$I e
+        where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
           and (e.ev_txid, e.ev_id) > ($2, $3)
-        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, n::int)
+        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, n::int, 'event_' || qid)
     into late using qid, a_txid, a_id, k, lim, n, strag;
   if late is null then
     return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;

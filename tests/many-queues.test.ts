@@ -1,0 +1,77 @@
+// What one consumer's run() costs must not depend on how many queues the
+// schema holds: every statement touches its own queue's partitions only.
+// Plan-independent evidence: the relations a statement's plan opens are
+// locked until its transaction ends, so the relation locks held at the end
+// of each transaction of a run() count the tables and indexes it planned
+// over. A statement on the partitioned parent with the queue id as a
+// parameter plans (and locks) every queue's partitions; this test fails then.
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import type { Driver, Executor, Keyq, Row, SqlParam } from "../mod.ts";
+import { keyq } from "../mod.ts";
+import { dbSkip } from "./helpers/db.ts";
+import { type PgFixture, withPg } from "./helpers/fixture.ts";
+
+const skip = await dbSkip();
+
+const LOCKS = "select count(*)::int as n from pg_catalog.pg_locks where pid = pg_catalog.pg_backend_pid() and locktype = 'relation'";
+
+/** A driver that counts the relation locks each transaction holds at its end (autocommit statements run as one). */
+function lockCounting(inner: Driver): { driver: Driver; counts: number[] } {
+  const counts: number[] = [];
+  const tally = async (tx: Executor) => void counts.push(Number((await tx.query(LOCKS))[0]!.n));
+  const transaction = <T>(fn: (tx: Executor) => Promise<T>): Promise<T> =>
+    inner.transaction!(async (tx) => {
+      const out = await fn(tx);
+      await tally(tx);
+      return out;
+    });
+  const driver: Driver = {
+    name: inner.name,
+    connections: inner.connections,
+    query: (text: string, params?: readonly SqlParam[]): Promise<Row[]> => transaction((tx) => tx.query(text, params)),
+    transaction,
+  };
+  return { driver, counts };
+}
+
+type Kind = "plain" | "exclusive" | "ordered";
+
+/** A consumer of queue q0 of `kind` in a schema holding `queues` queues; the locks of its second run(). */
+async function locksOfRun(f: PgFixture, queues: number, kind: Kind): Promise<{ max: number; total: number; events: number }> {
+  for (let i = 0; i < queues; i++) await f.q.createQueue(`q${i}`, { rotationPeriod: "1 hour" });
+  const { driver, counts } = lockCounting(f.q.driver);
+  const q: Keyq = keyq(driver, { schema: f.schema });
+  const consumer = (c: Keyq) => kind === "plain" ? c.consumer("q0", "c") : kind === "exclusive" ? c.exclusive("q0", "c") : c.ordered("q0", "c", { slots: 4 });
+  await consumer(f.q).subscribe();
+  const ten = Array.from({ length: 10 }, (_, j) => ({ type: "T", key: `k${j}`, payload: { j } }));
+  const run = (c: Keyq) => kind === "ordered" ? (consumer(c) as ReturnType<Keyq["ordered"]>).run({ worker: 0, workers: 1, handler: () => {} }) : (consumer(c) as ReturnType<Keyq["consumer"]>).run({ handler: () => {} });
+  await f.q.sendBatch("q0", ten);
+  await run(f.q); // first run: whatever a first run sets up
+  await f.q.sendBatch("q0", ten);
+  const report = await run(q);
+  try {
+    return { max: Math.max(...counts), total: counts.reduce((a, b) => a + b, 0), events: report.events };
+  } finally {
+    // One queue a transaction, so the schema's drop stays small.
+    for (let i = 0; i < queues; i++) await f.q.dropQueue(`q${i}`);
+  }
+}
+
+describe("a run's cost does not grow with the number of queues", () => {
+  for (const kind of ["plain", "exclusive", "ordered"] as const) {
+    test(`${kind}: the relation locks of one run() are the same with 2 and 40 queues`, { skip }, async () => {
+      const few = await withPg({ max: 2 }, (f) => locksOfRun(f, 2, kind));
+      const many = await withPg({ max: 2 }, (f) => locksOfRun(f, 40, kind));
+      assert.equal(few.events, 10, "the run with 2 queues handled its 10 events");
+      assert.equal(many.events, 10, "the run with 40 queues handled its 10 events");
+      assert.ok(few.total > 0, "the counting driver saw the run's transactions");
+      // A transaction more or less (a due tick, a maintenance step) moves the
+      // total by a few; a statement that plans over every queue's partitions
+      // adds at least 38 queues x 3 ring tables.
+      const msg = `relation locks per run (max per transaction, total): 40 queues ${JSON.stringify(many)} vs 2 queues ${JSON.stringify(few)}`;
+      assert.ok(many.max <= few.max + 2, msg);
+      assert.ok(many.total <= few.total + 8, msg);
+    });
+  }
+});
