@@ -88,8 +88,12 @@ export async function send(
   });
 }
 
-/** Keys an event may have; anything else goes the slow way (and is refused there). */
-const FAST_KEYS = new Set(["type", "payload", "key"]);
+/**
+ * Keys an event may have on the fast path; anything else goes the slow way
+ * (and is refused there). A dedup key without a ttl takes the engine's
+ * default ttl, the same 5 minutes as DEFAULT_TTL_MS.
+ */
+const FAST_KEYS = new Set(["type", "payload", "key", "dedupKey"]);
 
 /**
  * The common event — a plain object with a valid `type`, a `payload` and an
@@ -100,11 +104,14 @@ function quick(input: unknown, where: string): true | undefined {
   if (typeof input !== "object" || input === null) return undefined;
   const proto = Object.getPrototypeOf(input);
   if (proto !== Object.prototype && proto !== null) return undefined;
-  const e = input as { type?: unknown; payload?: unknown; key?: unknown };
+  const e = input as { type?: unknown; payload?: unknown; key?: unknown; dedupKey?: unknown };
   for (const k in e) if (!FAST_KEYS.has(k) || !Object.hasOwn(e, k)) return undefined;
-  const { type, key } = e;
+  const { type, key, dedupKey } = e;
   if (typeof type !== "string" || type.length < 1 || type.length > 200 || textProblem(type)) return undefined;
   if (key !== undefined && key !== null && (typeof key !== "string" || key.length > 1000 || textProblem(key))) return undefined;
+  if (dedupKey !== undefined && (typeof dedupKey !== "string" || dedupKey.length < 1 || dedupKey.length > 512 || textProblem(dedupKey))) {
+    return undefined;
+  }
   if (e.payload === undefined) return undefined;
   checkJson(e.payload, where);
   return true;

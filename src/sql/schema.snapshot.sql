@@ -300,7 +300,7 @@ begin
       using errcode = 'KQ004', hint = 'KEYQ:SLOT_COUNT_MISMATCH';
   end if;
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.claim_dedup(q :KEYQ_SCHEMA.queue, k text, ttl double precision, OUT id bigint, OUT deduped boolean)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.claim_dedup(q :KEYQ_SCHEMA.queue, k text, ttl double precision, new_id bigint DEFAULT NULL::bigint, OUT id bigint, OUT deduped boolean)
  RETURNS record
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -309,7 +309,7 @@ AS $function$
 begin
   loop
     insert into :KEYQ_SCHEMA.dedup as d (queue_id, dedup_key, ev_id, expires_at)
-    values (q.queue_id, k, nextval(q.event_seq), now() + make_interval(secs => coalesce(ttl, 300)))
+    values (q.queue_id, k, coalesce(new_id, nextval(q.event_seq)), now() + make_interval(secs => coalesce(ttl, 300)))
     on conflict (queue_id, dedup_key) do update
        set ev_id = excluded.ev_id, expires_at = excluded.expires_at
      where d.expires_at <= now()
@@ -1165,9 +1165,8 @@ declare
   out jsonb := '[]';
   e jsonb;
   c record;
-  -- Results are collected in an array (amortised O(1) appends): growing a
-  -- jsonb array with || copies it every time, quadratic in the batch size.
-  res jsonb[] := '{}';
+  ids bigint[];
+  got jsonb;
 begin
   if not jsonb_path_exists(events, '$[*].dedupKey') then
     -- The common path: one set-based insert.
@@ -1180,21 +1179,66 @@ begin
     select coalesce(jsonb_agg(ev_id::text order by ev_id), '[]') into out from ins;
     return out;
   end if;
-  for e in select x.v from jsonb_array_elements(events) with ordinality as x(v, ord) order by x.ord loop
-    if e->>'dedupKey' is null then
-      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-      values (q.queue_id, q.cur_table, nextval(q.event_seq), e->>'type', e->>'key', e->'payload')
-      returning ev_id as id, false as deduped into c;
-    else
-      c := :KEYQ_SCHEMA.claim_dedup(q, e->>'dedupKey', (e->>'ttl')::float8);
-      if not c.deduped then
-        insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-        values (q.queue_id, q.cur_table, c.id, e->>'type', e->>'key', e->'payload');
-      end if;
-    end if;
-    res := res || jsonb_build_object('id', c.id::text, 'deduped', c.deduped);
+  -- With dedup keys, set-based too (one loop iteration per event made a
+  -- 100,000-event batch take seconds). Ids are drawn for every event first,
+  -- in array order, so claimed events keep the batch's order; a duplicate's
+  -- id is simply not used.
+  ids := array(select nextval(q.event_seq) from generate_series(1, jsonb_array_length(events)));
+  -- One claim for the batch's distinct keys (their first event's id), in key
+  -- order so two batches sharing keys lock them in the same order.
+  with f as (
+    select distinct on (x.v->>'dedupKey') x.v->>'dedupKey' as k, (x.v->>'ttl')::float8 as ttl, i.id
+      from jsonb_array_elements(events) with ordinality as x(v, ord)
+      join unnest(ids) with ordinality as i(id, ord) on i.ord = x.ord
+     where x.v->>'dedupKey' is not null
+     order by x.v->>'dedupKey', x.ord
+  ), claimed as (
+    insert into :KEYQ_SCHEMA.dedup as d (queue_id, dedup_key, ev_id, expires_at)
+    select q.queue_id, f.k, f.id, now() + make_interval(secs => coalesce(f.ttl, 300)) from f order by f.k
+    on conflict (queue_id, dedup_key) do update
+       set ev_id = excluded.ev_id, expires_at = excluded.expires_at
+     where d.expires_at <= now()
+    returning d.dedup_key, d.ev_id
+  )
+  select coalesce(jsonb_object_agg(claimed.dedup_key, jsonb_build_array(claimed.ev_id::text, false)), '{}') into got from claimed;
+  -- Keys held by a live claim: read in a new statement, which sees claims
+  -- committed while the insert above waited for them. (got is read as a set
+  -- once per statement: a per-row lookup in a 100,000-key jsonb parameter
+  -- copies it each time.)
+  select got || coalesce(jsonb_object_agg(d.dedup_key, jsonb_build_array(d.ev_id::text, true)), '{}') into got
+    from :KEYQ_SCHEMA.dedup d
+   where d.queue_id = q.queue_id
+     and d.dedup_key in (select x.v->>'dedupKey' from jsonb_array_elements(events) x(v) where x.v->>'dedupKey' is not null)
+     and d.dedup_key not in (select jsonb_object_keys(got));
+  -- A live claim that expired and was collected in between: claim it alone.
+  for e in select x.v || jsonb_build_object('id', i.id) from jsonb_array_elements(events) with ordinality as x(v, ord)
+             join unnest(ids) with ordinality as i(id, ord) on i.ord = x.ord
+            where x.v->>'dedupKey' is not null and x.v->>'dedupKey' not in (select jsonb_object_keys(got)) order by x.ord loop
+    continue when got ? (e->>'dedupKey');  -- a later event of a key claimed in this loop
+    c := :KEYQ_SCHEMA.claim_dedup(q, e->>'dedupKey', (e->>'ttl')::float8, (e->>'id')::bigint);
+    got := got || jsonb_build_object(e->>'dedupKey', jsonb_build_array(c.id::text, c.deduped));
   end loop;
-  return to_jsonb(res);
+  -- An event is inserted when it has no key, or it is the first of a key this batch claimed.
+  with r as (
+    select x.ord, x.v, i.id, g.claim,
+           row_number() over (partition by x.v->>'dedupKey' order by x.ord) as nth
+      from jsonb_array_elements(events) with ordinality as x(v, ord)
+      join unnest(ids) with ordinality as i(id, ord) on i.ord = x.ord
+      left join jsonb_each(got) as g(k, claim) on g.k = x.v->>'dedupKey'
+  ), ins as (
+    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
+    select q.queue_id, q.cur_table, r.id, r.v->>'type', r.v->>'key', r.v->'payload'
+      from r
+     where r.claim is null or (r.nth = 1 and not (r.claim->>1)::boolean)
+     order by r.ord
+    returning ev_id
+  )
+  select jsonb_agg(case when r.claim is null then jsonb_build_object('id', r.id::text, 'deduped', false)
+                        else jsonb_build_object('id', r.claim->>0, 'deduped', r.nth > 1 or (r.claim->>1)::boolean) end
+                   order by r.ord)
+    into out
+    from r;
+  return out;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.slot_of(key text, n integer)
  RETURNS integer
