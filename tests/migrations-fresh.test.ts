@@ -7,15 +7,19 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { buildMigrations, functionsHash, HEADER, packageVersion, readSqlFiles, renderMigrations } from "../scripts/build-migrations.ts";
+import { buildMigrations, functionsHash, HEADER, nextStamp, packageVersion, readSqlFiles, readStamp, renderMigrations } from "../scripts/build-migrations.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 
 test("src/generated/migrations.ts is fresh (else: run npm run build:migrations)", () => {
+  const functionFiles = readSqlFiles(join(root, "src/sql/functions"));
+  const stamp = readStamp(join(root, "src/sql"));
+  assert.equal(nextStamp(stamp, functionFiles), stamp, "src/sql/function-set.json does not match src/sql/functions/*.sql — run npm run build:migrations");
   const expected = renderMigrations(
     readSqlFiles(join(root, "src/sql/migrations")),
-    readSqlFiles(join(root, "src/sql/functions")),
+    functionFiles,
     packageVersion(root),
+    stamp.serial,
   );
   const actual = readFileSync(join(root, "src/generated/migrations.ts"), "utf8");
   assert.ok(
@@ -72,6 +76,24 @@ test("build-migrations sorts by version and embeds each file's SQL verbatim", as
     assert.deepEqual(mod.functions, [{ name: "01_a", sql: tricky }, { name: "02_b", sql: "select 'b';\n" }]);
     assert.equal(mod.functionsHash, functionsHash(mod.functions));
     assert.notEqual(mod.functionsHash, functionsHash([{ name: "01_a", sql: tricky + " " }, mod.functions[1]!]));
+  });
+});
+
+test("build-migrations gives a changed function set the next serial, an unchanged one the same", async () => {
+  await withTempDir(async (dir) => {
+    const sql = join(dir, "sql");
+    mkdirSync(join(sql, "migrations"), { recursive: true });
+    mkdirSync(join(sql, "functions"));
+    writeFileSync(join(sql, "functions", "01_a.sql"), "select 1;\n");
+    const serial = async (out: string) => {
+      buildMigrations(sql, join(dir, out));
+      return ((await import(pathToFileURL(join(dir, out)).href)) as { functionsSerial: number }).functionsSerial;
+    };
+    assert.equal(await serial("a.ts"), 1);
+    assert.equal(await serial("b.ts"), 1, "same functions, same serial");
+    writeFileSync(join(sql, "functions", "01_a.sql"), "select 2;\n");
+    assert.equal(await serial("c.ts"), 2, "an edited function file bumps the serial");
+    assert.deepEqual(readStamp(sql).serial, 2);
   });
 });
 

@@ -22,7 +22,7 @@
 
 import type { Driver, Executor } from "../driver.ts";
 import { KeyqError } from "../errors.ts";
-import { frozenFunctions, functions, functionsHash, functionsVersion, type Migration, migrations } from "../generated/migrations.ts";
+import { frozenFunctions, functions, functionsHash, functionsSerial, functionsVersion, type Migration, migrations } from "../generated/migrations.ts";
 import { mapError } from "./reply.ts";
 import type { MigrateResult } from "../types.ts";
 import { checkSchemaName } from "../validate.ts";
@@ -66,7 +66,7 @@ begin
   end loop;
 end $keyq$;`;
   const record = `delete from "${schema}".function_set;
-insert into "${schema}".function_set (hash, version) values ('${functionsHash}', '${functionsVersion}');`;
+insert into "${schema}".function_set (hash, version, serial) values ('${functionsHash}', '${functionsVersion}', ${functionsSerial});`;
   return [drop, ...functions.map((f) => `-- functions/${f.name}.sql\n\n${render(f.sql, schema)}`), record].join("\n\n");
 }
 
@@ -105,14 +105,33 @@ function olderVersion(a: string, b: string): boolean {
 
 /**
  * Re-applies the function set when the recorded hash is not this build's,
- * unless a newer keyq recorded it: during a rolling deploy, an old process
- * that restarts must not put the old functions back.
+ * unless a newer set is recorded: a newer keyq version's (during a rolling
+ * deploy, an old process that restarts must not put the old functions
+ * back), or a later build of this version (a higher serial). A different set
+ * of this version with this serial is refused: two builds would otherwise
+ * replace each other's functions on every start.
  */
 async function applyFunctions(tx: Executor, schema: string): Promise<boolean> {
-  const rows = await tx.query(`select hash, version from "${schema}".function_set`);
+  const rows = await tx.query(`select hash, version, serial::text as serial from "${schema}".function_set`);
   const recorded = rows.length === 1 ? rows[0]! : undefined;
   if (recorded?.hash === functionsHash) return false;
-  if (recorded && olderVersion(functionsVersion, String(recorded.version))) return false;
+  if (recorded) {
+    const version = String(recorded.version);
+    if (olderVersion(functionsVersion, version)) return false;
+    if (!olderVersion(version, functionsVersion)) {
+      const serial = Number(recorded.serial);
+      if (serial > functionsSerial) return false;
+      if (serial === functionsSerial) {
+        throw new KeyqError(
+          "FUNCTION_SET_CONFLICT",
+          `Schema "${schema}" holds another function set of keyq ${version} with the same serial ${serial} (hash ${
+            String(recorded.hash).slice(0, 12)
+          }, this build's ${functionsHash.slice(0, 12)}): two different builds of one version are deployed. Deploy one build, or rebuild with npm run build:migrations so the newer set gets the next serial.`,
+          { schema, version, serial, recorded: recorded.hash, hash: functionsHash },
+        );
+      }
+    }
+  }
   await tx.query(functionSetSql(schema));
   return true;
 }

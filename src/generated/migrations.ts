@@ -1489,6 +1489,16 @@ alter table :KEYQ_SCHEMA.chunk drop column n, alter column bucket set not null;
 create index on :KEYQ_SCHEMA.chunk (consumer_id, bucket, chunk_id);
 `,
   },
+  {
+    version: 11,
+    name: "function_set_serial",
+    sql: `-- Function sets of one keyq version are ordered by a serial (bumped by the
+-- build whenever the set's hash changes): migrate() never replaces a newer
+-- set of its own version, and refuses a different set with the same serial,
+-- instead of two builds replacing each other's functions on every start.
+alter table :KEYQ_SCHEMA.function_set add column serial int not null default 0;
+`,
+  },
 ];
 
 /** Functions defined by migrations only (indexes depend on them); never dropped. */
@@ -3197,3 +3207,10 @@ export const functionsHash: string = "4e2f79170f6cca95097eaad1f746fc07fbedb3780c
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
+
+/**
+ * Orders the function sets of one version (src/sql/function-set.json, bumped
+ * by the build whenever the hash changes): a build never replaces a newer
+ * set of its own version, and two different sets with one serial are refused.
+ */
+export const functionsSerial: number = 1;

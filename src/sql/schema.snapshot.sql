@@ -66,6 +66,7 @@ function_set (table)
   hash text not null
   version text not null
   applied_at timestamp with time zone not null default now()
+  serial integer not null default 0
 lease (table)
   consumer_id integer not null
   slot integer not null
