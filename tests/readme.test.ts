@@ -70,7 +70,7 @@ describe(`README Tour (${runtime})`, () => {
   test("runs twice as one program in the same schema, with the packed package, and leaves nothing outside it", { skip, timeout: 900_000 }, async () => {
     const url = (await databaseUrl())!;
     const schema = freshSchema("readme");
-    const project = packedProject(["postgres", "valibot"]);
+    const project = await packedProject(["postgres", "valibot"]);
     const before = await outside(url, schema);
     try {
       const { program } = tourProgram(readFileSync(join(root, "README.md"), "utf8"));

@@ -6,7 +6,8 @@
  * tests/docs.test.ts (every ```ts block of docs/).
  */
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import process from "node:process";
@@ -30,6 +31,54 @@ function pack(folder: string, dir: string, scripts: boolean): string {
   return join(dir, (JSON.parse(out.slice(out.search(/^\[/m))) as { filename: string }[])[0]!.filename);
 }
 
+/** Every file the npm package is built from, hashed: the key of the cached tarball. */
+function sourceHash(): string {
+  const h = createHash("sha256");
+  const walk = (rel: string): void => {
+    const full = join(root, rel);
+    if (statSync(full).isDirectory()) for (const n of readdirSync(full).sort()) walk(join(rel, n));
+    else h.update(rel).update("\0").update(readFileSync(full)).update("\0");
+  };
+  for (const rel of ["package.json", "tsconfig.build.json", "mod.ts", "src", "bin", "scripts/fix-dts.ts", "README.md", "CHANGELOG.md", "LICENSE", "docs/keyq.svg"]) {
+    if (existsSync(join(root, rel))) walk(rel);
+  }
+  return h.digest("hex").slice(0, 16);
+}
+
+/**
+ * keyq's tarball, built once per source state and cached in
+ * .cache/packed/<hash>/: test files that pack it (this one, under several
+ * runtimes, in parallel) would otherwise build into the same dist/ at once.
+ * A lock folder serialises the build; a lock older than 10 minutes is stale.
+ */
+async function keyqTarball(): Promise<string> {
+  const cache = join(root, ".cache", "packed");
+  const dir = join(cache, sourceHash());
+  const lock = join(cache, ".lock");
+  mkdirSync(cache, { recursive: true });
+  for (let waited = 0;; waited += 500) {
+    const found = existsSync(dir) ? readdirSync(dir).find((n) => n.endsWith(".tgz")) : undefined;
+    if (found) return join(dir, found);
+    try {
+      mkdirSync(lock);
+    } catch {
+      if (Date.now() - statSync(lock, { throwIfNoEntry: false })!.mtimeMs > 600_000) rmSync(lock, { recursive: true, force: true });
+      if (waited > 900_000) throw new Error(`waited 15 minutes for ${lock}`);
+      await new Promise((r) => setTimeout(r, 500));
+      continue;
+    }
+    try {
+      if (existsSync(dir)) continue;
+      const tmp = mkdtempSync(join(cache, "tmp-"));
+      pack(root, tmp, true);
+      renameSync(tmp, dir);
+      for (const old of readdirSync(cache)) if (join(cache, old) !== dir && old !== ".lock") rmSync(join(cache, old), { recursive: true, force: true });
+    } finally {
+      rmSync(lock, { recursive: true, force: true });
+    }
+  }
+}
+
 export interface PackedProject {
   /** The project's folder. */
   dir: string;
@@ -40,14 +89,16 @@ export interface PackedProject {
 }
 
 /**
- * Packs keyq (building it) and the dependency-free packages `packed` into a
+ * Packs keyq (building it, or from the cache) and the dependency-free packages `packed` into a
  * fresh ESM project and installs them offline; `linked` packages (with
  * dependencies of their own: pg, PGlite, Neon) are symlinked from this
  * repository's node_modules instead.
  */
-export function packedProject(packed: string[], linked: string[] = []): PackedProject {
+export async function packedProject(packed: string[], linked: string[] = []): Promise<PackedProject> {
   const dir = mkdtempSync(join(tmpdir(), "keyq-packed-"));
-  const tarballs = [pack(root, dir, true), ...packed.map((p) => pack(join(root, "node_modules", p), dir, false))];
+  const keyq = join(dir, "keyq.tgz");
+  copyFileSync(await keyqTarball(), keyq);
+  const tarballs = [keyq, ...packed.map((p) => pack(join(root, "node_modules", p), dir, false))];
   writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "keyq-packed-project", private: true, type: "module" }, null, 2));
   sh("npm", ["install", "--offline", "--no-audit", "--no-fund", "--ignore-scripts", ...tarballs], dir);
   for (const p of linked) {
@@ -66,11 +117,18 @@ export function packedProject(packed: string[], linked: string[] = []): PackedPr
   };
 }
 
-/** How this runtime runs a TypeScript file (Node through tsx, resolved from this repository). */
+/** Node 22.18+ and 23.6+ strip TypeScript types by themselves (a user's `node app.ts`); older Node needs tsx. */
+export function nodeStripsTypes(version: string = process.versions.node): boolean {
+  const [major, minor] = version.split(".").map(Number) as [number, number];
+  return major > 23 || (major === 23 && minor >= 6) || (major === 22 && minor >= 18);
+}
+
+/** How this runtime runs a TypeScript file: Deno and Bun directly, Node by itself when it can, else through tsx (from this repository). */
 export function runCommand(file: string): string[] {
   const runtime = runtimeName();
   if (runtime === "deno") return [process.execPath, "run", "--allow-all", file];
   if (runtime === "bun") return [process.execPath, file];
+  if (nodeStripsTypes()) return [process.execPath, "--disable-warning=ExperimentalWarning", file];
   return [process.execPath, "--import", import.meta.resolve("tsx"), file];
 }
 
