@@ -12,7 +12,7 @@
 // two at a time: about 1 s each under Deno, Bun and Node 22.18+ (which run
 // TypeScript by themselves), a few seconds under Node 20 (through tsx).
 import assert from "node:assert/strict";
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { runtimeName } from "./helpers/drivers.ts";
@@ -93,6 +93,22 @@ describe(`docs/ code blocks (${runtime})`, { concurrency: 2 }, () => {
     assert.ok(pages.length >= 8, `docs/ has ${pages.length} pages`);
     assert.deepEqual(["20.19.0", "22.17.1", "22.18.0", "23.6.0", "24.0.0"].map((v) => nodeStripsTypes(v)), [false, false, true, true, true]);
     for (const b of all) assert.match(b.code, /from "keyq(\/[a-z-]+)?"/, `${b.page}:${b.line} imports keyq: each block is a complete program`);
+  });
+
+  test("every relative link of README.md and docs/ points to a file that exists", () => {
+    const missing: string[] = [];
+    let links = 0;
+    for (const page of ["README.md", ...docPages()]) {
+      const text = readFileSync(join(root, page), "utf8").replace(/^```[\s\S]*?^```$/gm, "");
+      for (const m of text.matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)) {
+        const target = m[1]!;
+        if (/^[a-z]+:/.test(target)) continue;
+        links++;
+        if (!existsSync(join(root, page, "..", target))) missing.push(`${page}: ${target}`);
+      }
+    }
+    assert.ok(links > 40, `found ${links} relative links`);
+    assert.deepEqual(missing, []);
   });
 
   let project: PackedProject | undefined;
