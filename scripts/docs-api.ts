@@ -4,10 +4,12 @@
  * (docs/api/ is ignored); CI builds it to prove it builds.
  *
  * deno doc is run in a scratch folder holding a copy of mod.ts and src/ and
- * a node_modules with valibot only: in this repository it would also load
- * @types/node (from node_modules) and print a page of "Failed resolving
- * types" warnings for its triple-slash references. Any warning fails this
- * script.
+ * a node_modules with valibot only (the sources' one dependency): Deno also
+ * loads @types/node from a project's node_modules, and when node_modules is
+ * a symlink to another folder (a git worktree sharing one install) it prints
+ * ~60 "Failed resolving types" warnings for @types/node's triple-slash
+ * references; with a plain `npm ci` install it prints none. The scratch
+ * folder gives the same result either way. Any warning fails this script.
  *
  *   npm run docs:api                 # writes docs/api/index.html
  *   npm run docs:api -- --lint       # deno doc --lint over the same entries (no HTML)
