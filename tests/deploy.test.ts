@@ -9,6 +9,8 @@
 // examples/cloudflare-worker/ and examples/deno-cron.ts, run by
 // tests/examples.test.ts.
 import assert from "node:assert/strict";
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import { join, relative } from "node:path";
 import process from "node:process";
 import { describe, test } from "node:test";
 import { dbSkip } from "./helpers/db.ts";
@@ -44,7 +46,24 @@ async function seeded(consumer: string, env: (f: PgFixture) => Record<string, st
   });
 }
 
+/** Every .ts/.mts file under examples/. */
+function exampleFiles(dir = join(root, "examples")): string[] {
+  return readdirSync(dir).flatMap((n) => {
+    const full = join(dir, n);
+    return statSync(full).isDirectory() ? exampleFiles(full) : /\.m?ts$/.test(n) ? [full] : [];
+  });
+}
+
 describe(`deployment examples (${runtime})`, () => {
+  test("no example falls back to a shared database when DATABASE_URL is unset", () => {
+    const files = exampleFiles();
+    assert.ok(files.length >= 10, `${files.length} example files`);
+    const fallbacks = files.filter((f) => /(\?\?|\|\|)\s*["'`]postgres(ql)?:\/\//.test(readFileSync(f, "utf8")));
+    // The lead's to fix at merge (its folder is being changed on another branch), then to empty:
+    const owedElsewhere = ["examples/cloudflare-worker/run.ts"];
+    assert.deepEqual(fallbacks.map((f) => relative(root, f)).filter((f) => !owedElsewhere.includes(f)), [], "they say what to set instead, or use embedded PGlite");
+  });
+
   test("supabase/keyq-cron: 503 until CRON_SECRET is set, 401 without it, then one run per request", { skip: skip || only("deno") }, async () => {
     await seeded("supabase-cron", (f) => ({ DATABASE_URL: f.url, SUPABASE_DB_URL: undefined, KEYQ_SCHEMA: f.schema, CRON_SECRET: undefined }), async (_f, ids) => {
       const { handle } = await import("../examples/deploy/supabase/keyq-cron/index.ts");
