@@ -14,7 +14,7 @@
 import assert from "node:assert/strict";
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
-import { after, before, describe, test } from "node:test";
+import { after, describe, test } from "node:test";
 import { runtimeName } from "./helpers/drivers.ts";
 import { databaseUrl, dbSkip, dropSchema, freshSchema } from "./helpers/db.ts";
 import { nodeStripsTypes, type PackedProject, packedProject, root } from "./helpers/packed.ts";
@@ -111,20 +111,20 @@ describe(`docs/ code blocks (${runtime})`, { concurrency: 2 }, () => {
     assert.deepEqual(missing, []);
   });
 
-  let project: PackedProject | undefined;
-  let url = "";
-  before(async () => {
-    if (skip || chosen.length === 0) return;
-    url = (await databaseUrl())!;
-    const wanted = [...new Set(chosen.flatMap((b) => packagesOf(b.code)))].filter((p) => p !== "keyq");
-    const packable = ["postgres", "valibot"];
-    project = await packedProject(packable, wanted.filter((p) => !packable.includes(p)));
-  });
-  after(() => project?.remove());
+  // Set up by the first block's test (a hook would run under Bun's 5 s default timeout), shared by the rest.
+  let setup: Promise<{ project: PackedProject; url: string }> | undefined;
+  const ready = () =>
+    setup ??= (async () => {
+      const url = (await databaseUrl())!;
+      const wanted = [...new Set(chosen.flatMap((b) => packagesOf(b.code)))].filter((p) => p !== "keyq");
+      const packable = ["postgres", "valibot"];
+      return { url, project: await packedProject(packable, wanted.filter((p) => !packable.includes(p))) };
+    })();
+  after(async () => (await setup?.catch(() => undefined))?.project.remove());
 
   for (const [n, b] of chosen.entries()) {
-    test(`${b.page}:${b.line} runs as its own program`, { skip, timeout: 180_000 }, async () => {
-      assert.ok(project, "the packed project was set up");
+    test(`${b.page}:${b.line} runs as its own program`, { skip, timeout: 600_000 }, async () => {
+      const { project, url } = await ready();
       const schema = freshSchema("docs");
       try {
         const { code, out } = await project.run(`block-${n + 1}.ts`, b.code, { DATABASE_URL: url, KEYQ_SCHEMA: schema }, 150_000);
