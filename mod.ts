@@ -2,10 +2,16 @@
  * keyq: an ordered, immutable event log with per-key consumption on
  * Postgres, for Deno, Bun, Node and edge runtimes.
  *
+ * The examples import from JSR (`deno add jsr:@keyq/keyq`, or
+ * `npx jsr add @keyq/keyq`): `@keyq/keyq` and `@keyq/keyq/<driver>`. From npm
+ * the same modules are `keyq` and `keyq/<driver>` (`npm install keyq`).
+ * Start with {@link keyq}: `keyq(driver, options?)` over a driver adapter
+ * (`fromPostgresJs`, `fromPg`, `fromNeonPool`, `fromBunSql`, `fromPGlite`).
+ *
  * @example
  * ```ts
- * import { keyq } from "keyq";
- * import { fromPGlite } from "keyq/pglite";
+ * import { keyq } from "@keyq/keyq";
+ * import { fromPGlite } from "@keyq/keyq/pglite";
  * import { PGlite } from "@electric-sql/pglite";
  *
  * const q = keyq(fromPGlite(new PGlite()));

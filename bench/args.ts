@@ -47,7 +47,7 @@ export function usage(): string {
     "  --rounds N      interleaved rounds (default 5; medians are reported)",
     "  --json          machine-readable results on stdout (progress stays on stderr)",
     "  --only a,b      run only these scenarios",
-    "  --write-readme  replace the README's benchmark table with this run's (full runs only)",
+    "  --write-readme  replace docs/benchmark.md's benchmark table with this run's (full runs only)",
     `scenarios: ${SCENARIOS.join(", ")}`,
     `sizes (full defaults): ${Object.entries(FULL).map(([k, v]) => `--${kebab(k)} ${v}`).join(" ")}`,
   ].join("\n");
@@ -84,7 +84,7 @@ export function parseArgs(argv: readonly string[]): Args | "help" {
     else throw new Error(`unknown option "${a}"\n${usage()}`);
   }
   if (out.writeReadme && (out.quick || out.only)) {
-    throw new Error("--write-readme needs a full run: the README table shows every row at full size (drop --quick and --only)");
+    throw new Error("--write-readme needs a full run: the docs/benchmark.md table shows every row at full size (drop --quick and --only)");
   }
   return out;
 }

@@ -2,7 +2,7 @@
  * The result rows of `npm run bench`: each row holds keyq's value and its
  * reference's value per round, the ratio of each round (both measured in
  * the same round, one right after the other), and the target from issue 13.
- * Rendering: a human table, JSON, and the README block between markers.
+ * Rendering: a human table, JSON, and the docs/benchmark.md block between markers.
  *
  * @module
  */
@@ -110,6 +110,6 @@ const END = "<!-- bench-table:end -->";
 export function replaceBetweenMarkers(readme: string, block: string): string {
   const a = readme.indexOf(START);
   const b = readme.indexOf(END);
-  if (a < 0 || b < a) throw new Error(`README has no "${START}" … "${END}" markers`);
+  if (a < 0 || b < a) throw new Error(`docs/benchmark.md has no "${START}" … "${END}" markers`);
   return `${readme.slice(0, a + START.length)}\n${block}\n${readme.slice(b)}`;
 }

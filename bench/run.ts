@@ -5,11 +5,11 @@
  * interleaved rounds; prints medians (min–max), the median of the per-round
  * ratios, and the target of issue 13 for each row.
  *
- *   npm run bench                      # full run, 5 rounds (see the README for how long)
+ *   npm run bench                      # full run, 5 rounds (see docs/benchmark.md for how long)
  *   npm run bench -- --quick           # smoke run: 1 round, small sizes
  *   npm run bench -- --rounds 3 --only exclusive-write,backlog
  *   npm run bench -- --json            # machine-readable results on stdout
- *   npm run bench -- --write-readme    # full run, then replace the README's table
+ *   npm run bench -- --write-readme    # full run, then replace the table in docs/benchmark.md
  *
  * Progress goes to stderr, one line per scenario and round.
  *
@@ -83,10 +83,10 @@ function header(version: string, minutes: string): string[] {
 }
 
 function writeReadme(text: string): void {
-  const path = new URL("../README.md", import.meta.url);
+  const path = new URL("../docs/benchmark.md", import.meta.url);
   const before = readFileSync(path, "utf8");
   writeFileSync(path, replaceBetweenMarkers(before, `\`\`\`text\n${text}\n\`\`\``));
-  progress("README.md: benchmark table replaced");
+  progress("docs/benchmark.md: benchmark table replaced");
 }
 
 async function main(): Promise<void> {
@@ -130,7 +130,7 @@ async function main(): Promise<void> {
     if (book.errors.length) console.log(`\n${book.errors.length} measurement(s) failed; see stderr.`);
   }
   if (args.writeReadme) {
-    if (book.errors.length) progress("README.md left alone: some measurements failed");
+    if (book.errors.length) progress("docs/benchmark.md left alone: some measurements failed");
     else writeReadme(text);
   }
 }

@@ -14,7 +14,9 @@ import { type BunSqlLike, fromBunSql } from "keyq/bun-sql";
 // Bun's global, declared so that the repository's Node type-check accepts this file.
 declare const Bun: { SQL: new (url: string, options?: { max?: number }) => BunSqlLike & { close(): Promise<void> } };
 
-const sql = new Bun.SQL(process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test", { max: 2 });
+const url = process.env.DATABASE_URL;
+if (!url) throw new Error("Set DATABASE_URL to the PostgreSQL to consume from, e.g. postgres://user:password@host:5432/db");
+const sql = new Bun.SQL(url, { max: 2 });
 try {
   const q = keyq(fromBunSql(sql), { schema: process.env.KEYQ_SCHEMA ?? "keyq" });
   await q.migrate(); // idempotent; in production, migrate once at deploy time

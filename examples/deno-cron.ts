@@ -21,7 +21,8 @@ declare const Deno: {
   cron?: (name: string, schedule: string, job: () => Promise<void>) => Promise<void>;
 };
 
-const url = Deno.env.get("DATABASE_URL") ?? "postgres://postgres@127.0.0.1:5432/test";
+const url = Deno.env.get("DATABASE_URL") ?? "";
+if (!url) throw new Error("Set DATABASE_URL to the PostgreSQL to consume from, e.g. postgres://user:password@host:5432/db");
 const schema = Deno.env.get("KEYQ_SCHEMA") ?? "keyq";
 
 async function consumeJobs(): Promise<void> {

@@ -17,7 +17,9 @@ import { keyq } from "keyq";
 import { fromPg } from "keyq/pg";
 
 const name = process.env.WORKER ?? `worker-${process.pid}`;
-const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test", max: 4 });
+const url = process.env.DATABASE_URL;
+if (!url) throw new Error("Set DATABASE_URL to the PostgreSQL to consume from, e.g. postgres://user:password@host:5432/db");
+const pool = new pg.Pool({ connectionString: url, max: 4 });
 // An idle client whose connection drops (server restart, failover) emits
 // `error` on the pool; unheard, Node exits. The pool replaces the client.
 pool.on("error", (err) => console.warn(`${name}: idle connection lost: ${err.message}`));

@@ -1,16 +1,16 @@
 /**
- * Renders the table of the README's "Drivers and runtimes" section (between
+ * Renders the table of docs/drivers.md ("Drivers and runtimes") (between
  * `<!-- drivers:start -->` and `<!-- drivers:end -->`) from what the
  * conformance suite ran: tests/conformance.test.ts writes
  * `.conformance/<runtime>.json` under Node, Deno and Bun.
  *
  *   npm run matrix                                  # run the suite under all three runtimes, then --write
  *   node --import tsx scripts/matrix.ts --write     # rewrite the section from .conformance/*.json
- *   node --import tsx scripts/matrix.ts --check     # exit 1 when README.md differs from them
+ *   node --import tsx scripts/matrix.ts --check     # exit 1 when docs/drivers.md differs from them
  *   node --import tsx scripts/matrix.ts             # print the section
  *
  * CI does not need --check: every conformance run checks its own runtime's
- * column of the README table against what it has just run (its last test).
+ * column of the docs/drivers.md table against what it has just run (its last test).
  */
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -32,7 +32,7 @@ function load(): Partial<Record<Runtime, RunResult>> {
 
 /**
  * The generated part of the "Drivers and runtimes" section: the table and its
- * runtime line. The prose around it is the README's own (edited by hand).
+ * runtime line. The prose around it is docs/drivers.md's own (edited by hand).
  */
 function renderSection(results: Partial<Record<Runtime, RunResult>>): string {
   return `
@@ -47,7 +47,7 @@ function main(): void {
   const results = load();
   const missing = RUNTIMES.filter((r) => !results[r.id]).map((r) => r.id);
   const section = renderSection(results);
-  const readmePath = join(root, "README.md");
+  const readmePath = join(root, "docs", "drivers.md");
   const readme = readFileSync(readmePath, "utf8");
   const current = sectionOf(readme);
   if (process.argv.includes("--write") || process.argv.includes("--check")) {
@@ -56,23 +56,23 @@ function main(): void {
       process.exit(1);
     }
     if (current === null) {
-      console.error(`matrix: README.md has no ${START} … ${END} section.`);
+      console.error(`matrix: docs/drivers.md has no ${START} … ${END} section.`);
       process.exit(1);
     }
   }
   if (process.argv.includes("--write")) {
-    if (current === section) return console.log("matrix: README.md is up to date");
-    // Re-read right before writing: other sections of README.md may change meanwhile.
+    if (current === section) return console.log("matrix: docs/drivers.md is up to date");
+    // Re-read right before writing: other sections of docs/drivers.md may change meanwhile.
     const fresh = readFileSync(readmePath, "utf8");
     const a = fresh.indexOf(START) + START.length;
     writeFileSync(readmePath, fresh.slice(0, a) + section + fresh.slice(fresh.indexOf(END)));
-    console.log("matrix: README.md updated");
+    console.log("matrix: docs/drivers.md updated");
   } else if (process.argv.includes("--check")) {
     if (current !== section) {
-      console.error("matrix: README.md's drivers section differs from .conformance/*.json: run `npm run matrix`.");
+      console.error("matrix: docs/drivers.md's drivers section differs from .conformance/*.json: run `npm run matrix`.");
       process.exit(1);
     }
-    console.log("matrix: README.md agrees with .conformance/*.json");
+    console.log("matrix: docs/drivers.md agrees with .conformance/*.json");
   } else {
     console.log(section);
   }

@@ -164,8 +164,8 @@ function consumers(
  *
  * @example
  * ```ts
- * import { keyq } from "keyq";
- * import { fromPGlite } from "keyq/pglite";
+ * import { keyq } from "@keyq/keyq";
+ * import { fromPGlite } from "@keyq/keyq/pglite";
  *
  * // Any driver adapter works; here embedded PGlite (an optional peer).
  * const { PGlite } = await import("@electric-sql/pglite");

@@ -27,7 +27,7 @@ export type Row = Record<string, unknown>;
  *
  * @example
  * ```ts
- * import type { Executor } from "keyq";
+ * import type { Executor } from "@keyq/keyq";
  * async function count(sql: Executor): Promise<number> {
  *   const rows = await sql.query("select count(*)::text as n from pg_class");
  *   return Number(rows[0]!.n);
@@ -61,7 +61,7 @@ export interface Executor {
  *
  * @example
  * ```ts
- * import type { Driver } from "keyq";
+ * import type { Driver } from "@keyq/keyq";
  * const rows: unknown[] = [];
  * const fake: Driver = {
  *   name: "fake",

@@ -33,7 +33,7 @@ export type KeyqErrorCode =
  *
  * @example
  * ```ts
- * import { KeyqError } from "keyq";
+ * import { KeyqError } from "@keyq/keyq";
  * try {
  *   throw new KeyqError("QUEUE_NOT_FOUND", 'Queue "files" does not exist; call createQueue("files") first.');
  * } catch (err) {

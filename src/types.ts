@@ -170,7 +170,7 @@ export interface HandlerContext {
  *
  * @example
  * ```ts
- * import type { EventHandler } from "keyq";
+ * import type { EventHandler } from "@keyq/keyq";
  * const handler: EventHandler<{ url: string }> = async (ev, _tx, { signal }) => {
  *   await fetch(ev.payload.url, { method: "POST", signal }); // stops when the batch is lost
  * };

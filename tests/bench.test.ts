@@ -1,5 +1,5 @@
 // The benchmark's pure helpers: medians, ratio formatting, target verdicts,
-// the README block replacement and the hot-key stream. No database.
+// the docs/benchmark.md block replacement and the hot-key stream. No database.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { meets, replaceBetweenMarkers, result, targetText } from "../bench/rows.ts";
@@ -48,7 +48,7 @@ describe("bench helpers", () => {
     assert.equal(r.met, true);
   });
 
-  test("the README block is replaced between its markers only", () => {
+  test("the docs/benchmark.md block is replaced between its markers only", () => {
     const readme = "a\n<!-- bench-table:start -->\nold\n<!-- bench-table:end -->\nb";
     assert.equal(replaceBetweenMarkers(readme, "new"), "a\n<!-- bench-table:start -->\nnew\n<!-- bench-table:end -->\nb");
     assert.throws(() => replaceBetweenMarkers("no markers", "new"), /markers/);

@@ -8,8 +8,8 @@
 // Neon goes through local stand-ins of its WebSocket proxy and HTTP endpoint.
 //
 // The last test records the run in .conformance/<runtime>.json and checks
-// this runtime's column of the README's driver matrix against it; refresh
-// the README with `npm run matrix` after running this file under all three
+// this runtime's column of the driver matrix in docs/drivers.md against it; refresh
+// that page with `npm run matrix` after running this file under all three
 // runtimes (see scripts/matrix.ts).
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -70,7 +70,7 @@ test(`the Neon drivers really went through the local stand-ins (${runtime})`, { 
   assert.ok(t.httpRequests > 0, "HTTP requests to the shim");
 });
 
-test(`the README driver matrix agrees with this run (${runtime} column)`, { skip: noDb }, () => {
+test(`the docs/drivers.md driver matrix agrees with this run (${runtime} column)`, { skip: noDb }, () => {
   result.finishedAt = new Date().toISOString();
   const root = fileURLToPath(new URL("..", import.meta.url));
   mkdirSync(`${root}/.conformance`, { recursive: true });
@@ -79,14 +79,14 @@ test(`the README driver matrix agrees with this run (${runtime} column)`, { skip
   const ran = cells.reduce((n, c) => n + c.passed + c.failed, 0);
   const planned = cells.reduce((n, c) => n + c.planned, 0);
   if (ran < planned) {
-    console.log(`conformance: partial run (${ran} of ${planned} tests), README matrix not checked`);
+    console.log(`conformance: partial run (${ran} of ${planned} tests), docs/drivers.md matrix not checked`);
     return;
   }
-  const problems = checkColumn(readFileSync(`${root}/README.md`, "utf8"), result);
+  const problems = checkColumn(readFileSync(`${root}/docs/drivers.md`, "utf8"), result);
   assert.deepEqual(
     problems,
     [],
-    `README.md's driver matrix differs from this ${runtime} run. Run this file under Node, Deno and Bun, then \`npm run matrix\`:\n  ${
+    `docs/drivers.md's driver matrix differs from this ${runtime} run. Run this file under Node, Deno and Bun, then \`npm run matrix\`:\n  ${
       problems.join("\n  ")
     }`,
   );

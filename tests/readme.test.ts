@@ -1,24 +1,20 @@
 // The README's Tour runs as written: every ```ts block between the tour
 // markers, in order, becomes one program (import lines hoisted to the top,
 // exact duplicates dropped), run in a fresh ESM project that installs the
-// packed npm package (npm pack, then npm install --offline, as
-// scripts/pack-check.ts does), under the runtime running this file, against
-// the test database in a schema of its own (KEYQ_SCHEMA, and search_path for
-// the Tour's own tables), which is dropped afterwards. A block that throws
-// fails the test; the program must finish by itself.
+// packed npm package (tests/helpers/packed.ts), under the runtime running
+// this file, against the test database with KEYQ_SCHEMA set to a schema of
+// its own, which is dropped afterwards. It runs twice in that schema, as a
+// new user would run it again, and must leave nothing outside it. A block
+// that throws fails the test; the program must finish by itself.
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import process from "node:process";
 import { describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
 import { runtimeName } from "./helpers/drivers.ts";
-import { databaseUrl, dbSkip, dropSchema, freshSchema } from "./helpers/db.ts";
+import { connect, databaseUrl, dbSkip, dropSchema, freshSchema } from "./helpers/db.ts";
+import { packedProject, root } from "./helpers/packed.ts";
 
 const skip = await dbSkip();
-const root = fileURLToPath(new URL("..", import.meta.url));
 const runtime = runtimeName();
 
 /** The Tour's ```ts blocks as one program: imports first (deduplicated), then the blocks in order. */
@@ -36,38 +32,19 @@ export function tourProgram(readme: string): { program: string; blocks: number }
   return { program: `${imports.join("\n")}\n\n${bodies.join("\n")}\n`, blocks: blocks.length };
 }
 
-function sh(cmd: string, args: string[], cwd: string): string {
+/** Every relation and schema outside `schema` that is not a system one: what a run could leave behind. */
+async function outside(url: string, schema: string): Promise<string[]> {
+  const sql = connect(url, { max: 1 });
   try {
-    return execFileSync(cmd, args, { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
-  } catch (err) {
-    const e = err as { stdout?: string; stderr?: string };
-    throw new Error(`${cmd} ${args.join(" ")} failed in ${cwd}:\n${e.stdout ?? ""}${e.stderr ?? ""}`);
+    const rows = await sql.unsafe<{ name: string }[]>(
+      `select 'schema ' || nspname as name from pg_namespace where nspname in ('keyq', 'keyq_tour')
+       union all select 'relation ' || n.nspname || '.' || c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace
+        where n.nspname = 'public' order by 1`,
+    );
+    return rows.map((r) => r.name).filter((n) => !n.includes(schema));
+  } finally {
+    await sql.end();
   }
-}
-
-/** npm pack of a folder into `dir`; returns the tarball's path. */
-function pack(folder: string, dir: string, scripts: boolean): string {
-  const out = sh("npm", ["pack", "--json", "--pack-destination", dir, ...(scripts ? [] : ["--ignore-scripts"]), folder], root);
-  return join(dir, (JSON.parse(out.slice(out.search(/^\[/m))) as { filename: string }[])[0]!.filename);
-}
-
-/** How this runtime runs a TypeScript file (Node through tsx, resolved from this repository). */
-function runCommand(file: string): string[] {
-  if (runtime === "deno") return [process.execPath, "run", "--allow-all", file];
-  if (runtime === "bun") return [process.execPath, file];
-  return [process.execPath, "--import", import.meta.resolve("tsx"), file];
-}
-
-function run(cmd: string[], cwd: string, env: Record<string, string>): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd[0]!, cmd.slice(1), { cwd, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-    let out = "";
-    child.stdout.on("data", (d) => (out += String(d)));
-    child.stderr.on("data", (d) => (out += String(d)));
-    const timer = setTimeout(() => child.kill("SIGKILL"), 240_000); // must finish by itself
-    child.on("error", reject);
-    child.on("close", (code) => (clearTimeout(timer), resolve({ code, out })));
-  });
 }
 
 describe(`README Tour (${runtime})`, () => {
@@ -76,47 +53,54 @@ describe(`README Tour (${runtime})`, () => {
     assert.ok(blocks >= 10, `the Tour has ${blocks} ts blocks`);
     assert.equal(program.match(/^import \{[^}]*\bkeyq\b[^}]*\} from "keyq";$/gm)?.length, 1);
     assert.match(program.trimEnd(), /await sql\.end\(\);[^\n]*$/, "the program ends with sql.end()");
+    assert.doesNotMatch(program, /\?\?\s*"postgres(ql)?:\/\//, "no fallback to a shared database: it says what to set instead");
     const fake = "<!-- tour:start -->\n```ts\nimport a from \"a\";\nx();\n```\n```sh\nno\n```\n```ts\nimport a from \"a\";\ny();\n```\n<!-- tour:end -->";
     assert.equal(tourProgram(fake).program, 'import a from "a";\n\n// --- README Tour block 1\nx();\n\n// --- README Tour block 2\ny();\n\n');
   });
 
-  test("runs as one program in a fresh ESM project with the packed package", { skip, timeout: 600_000 }, async () => {
+  test("the Tour's setup names every step: type=module, the driver, tsx", () => {
+    const readme = readFileSync(join(root, "README.md"), "utf8");
+    const install = readme.indexOf("## Install");
+    assert.ok(install > 0 && install < readme.indexOf("<!-- tour:start -->"), "Install comes before the Tour");
+    assert.match(readme, /npm pkg set type=module/);
+    assert.match(readme, /npm install keyq postgres valibot tsx/);
+    assert.ok(readme.split("\n").length < 300, `README.md has ${readme.split("\n").length} lines`);
+  });
+
+  test("runs twice as one program in the same schema, with the packed package, and leaves nothing outside it", { skip, timeout: 900_000 }, async () => {
     const url = (await databaseUrl())!;
     const schema = freshSchema("readme");
-    const work = mkdtempSync(join(tmpdir(), "keyq-readme-"));
+    const project = await packedProject(["postgres", "valibot"]);
+    const before = await outside(url, schema);
     try {
-      const tarballs = [
-        pack(root, work, true),
-        pack(join(root, "node_modules/postgres"), work, false),
-        pack(join(root, "node_modules/valibot"), work, false),
-      ];
-      writeFileSync(join(work, "package.json"), JSON.stringify({ name: "keyq-readme-tour", private: true, type: "module" }, null, 2));
-      sh("npm", ["install", "--offline", "--no-audit", "--no-fund", "--ignore-scripts", ...tarballs], work);
       const { program } = tourProgram(readFileSync(join(root, "README.md"), "utf8"));
-      writeFileSync(join(work, "tour.ts"), program);
-      // The Tour's own tables (uploads, file_index) go to the run's schema too, so one drop removes everything.
-      const u = new URL(url);
-      u.searchParams.set("search_path", schema);
-      const started = Date.now();
-      const { code, out } = await run(runCommand("tour.ts"), work, { DATABASE_URL: u.href, KEYQ_SCHEMA: schema });
-      console.log(`${out.trim()}\n(tour: ${Date.now() - started} ms under ${runtime})`);
-      assert.equal(code, 0, `the Tour failed under ${runtime}:\n${out}`);
-      assert.match(out, /^appended event 1$/m);
-      assert.match(out, /^false true true$/m, "the second send of one dedup key is deduped");
-      assert.match(out, /event \d+ failed \(retry 0\): no thumbnail for \/a\.txt/);
-      assert.match(out, /^4 \d+ \[\]$/m, "Tier B (subscribed before producing) delivered the 4 events, no key blocked");
-      assert.match(out, /^stopped after \d+ events$/m);
-      assert.match(out, /QUEUE_NOT_FOUND|does not exist/, "the Errors block caught its error");
-      const { default: postgres } = await import("postgres");
-      const sql = postgres(url, { max: 1, onnotice: () => {} });
-      try {
-        const rows = await sql.unsafe(`select count(*)::int as n from "${schema}".file_index`);
-        assert.equal(rows[0]!.n, 1, "the indexer applied create, overwrite, delete of /a.txt and create of /b.txt");
-      } finally {
-        await sql.end();
+      for (const round of [1, 2]) {
+        const started = Date.now();
+        const { code, out } = await project.run("tour.ts", program, { DATABASE_URL: url, KEYQ_SCHEMA: schema });
+        console.log(`${out.trim()}\n(tour, run ${round}: ${Date.now() - started} ms under ${runtime})`);
+        assert.equal(code, 0, `the Tour failed under ${runtime} (run ${round}):\n${out}`);
+        if (round === 1) assert.match(out, /^appended event 1$/m);
+        else assert.match(out, /^appended event \d+$/m);
+        assert.match(out, /^false true true$/m, "the second send of one dedup key is deduped");
+        assert.match(out, /event \d+ failed \(retry 0\): no thumbnail for \/a\.txt/);
+        assert.match(out, /^4 \d+ \[\]$/m, "Tier B (subscribed before producing) delivered the 4 events, no key blocked");
+        assert.match(out, /^stopped after \d+ events$/m);
+        assert.match(out, /QUEUE_NOT_FOUND|does not exist/, "the Errors block caught its error");
+        const sql = connect(url, { max: 1 });
+        try {
+          const rows = await sql.unsafe(`select count(*)::int as n from "${schema}".file_index`);
+          assert.equal(rows[0]!.n, 1, "the indexer applied create, overwrite, delete of /a.txt and create of /b.txt");
+        } finally {
+          await sql.end();
+        }
       }
+      assert.deepEqual(await outside(url, schema), before, "the Tour created nothing outside its schema");
+      // Without DATABASE_URL it says what to set, and touches no database.
+      const bare = await project.run("tour.ts", program, { DATABASE_URL: "", KEYQ_SCHEMA: schema, PGHOST: "", PGDATABASE: "" });
+      assert.notEqual(bare.code, 0);
+      assert.match(bare.out, /Set DATABASE_URL/);
     } finally {
-      rmSync(work, { recursive: true, force: true });
+      project.remove();
       await dropSchema(url, schema);
     }
   });

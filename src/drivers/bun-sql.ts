@@ -87,7 +87,7 @@ async function run(q: BunSqlQueryable, text: string, params: readonly SqlParam[]
  *
  * @example
  * ```ts
- * import { fromBunSql } from "keyq/bun-sql";
+ * import { fromBunSql } from "@keyq/keyq/bun-sql";
  * const sql = new Bun.SQL("postgres://postgres@127.0.0.1:5432/test");
  * const db = fromBunSql(sql);
  * await db.transaction!((tx) => tx.query("select $1::text as hi", ["hello"]));

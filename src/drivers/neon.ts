@@ -21,7 +21,7 @@ export interface NeonHttpLike {
  * @example
  * ```ts
  * import { Pool } from "@neondatabase/serverless";
- * import { fromNeonPool } from "keyq/neon";
+ * import { fromNeonPool } from "@keyq/keyq/neon";
  * const pool = new Pool({ connectionString: process.env.DATABASE_URL });
  * const db = fromNeonPool(pool);
  * await db.transaction!((tx) => tx.query("select 1::text as one"));
@@ -39,7 +39,7 @@ export function fromNeonPool(pool: PgPoolLike): Driver {
  * @example
  * ```ts
  * import { Client } from "@neondatabase/serverless";
- * import { fromNeonClient } from "keyq/neon";
+ * import { fromNeonClient } from "@keyq/keyq/neon";
  * const client = new Client(process.env.DATABASE_URL);
  * await client.connect();
  * console.log(await fromNeonClient(client).query("select $1::text as hi", ["hello"]));
@@ -61,7 +61,7 @@ export function fromNeonClient(client: PgClientLike): Driver {
  * @example
  * ```ts
  * import { neon } from "@neondatabase/serverless";
- * import { fromNeonHttp } from "keyq/neon";
+ * import { fromNeonHttp } from "@keyq/keyq/neon";
  * const db = fromNeonHttp(neon(process.env.DATABASE_URL!));
  * console.log(await db.query("select $1::text as hi", ["hello"]));
  * ```

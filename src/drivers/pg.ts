@@ -157,7 +157,7 @@ function clientDriver(client: PgClientLike): Driver {
  * @example
  * ```ts
  * import pg from "pg";
- * import { fromPg } from "keyq/pg";
+ * import { fromPg } from "@keyq/keyq/pg";
  * const pool = new pg.Pool({ connectionString: "postgres://postgres@127.0.0.1:5432/test" });
  * console.log(await fromPg(pool).query("select $1::text as hi", ["hello"]));
  * await pool.end();

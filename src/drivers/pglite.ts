@@ -33,7 +33,7 @@ async function run(db: PGliteTxLike, text: string, params?: readonly SqlParam[])
  * @example
  * ```ts
  * import { PGlite } from "@electric-sql/pglite";
- * import { fromPGlite } from "keyq/pglite";
+ * import { fromPGlite } from "@keyq/keyq/pglite";
  * const pg = new PGlite();
  * const db = fromPGlite(pg);
  * console.log(await db.query("select $1::text as hi", ["hello"]));

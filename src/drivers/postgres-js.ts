@@ -246,7 +246,7 @@ function isTransaction(x: unknown): x is PostgresJsTransactionLike {
  * @example
  * ```ts
  * import postgres from "postgres";
- * import { fromPostgresJs } from "keyq/postgres-js";
+ * import { fromPostgresJs } from "@keyq/keyq/postgres-js";
  * const sql = postgres("postgres://postgres@127.0.0.1:5432/test");
  * const db = fromPostgresJs(sql);
  * console.log(await db.query("select $1::text as hi", ["hello"]));

@@ -76,7 +76,7 @@ insert into "${schema}".function_set (hash, version, serial) values ('${function
  *
  * @example
  * ```ts
- * import { migrationSql } from "keyq";
+ * import { migrationSql } from "@keyq/keyq";
  * const sql = migrationSql("keyq");
  * console.log(sql.split("\n").length > 100);
  * ```

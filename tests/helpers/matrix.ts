@@ -1,8 +1,8 @@
 /**
- * The README's driver × runtime matrix: what the conformance suite records
- * (`.conformance/<runtime>.json`), how a cell renders, and how the README
+ * The driver × runtime matrix of docs/drivers.md: what the conformance suite records
+ * (`.conformance/<runtime>.json`), how a cell renders, and how docs/drivers.md
  * section is generated and read back. Used by tests/conformance.test.ts (which
- * records its run and checks its own runtime's column of the README) and by
+ * records its run and checks its own runtime's column of docs/drivers.md) and by
  * scripts/matrix.ts (which writes or checks the whole section).
  */
 import { driverSpecs, type Runtime } from "./drivers.ts";
@@ -67,7 +67,7 @@ export function renderTable(results: Partial<Record<Runtime, RunResult>>): strin
   return lines.join("\n");
 }
 
-/** The table rows of the README section, as `{ label → { Node → cell } }`. */
+/** The table rows of the docs/drivers.md section, as `{ label → { Node → cell } }`. */
 export function parseTable(section: string): Map<string, Map<string, string>> {
   const rows = section.split("\n").filter((l) => l.startsWith("|")).map((l) =>
     l.slice(1, -1).split(" | ").map((c) => c.trim())
@@ -86,19 +86,19 @@ export function sectionOf(readme: string): string | null {
 }
 
 /**
- * Compares one runtime's column of the README table with what that runtime
+ * Compares one runtime's column of the docs/drivers.md table with what that runtime
  * just ran; returns the differences (empty when they agree).
  */
 export function checkColumn(readme: string, result: RunResult): string[] {
   const section = sectionOf(readme);
-  if (section === null) return [`README.md has no ${START} … ${END} section`];
+  if (section === null) return [`docs/drivers.md has no ${START} … ${END} section`];
   const table = parseTable(section);
   const label = RUNTIMES.find((r) => r.id === result.runtime)!.label;
   const problems: string[] = [];
   for (const d of driverSpecs) {
     const want = renderCell(result.cells[d.id]);
     const have = table.get(d.label)?.get(label);
-    if (have !== want) problems.push(`${d.label} × ${label}: README says ${JSON.stringify(have ?? null)}, this run gives ${JSON.stringify(want)}`);
+    if (have !== want) problems.push(`${d.label} × ${label}: docs/drivers.md says ${JSON.stringify(have ?? null)}, this run gives ${JSON.stringify(want)}`);
   }
   return problems;
 }
