@@ -24,6 +24,7 @@ import type {
   MaintainReport,
   QueueInfo,
   QueueStatus,
+  RoleGrants,
   SendResult,
 } from "../types.ts";
 
@@ -199,10 +200,17 @@ export interface EngineCalls {
   dlqReplay: [{ ids: readonly string[] }, number];
   dlqReplayWhere: [Filter, number];
   dlqPurge: [Filter, number];
+  grant: [Grant, RoleGrants];
+  revoke: [Grant & { all: boolean }, RoleGrants];
+  grants: [Record<never, never>, RoleGrants[]];
 }
+
+/** A grant as the engine takes it (src/roles/grants.ts checks it). */
+type Grant = { role: string; produce: readonly string[]; consume: Record<string, readonly string[]>; operate: boolean };
 
 const receiveShape = fields({ busy: "boolean", events: "array" });
 const tickShape = fields({ tick: "string|null" });
+const grantShape = fields({ role: "string", produce: "array", consume: "object", operate: "boolean" });
 
 /** Every engine function the TypeScript calls, by TS name. */
 export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K][0]> } = {
@@ -303,6 +311,20 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
   dlqReplay: fn("dlq_replay", [["ids", "ids", "jsonb"]]),
   dlqReplayWhere: fn("dlq_replay_where", [["filter", "filter", "jsonb"]]),
   dlqPurge: fn("dlq_purge", [["filter", "filter", "jsonb"]]),
+  grant: fn("grant_access", [
+    ["role", "role", "text"],
+    ["produce", "produce", "text[]"],
+    ["consume", "consume", "jsonb"],
+    ["operate", "operate", "boolean"],
+  ], grantShape),
+  revoke: fn("revoke_access", [
+    ["role", "role", "text"],
+    ["produce", "produce", "text[]"],
+    ["consume", "consume", "jsonb"],
+    ["operate", "operate", "boolean"],
+    ["all", "every_grant", "boolean"],
+  ], grantShape),
+  grants: fn("list_grants", [], (x) => Array.isArray(x) && x.every(grantShape)),
 };
 
 /**
@@ -311,7 +333,7 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
  * requires every function of a migrated schema to be in ENGINE or here.
  */
 export const INTERNAL_FUNCTIONS: readonly string[] = [
-  "apply_queue_settings", "backoff", "block_key", "check_slots", "claim_dedup", "dedup_gc", "dlq_check",
+  "apply_grants", "apply_queue_settings", "authorize", "backoff", "caller", "entry_functions", "permits", "role_json", "role_oid", "block_key", "check_slots", "claim_dedup", "dedup_gc", "dlq_check",
   "dlq_requeue", "dlq_where", "ensure_slot_index", "event_json", "get_consumer", "get_queue", "has_pending",
   "key_budget", "keys_prefix", "lock_key", "lock_keys", "park_events", "plan_chunks", "prune_ticks",
   "queue_json", "read_window", "release_heads", "release_key", "retry_policy", "rotate", "slot_of",
@@ -375,4 +397,7 @@ export const engine: { readonly [K in Name]: K extends Receiving ? Receive<K> : 
   dlqReplay: call("dlqReplay"),
   dlqReplayWhere: call("dlqReplayWhere"),
   dlqPurge: call("dlqPurge"),
+  grant: call("grant"),
+  revoke: call("revoke"),
+  grants: call("grants"),
 };

@@ -57,6 +57,12 @@ function functionSetSql(schema: string): string {
   const drop = `do $keyq$
 declare f record;
 begin
+  -- EXECUTE grants on the old set (a DBA's, keyq's own) come back after the re-creation.
+  perform pg_catalog.set_config('keyq.function_acl', coalesce((
+    select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('fn', p.proname, 'grantee', a.grantee))
+      from pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+     where p.pronamespace = '"${schema}"'::regnamespace and a.privilege_type = 'EXECUTE'
+       and a.grantee <> 0 and a.grantee <> p.proowner), '[]')::text, true);
   for f in select p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid) as args
              from pg_catalog.pg_proc p
             where p.pronamespace = '"${schema}"'::regnamespace and p.prokind = 'f'
@@ -67,7 +73,44 @@ begin
 end $keyq$;`;
   const record = `delete from "${schema}".function_set;
 insert into "${schema}".function_set (hash, version) values ('${functionsHash}', '${functionsVersion}');`;
-  return [drop, ...functions.map((f) => `-- functions/${f.name}.sql\n\n${render(f.sql, schema)}`), record].join("\n\n");
+  return [drop, ...functions.map((f) => `-- functions/${f.name}.sql\n\n${render(f.sql, schema)}`), secureSql(schema), record].join("\n\n");
+}
+
+/**
+ * Least privilege over the set just created (docs/roles.md): PUBLIC loses
+ * EXECUTE on every function of the schema; every function gets the pinned
+ * search_path; the entry functions run SECURITY DEFINER (they check the
+ * caller themselves); the EXECUTE grants captured before the drop and the
+ * ones keyq's grants imply are given again.
+ */
+function secureSql(schema: string): string {
+  return `-- least privilege (docs/roles.md)
+do $keyq$
+declare f record;
+begin
+  for f in select p.oid::regprocedure as sig,
+                  p.proname in (select e.fn from "${schema}".entry_functions() e
+                                union all values ('grant_access'), ('revoke_access')) as entry
+             from pg_catalog.pg_proc p
+            where p.pronamespace = '"${schema}"'::regnamespace and p.prokind = 'f'
+  loop
+    execute pg_catalog.format('revoke execute on function %s from public', f.sig);
+    execute pg_catalog.format('alter function %s set search_path = pg_catalog, pg_temp', f.sig);
+    if f.entry then
+      execute pg_catalog.format('alter function %s security definer', f.sig);
+    end if;
+  end loop;
+  for f in select distinct p.oid::regprocedure as sig, r.rolname
+             from pg_catalog.jsonb_array_elements(
+                    pg_catalog.current_setting('keyq.function_acl', true)::jsonb) x
+             join pg_catalog.pg_roles r on r.oid = (x->>'grantee')::oid
+             join pg_catalog.pg_proc p on p.proname = x->>'fn'
+                  and p.pronamespace = '"${schema}"'::regnamespace
+  loop
+    execute pg_catalog.format('grant execute on function %s to %I', f.sig, f.rolname);
+  end loop;
+end $keyq$;
+select "${schema}".apply_grants();`;
 }
 
 /**
