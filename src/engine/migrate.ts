@@ -78,24 +78,29 @@ insert into "${schema}".function_set (hash, version) values ('${functionsHash}',
 
 /**
  * Least privilege over the set just created (docs/roles.md): PUBLIC loses
- * EXECUTE on every function of the schema; every function gets the pinned
- * search_path; the entry functions run SECURITY DEFINER (they check the
+ * EXECUTE on every function of the schema; every function but the frozen
+ * ones gets the pinned search_path (slot_of must stay inlinable: it
+ * qualifies every operator instead); the entry functions run SECURITY DEFINER (they check the
  * caller themselves); the EXECUTE grants captured before the drop and the
  * ones keyq's grants imply are given again.
  */
 function secureSql(schema: string): string {
+  const keep = frozenFunctions.map((f) => `'${f}'`).join(", ");
   return `-- least privilege (docs/roles.md)
 do $keyq$
 declare f record;
 begin
   for f in select p.oid::regprocedure as sig,
                   p.proname in (select e.fn from "${schema}".entry_functions() e
-                                union all values ('grant_access'), ('revoke_access')) as entry
+                                union all values ('grant_access'), ('revoke_access')) as entry,
+                  p.proname = any (array[${keep}]::text[]) as frozen
              from pg_catalog.pg_proc p
             where p.pronamespace = '"${schema}"'::regnamespace and p.prokind = 'f'
   loop
     execute pg_catalog.format('revoke execute on function %s from public', f.sig);
-    execute pg_catalog.format('alter function %s set search_path = pg_catalog, pg_temp', f.sig);
+    if not f.frozen then
+      execute pg_catalog.format('alter function %s set search_path = pg_catalog, pg_temp', f.sig);
+    end if;
     if f.entry then
       execute pg_catalog.format('alter function %s security definer', f.sig);
     end if;
