@@ -10,6 +10,7 @@ import { after, before, test } from "node:test";
 import pg from "pg";
 import { KeyqError } from "../mod.ts";
 import { fromPg } from "../src/drivers/pg.ts";
+import { ENGINE } from "../src/engine/calls.ts";
 import { dbSkip } from "./helpers/db.ts";
 import { client, ROLES, type RolesFixture, sqlAs, startRoles, urlAs } from "./helpers/roles.ts";
 
@@ -127,6 +128,14 @@ test("no PUBLIC EXECUTE, a pinned search_path on every function but the inlined 
     if (r.proname !== "slot_of") assert.ok((r.proconfig as string[] | null)?.includes("search_path=pg_catalog, pg_temp"), `${r.proname}: ${r.proconfig}`);
   }
   const definer = rows.filter((r) => r.prosecdef).map((r) => r.proname as string);
+  // Every function the client calls (src/engine/calls.ts) is an entry: SECURITY DEFINER and checked
+  // first thing. A new engine function missing from entry_functions() fails here (it would be owner-only).
+  const src = await f.admin`select proname, prosrc from pg_proc where pronamespace = 'kq'::regnamespace`;
+  for (const e of Object.values(ENGINE)) {
+    assert.ok(definer.includes(e.name), `${e.name} is SECURITY DEFINER (add it to entry_functions())`);
+    assert.match(String(src.find((r) => r.proname === e.name)?.prosrc), /\.authorize\(/, `${e.name} calls authorize()`);
+  }
+  for (const fn of definer) assert.match(String(src.find((r) => r.proname === fn)?.prosrc), /\.authorize\(/, `${fn} calls authorize()`);
   for (const fn of ["send", "send_batch", "receive_plain", "ack", "tick", "maintain", "subscribe", "grant_access"]) assert.ok(definer.includes(fn), fn);
   for (const fn of ["claim_dedup", "window_events", "get_queue", "permits", "caller"]) assert.ok(!definer.includes(fn), fn);
   const usage = await f.admin`select has_schema_privilege('kq_none', 'kq', 'USAGE') as u`;

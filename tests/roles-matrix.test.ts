@@ -20,7 +20,7 @@ after(async () => {
   await f?.close();
 });
 
-const DRIVERS = ["postgres-js", "pg-pool", "neon-pool"];
+const DRIVERS = ["postgres-js", "pg-pool", "neon-pool", "bun-sql"]; // Bun.SQL under Bun only (its spec skips elsewhere)
 
 for (const id of DRIVERS) {
   const spec = driverSpecs.find((d) => d.id === id)!;

@@ -1,6 +1,7 @@
 // Least privilege (docs/roles.md) behind a transaction-mode pooler: every
 // role of the matrix (tests/helpers/roles.ts) through PgBouncer with
-// postgres.js (no prepared statements) and pg Pool; and one login behind
+// postgres.js (no prepared statements), pg Pool and Bun.SQL (under Bun);
+// and one login behind
 // the pooler that takes a role per transaction with SET LOCAL ROLE, whose
 // grants last exactly that transaction although PgBouncer hands the same
 // server connection to the next one. Private cluster and PgBouncer.
@@ -37,10 +38,10 @@ const pooled = (role: string): string => {
   return u.toString();
 };
 
-for (const id of ["postgres-js", "pg-pool"]) {
+for (const id of ["postgres-js", "pg-pool", "bun-sql"]) {
   const spec = driverSpecs.find((d) => d.id === id)!;
   for (const part of Object.keys(ROLES) as Part[]) {
-    test(`PgBouncer (transaction mode) + ${spec.label}: ${part} can do exactly its matrix row`, { skip }, async () => {
+    test(`PgBouncer (transaction mode) + ${spec.label}: ${part} can do exactly its matrix row`, { skip: skip || spec.skip }, async () => {
       const opened = await spec.open(pooled(ROLES[part]), { pooler: true });
       try {
         const row = await assertRow(part, client(opened.driver), f.owner, `${part}_pgb_${id.replaceAll("-", "_")}`);
