@@ -142,7 +142,7 @@ test("no PUBLIC EXECUTE, a pinned search_path on every function but the inlined 
   assert.equal(usage[0]!.u, false, "a role without grants may not even look into the schema");
 });
 
-test("a hostile = operator and functions earlier in the caller's search_path change nothing", { skip }, async () => {
+test("a hostile = operator and functions earlier in the caller's search_path change nothing; a SECURITY DEFINER wrapper lends no grant", { skip }, async () => {
   await f.admin.unsafe(`create schema evil authorization kq_producer`);
   const sql = sqlAs(f.cluster, ROLES.producer);
   try {
@@ -156,6 +156,12 @@ test("a hostile = operator and functions earlier in the caller's search_path cha
     assert.equal(r[0]!.hijacked, true, "the hostile operator is live in this session");
     await assert.rejects(sql.unsafe(`select kq.send('audit', 't', '{}'::jsonb)`), (e: { code?: string }) => e.code === "KQ020");
     await assert.rejects(sql.unsafe(`select kq.create_queue('evil_q')`), (e: { code?: string }) => DENIED.includes(e.code!));
+    // A SECURITY DEFINER wrapper does not lend its owner's grants: the session's role is checked.
+    await sql.unsafe(`
+      create function evil.proxy() returns jsonb language sql security definer as $$select kq.send('orders', 't', '{}'::jsonb)$$;
+      grant usage on schema evil to kq_none; grant execute on function evil.proxy() to kq_none;`);
+    await sql.unsafe(`select evil.proxy()`); // its owner may
+    assert.equal(await stateOf(ROLES.stranger, `select evil.proxy()`), "KQ020");
   } finally {
     await sql.end({ timeout: 1 });
     await f.admin.unsafe(`drop schema evil cascade`);
