@@ -333,11 +333,13 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
  * requires every function of a migrated schema to be in ENGINE or here.
  */
 export const INTERNAL_FUNCTIONS: readonly string[] = [
-  "apply_grants", "apply_queue_settings", "authorize", "backoff", "caller", "entry_functions", "permits", "role_json", "role_oid", "block_key", "check_slots", "claim_dedup", "dedup_gc", "dlq_check",
+  "apply_queue_settings", "backoff", "block_key", "check_slots", "claim_dedup", "dedup_gc", "dlq_check",
   "dlq_requeue", "dlq_where", "ensure_slot_index", "event_json", "get_consumer", "get_queue", "has_pending",
   "key_budget", "keys_prefix", "lock_key", "lock_keys", "park_events", "plan_chunks", "prune_ticks",
   "queue_json", "read_window", "release_heads", "release_key", "retry_policy", "rotate", "slot_of",
   "take_retries", "tick_all", "window_count", "window_events", "window_events_slot", "window_take", "xbuckets",
+  // least privilege (functions/00_roles.sql)
+  "apply_grants", "authorize", "caller", "entry_functions", "permits", "role_json", "role_oid",
 ];
 
 // ---------------------------------------------------------------- typed calls

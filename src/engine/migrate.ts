@@ -80,9 +80,9 @@ insert into "${schema}".function_set (hash, version) values ('${functionsHash}',
  * Least privilege over the set just created (docs/roles.md): PUBLIC loses
  * EXECUTE on every function of the schema; every function but the frozen
  * ones gets the pinned search_path (slot_of must stay inlinable: it
- * qualifies every operator instead); the entry functions run SECURITY DEFINER (they check the
- * caller themselves); the EXECUTE grants captured before the drop and the
- * ones keyq's grants imply are given again.
+ * qualifies every operator instead); the entry functions run SECURITY
+ * DEFINER (they check the caller themselves); the EXECUTE grants captured
+ * before the drop and the ones keyq's grants imply are given again.
  */
 function secureSql(schema: string): string {
   const keep = frozenFunctions.map((f) => `'${f}'`).join(", ");
