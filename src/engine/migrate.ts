@@ -13,6 +13,9 @@
  *   argument list or a removed function needs no migration. A set recorded
  *   by a newer keyq version is left alone (no downgrade in a rolling deploy).
  * - Frozen functions (slot_of: indexes depend on it) live in migrations only.
+ * - After each re-creation, secureSql() applies least privilege
+ *   (docs/roles.md): no EXECUTE for PUBLIC, SECURITY DEFINER entry
+ *   functions, and every EXECUTE grant of the previous set given again.
  *
  * All of it runs in one transaction behind an advisory lock; a migrate()
  * with nothing to do reads two rows and runs no DDL.
