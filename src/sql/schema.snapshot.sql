@@ -1438,7 +1438,6 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.slot_of(key text, n integer)
  RETURNS integer
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
- SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$ select coalesce((((pg_catalog.hashtextextended(key, 0) operator(pg_catalog.%) n) operator(pg_catalog.+) n)
                        operator(pg_catalog.%) n)::pg_catalog.int4, 0) $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.status(queue text DEFAULT NULL::text, stale_after double precision DEFAULT 300)
