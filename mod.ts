@@ -31,5 +31,6 @@ export type { Driver, Executor, Row, SqlParam } from "./src/driver.ts";
 export { KeyqError } from "./src/errors.ts";
 export type { KeyqErrorCode } from "./src/errors.ts";
 export { latestVersion, migrationSql } from "./src/engine/migrate.ts";
+export { grantSql } from "./src/roles/grants.ts";
 export type { PayloadSchema, SchemaResult } from "./src/payload.ts";
 export type * from "./src/types.ts";

@@ -10,10 +10,12 @@
  *   keyq tick <queue> [--force] | maintain [queue] [--force-rotate]
  *   keyq dlq list|count [--queue Q] [--consumer C] [--key K] | dlq replay <id…>
  *   keyq dlq replay-key <queue> <consumer> <key> | dlq purge --older-than 7d
+ *   keyq grant|revoke <role> [--produce q,…] [--consume q:c,…] [--operate] [--all] | grants
+ *   keyq sql grant|revoke <role> … (the same as SQL, for DBAs)
  *
  * @module
  */
-import { type Driver, type Keyq, keyq, KeyqError } from "../mod.ts";
+import { type Driver, type Keyq, keyq, KeyqError, type RevokeInput, type RoleGrants } from "../mod.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { durationMs } from "../src/validate.ts";
@@ -24,6 +26,7 @@ import { VERSION } from "./version.ts";
 const USAGE = `usage: keyq <command> [args] [--schema S] [--json]
   migrate                       apply pending engine migrations
   sql                           print the engine as one SQL script (for DBAs)
+  sql grant|revoke <role> …     print a grant or revoke (below) as SQL, for the schema owner to run
   status [queue]                backlog, tick age, lag per consumer and slot
     --check                     exit 1 when a threshold is crossed (for cron and CI):
     --max-tick-age <dur>          last tick older than this (default 5m)
@@ -41,6 +44,12 @@ const USAGE = `usage: keyq <command> [args] [--schema S] [--json]
   dlq replay <id…>              replay dead letters to their consumer
   dlq replay-key <queue> <consumer> <key>   replay one key in original order
   dlq purge --older-than <dur>  delete old dead letters [--queue Q] [--consumer C] [--key K]
+  grant <role>                  let a Postgres role use the engine (docs/roles.md; the schema owner only):
+    --produce q1,q2               send to these queues ("*": every queue)
+    --consume q:c1,q:c2           run these consumers, read their status and dead letters
+    --operate                     create/drop queues, subscribe, force ticks and rotation, replay, purge
+  revoke <role>                 take grants back: the same flags, or --all
+  grants                        every role's grants
   help, --help, -h              this text;  --version  the version
 Durations: "500ms", "30s", "5m", "2h", "7d". Driver: postgres (postgres.js), else pg.
 Environment: DATABASE_URL (required except for sql and help), KEYQ_SCHEMA.`;
@@ -49,7 +58,10 @@ Environment: DATABASE_URL (required except for sql and help), KEYQ_SCHEMA.`;
 const COMMON = ["schema", "json", "help", "version"];
 const FLAGS: Record<string, { boolean: string[]; value: string[] }> = {
   migrate: { boolean: [], value: [] },
-  sql: { boolean: [], value: [] },
+  sql: { boolean: ["operate", "all"], value: ["produce", "consume"] },
+  grant: { boolean: ["operate"], value: ["produce", "consume"] },
+  revoke: { boolean: ["operate", "all"], value: ["produce", "consume"] },
+  grants: { boolean: [], value: [] },
   status: { boolean: ["check"], value: ["max-tick-age", "max-lag", "max-lag-age", "max-dead", "max-blocked"] },
   queues: { boolean: [], value: [] },
   "create-queue": { boolean: [], value: [] },
@@ -156,8 +168,12 @@ export async function main(argv: readonly string[], env: Record<string, string |
   const json = flags.json === true;
   const out = (rows: unknown, columns?: string[]) => console.log(json ? JSON.stringify(rows, null, 2) : renderTable(rows, columns));
   if (command === "sql") {
-    const { migrationSql } = await import("../mod.ts");
-    console.log(migrationSql(schema));
+    const { migrationSql, grantSql } = await import("../mod.ts");
+    if (args[0] === "grant" || args[0] === "revoke") {
+      const g = grantFlags(need(args[1], "a role name"), flags, args[0]);
+      console.log(grantSql(schema, args[0] === "revoke" ? { ...g, revoke: true } : g));
+    } else if (args.length > 0) throw new UsageError(`keyq sql takes nothing, or grant|revoke <role> …; not "${args[0]}".`);
+    else console.log(migrationSql(schema));
     return 0;
   }
   const check = command === "status" ? thresholds(flags) : null;
@@ -210,6 +226,15 @@ export async function main(argv: readonly string[], env: Record<string, string |
       case "tick":
         out({ tick: await q.tick(need(args[0], "a queue name"), { force: flags.force === true }) });
         return 0;
+      case "grant":
+        out(grantRows([await q.grant(grantFlags(need(args[0], "a role name"), flags, "grant"))], json));
+        return 0;
+      case "revoke":
+        out(grantRows([await q.revoke(grantFlags(need(args[0], "a role name"), flags, "revoke"))], json));
+        return 0;
+      case "grants":
+        out(grantRows(await q.grants(), json), ["role", "produce", "consume", "operate"]);
+        return 0;
       case "maintain": {
         const reports = await q.maintain(args[0], { forceRotate: flags["force-rotate"] === true });
         out(json ? reports : maintainRows(reports));
@@ -221,6 +246,36 @@ export async function main(argv: readonly string[], env: Record<string, string |
   } finally {
     await close();
   }
+}
+
+/** A grant or revoke from the command line: `--produce a,b`, `--consume q:c,q:d`, `--operate`, `--all`. */
+export function grantFlags(role: string, flags: Args["flags"], what: "grant" | "revoke"): RevokeInput {
+  const list = (name: string): string[] => {
+    const v = flags[name];
+    if (v === undefined) return [];
+    if (typeof v !== "string" || v.trim() === "") throw new UsageError(`Flag --${name} needs a comma-separated list.`);
+    return v.split(",").map((x) => x.trim());
+  };
+  const consume: Record<string, string[]> = {};
+  for (const pair of list("consume")) {
+    const at = pair.indexOf(":");
+    if (at <= 0 || at === pair.length - 1) throw new UsageError(`--consume takes queue:consumer pairs (e.g. orders:billing), not "${pair}".`);
+    (consume[pair.slice(0, at)] ??= []).push(pair.slice(at + 1));
+  }
+  const g: RevokeInput = { role, produce: list("produce"), consume, operate: flags.operate === true };
+  if (what === "revoke" && flags.all === true) g.all = true;
+  return g;
+}
+
+/** Grants as table rows (or as they are, for --json). */
+function grantRows(rows: RoleGrants[], json: boolean): unknown[] {
+  if (json) return rows;
+  return rows.map((g) => ({
+    role: g.role,
+    produce: g.produce.join(", "),
+    consume: Object.entries(g.consume).map(([queue, cs]) => `${queue}: ${cs.join(", ")}`).join("; "),
+    operate: g.operate ? "yes" : "",
+  }));
 }
 
 function need(value: string | undefined, what: string): string {
@@ -274,6 +329,11 @@ export function cliMessage(err: KeyqError): string {
       return m.replace(/call migrate\(\) first\.?/, 'run "keyq migrate" first.');
     case "QUEUE_NOT_FOUND":
       return m.replace(/create it with createQueue\("([^"]*)"\) first\.?|`?createQueue`? first\.?/, (_all, name) => `create it with "keyq create-queue ${name ?? "<name>"}" first.`);
+    case "PERMISSION_DENIED":
+      return m.replace(/grant\(\{ role: "([^"]*)", produce: \["([^"]*)"\] \}\)/, 'keyq grant $1 --produce $2')
+        .replace(/grant\(\{ role: "([^"]*)", consume: \{ ([^:]*): \["([^"]*)"\] \} \}\)/, "keyq grant $1 --consume $2:$3")
+        .replace(/grant\(\{ role: "([^"]*)", operate: true \}\)/, "keyq grant $1 --operate")
+        .replace("grant({ role, produce, consume, operate })", '"keyq grant <role> --produce … | --consume … | --operate"');
     case "CONSUMER_NOT_FOUND":
       return m.replace(/call subscribe\(\) first\.?/, "subscribe it from your code first (consumer(...).subscribe()).");
     default:

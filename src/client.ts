@@ -17,13 +17,17 @@ import { exclusiveKind, orderedKind, plainKind } from "./kinds/kinds.ts";
 import { migrate, migrationSql } from "./engine/migrate.ts";
 import type { PayloadSchema } from "./payload.ts";
 import { send, sendBatch } from "./produce/producer.ts";
+import { grant, grants, revoke } from "./roles/grants.ts";
 import type {
   Duration,
+  GrantInput,
   MaintainReport,
   MigrateResult,
   QueueInfo,
   QueueStatus,
   QueueSettings,
+  RevokeInput,
+  RoleGrants,
   SendInput,
   SendOptions,
   SendResult,
@@ -91,6 +95,17 @@ export interface Keyq {
    * unknown queue throws `QUEUE_NOT_FOUND`.
    */
   status(options?: { queue?: string; staleAfter?: Duration }): Promise<QueueStatus[]>;
+  /**
+   * Lets a Postgres role produce to queues, consume as consumers and/or
+   * operate (docs/roles.md); the schema owner only. Idempotent; resolves to
+   * the role's grants. `PERMISSION_DENIED` for any other caller,
+   * `ROLE_NOT_FOUND` for an unknown role.
+   */
+  grant(input: GrantInput): Promise<RoleGrants>;
+  /** Takes grants back (`all: true`: every one of the role); the schema owner only. */
+  revoke(input: RevokeInput): Promise<RoleGrants>;
+  /** Every role's grants (the owner or an operator). */
+  grants(): Promise<RoleGrants[]>;
 }
 
 export type { ConsumerOptions, ExclusiveOptions, OrderedOptions } from "./kinds/options.ts";
@@ -211,5 +226,8 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
     ...consumers(driver, schema, schemaOf, a),
     dlq: deadLetters(driver, schema),
     status: a.status,
+    grant: (input) => grant(driver, schema, input),
+    revoke: (input) => revoke(driver, schema, input),
+    grants: () => grants(driver, schema),
   };
 }

@@ -23,7 +23,9 @@ export type KeyqErrorCode =
   | "WRONG_ISOLATION"
   | "BATCH_ABORTED"
   | "BAD_REPLY"
-  | "PREPARED_STATEMENTS_UNSUPPORTED";
+  | "PREPARED_STATEMENTS_UNSUPPORTED"
+  | "PERMISSION_DENIED"
+  | "ROLE_NOT_FOUND";
 
 /**
  * The error keyq throws for bad input and engine refusals. Driver and network
@@ -64,6 +66,8 @@ interface DatabaseRule {
   code: KeyqErrorCode;
   /** Only a missing object named in the schema itself (not migrated), raised at top level. */
   missing?: true;
+  /** Postgres refused the role a function or the schema (no keyq grant reaches it), raised at top level. */
+  denied?: true;
 }
 
 /**
@@ -81,6 +85,9 @@ export const DATABASE_ERRORS: Readonly<Record<string, DatabaseRule>> = {
   KQ004: { code: "SLOT_COUNT_MISMATCH" },
   KQ005: { code: "DEAD_LETTER_NOT_FOUND" },
   KQ010: { code: "WRONG_ISOLATION" },
+  KQ020: { code: "PERMISSION_DENIED" },
+  KQ021: { code: "ROLE_NOT_FOUND" },
+  "42501": { code: "PERMISSION_DENIED", denied: true }, // insufficient_privilege: no EXECUTE or USAGE (docs/roles.md)
   "3F000": { code: "NOT_MIGRATED", missing: true }, // invalid_schema_name
   "42883": { code: "NOT_MIGRATED", missing: true }, // undefined_function
 };
@@ -105,6 +112,14 @@ export function fromDatabaseError(err: unknown, schema?: string): unknown {
     return new KeyqError(rule.code, `The keyq schema "${schema}" is missing or out of date (${message}); call migrate() first.`, { schema }, {
       cause: err,
     });
+  }
+  if (rule?.denied && !e.where) {
+    return new KeyqError(
+      rule.code,
+      `${message}: the role has no keyq grant that reaches this call; the schema owner grants one with grant({ role, produce, consume, operate }) (docs/roles.md).`,
+      { sqlstate: e.code },
+      { cause: err },
+    );
   }
   return err;
 }

@@ -449,3 +449,31 @@ export interface QueueStatus {
     cursors: CursorStatus[];
   }[];
 }
+
+/**
+ * Grants of one role (docs/roles.md). Queue and consumer names, or `"*"` for
+ * every one. A named queue must exist; a consumer need not yet.
+ */
+export interface GrantInput {
+  /** The Postgres role (a login, or a NOLOGIN group its logins are members of). */
+  role: string;
+  /** Queues it may send to. */
+  produce?: readonly string[];
+  /** Consumers it may run, read the status and dead letters of, by queue: `{ orders: ["billing"] }`. */
+  consume?: Readonly<Record<string, readonly string[]>>;
+  /** Create and drop queues, subscribe, force ticks and rotation, replay and purge; implies produce and consume everywhere. */
+  operate?: boolean;
+}
+
+/** Grants to take back; `all: true` takes every grant of the role. */
+export interface RevokeInput extends GrantInput {
+  all?: boolean;
+}
+
+/** One role's grants, as `grants()` lists them. */
+export interface RoleGrants {
+  role: string;
+  produce: string[];
+  consume: Record<string, string[]>;
+  operate: boolean;
+}

@@ -204,7 +204,7 @@ describe(`examples (${runtime})`, () => {
     });
   });
 
-  test("examples/vercel-cron-route.ts: GET runs once over a Neon Pool and returns the report; a wrong secret gets 401", { skip }, async () => {
+  test("examples/vercel-cron-route.ts: GET runs once over a Neon Pool and returns the report; no or a wrong secret gets 401, an unset CRON_SECRET 503", { skip }, async () => {
     await withSeed("vercel-cron", 7, async ({ f, ids }, defer) => {
       const saved = { ...process.env };
       defer(() => {
@@ -215,10 +215,20 @@ describe(`examples (${runtime})`, () => {
       });
       await setupNeon();
       defer(teardownNeon);
-      Object.assign(process.env, { DATABASE_URL: f.url, KEYQ_SCHEMA: f.schema, CRON_SECRET: "s3cret" });
+      Object.assign(process.env, { DATABASE_URL: f.url, KEYQ_SCHEMA: f.schema });
+      delete process.env.CRON_SECRET;
       const { GET } = await import("../examples/vercel-cron-route.ts");
-      const denied = await GET(new Request("http://localhost/api/keyq", { headers: { authorization: "Bearer nope" } }));
-      assert.equal(denied.status, 401);
+      // Fails closed: with no CRON_SECRET configured, nobody gets in (no header, an empty bearer, any bearer).
+      for (const authorization of [undefined, "Bearer ", "Bearer undefined", "Bearer s3cret"]) {
+        const closed = await GET(new Request("http://localhost/api/keyq", { headers: authorization ? { authorization } : {} }));
+        assert.equal(closed.status, 503, `unset CRON_SECRET, authorization ${authorization}`);
+      }
+      process.env.CRON_SECRET = "s3cret";
+      for (const authorization of [undefined, "Bearer nope", "Bearer s3cre", "Bearer s3crett", "s3cret"]) {
+        const denied = await GET(new Request("http://localhost/api/keyq", { headers: authorization ? { authorization } : {} }));
+        assert.equal(denied.status, 401, `authorization ${authorization}`);
+      }
+      // The refused calls consumed nothing: the authorised one below gets all 7 events.
       const res = await GET(new Request("http://localhost/api/keyq", { headers: { authorization: "Bearer s3cret" } }));
       assert.equal(res.status, 200);
       assert.match(res.headers.get("content-type") ?? "", /application\/json/);
@@ -229,5 +239,14 @@ describe(`examples (${runtime})`, () => {
       const again = await f.q.exclusive("jobs", "vercel-cron").run({ handler: () => assert.fail("nothing should be left") });
       assert.equal(again.events, 0);
     });
+  });
+
+  test("examples fail closed: the only one that serves requests is the Vercel route (tested above); the others serve none", async () => {
+    const worker = (await import("../examples/cloudflare-worker/worker.ts")).default as Record<string, unknown>;
+    assert.deepEqual(Object.keys(worker), ["scheduled"], "the Cloudflare Worker has a Cron Trigger and no fetch handler");
+    for (const file of ["deno-cron.ts", "node-worker.ts", "bun-sql.ts", "tier-a-migrations.ts", "tier-b-lifecycle.ts", "demo.ts"]) {
+      const text = readFileSync(new URL(`../examples/${file}`, import.meta.url), "utf8");
+      assert.doesNotMatch(text, /Deno\.serve|Bun\.serve|createServer|\.listen\(|export async function (GET|POST)/, `${file} serves no endpoint`);
+    }
   });
 });

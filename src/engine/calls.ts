@@ -24,6 +24,7 @@ import type {
   MaintainReport,
   QueueInfo,
   QueueStatus,
+  RoleGrants,
   SendResult,
 } from "../types.ts";
 
@@ -199,10 +200,17 @@ export interface EngineCalls {
   dlqReplay: [{ ids: readonly string[] }, number];
   dlqReplayWhere: [Filter, number];
   dlqPurge: [Filter, number];
+  grant: [Grant, RoleGrants];
+  revoke: [Grant & { all: boolean }, RoleGrants];
+  grants: [Record<never, never>, RoleGrants[]];
 }
+
+/** A grant as the engine takes it (src/roles/grants.ts checks it). */
+type Grant = { role: string; produce: readonly string[]; consume: Record<string, readonly string[]>; operate: boolean };
 
 const receiveShape = fields({ busy: "boolean", events: "array" });
 const tickShape = fields({ tick: "string|null" });
+const grantShape = fields({ role: "string", produce: "array", consume: "object", operate: "boolean" });
 
 /** Every engine function the TypeScript calls, by TS name. */
 export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K][0]> } = {
@@ -303,6 +311,20 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
   dlqReplay: fn("dlq_replay", [["ids", "ids", "jsonb"]]),
   dlqReplayWhere: fn("dlq_replay_where", [["filter", "filter", "jsonb"]]),
   dlqPurge: fn("dlq_purge", [["filter", "filter", "jsonb"]]),
+  grant: fn("grant_access", [
+    ["role", "role", "text"],
+    ["produce", "produce", "text[]"],
+    ["consume", "consume", "jsonb"],
+    ["operate", "operate", "boolean"],
+  ], grantShape),
+  revoke: fn("revoke_access", [
+    ["role", "role", "text"],
+    ["produce", "produce", "text[]"],
+    ["consume", "consume", "jsonb"],
+    ["operate", "operate", "boolean"],
+    ["all", "every_grant", "boolean"],
+  ], grantShape),
+  grants: fn("list_grants", [], (x) => Array.isArray(x) && x.every(grantShape)),
 };
 
 /**
@@ -316,6 +338,8 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "key_budget", "keys_prefix", "lock_key", "lock_keys", "park_events", "plan_chunks", "prune_ticks",
   "queue_json", "read_window", "release_heads", "release_key", "retry_policy", "rotate", "slot_of",
   "table_unread", "take_retries", "tick_all", "window_count", "window_events", "window_events_slot", "window_take", "xbuckets",
+  // least privilege (functions/00_roles.sql)
+  "apply_grants", "authorize", "caller", "entry_functions", "permits", "role_json", "role_oid",
 ];
 
 // ---------------------------------------------------------------- typed calls
@@ -375,4 +399,7 @@ export const engine: { readonly [K in Name]: K extends Receiving ? Receive<K> : 
   dlqReplay: call("dlqReplay"),
   dlqReplayWhere: call("dlqReplayWhere"),
   dlqPurge: call("dlqPurge"),
+  grant: call("grant"),
+  revoke: call("revoke"),
+  grants: call("grants"),
 };

@@ -13,6 +13,9 @@
  *   argument list or a removed function needs no migration. A set recorded
  *   by a newer keyq version is left alone (no downgrade in a rolling deploy).
  * - Frozen functions (slot_of: indexes depend on it) live in migrations only.
+ * - After each re-creation, secureSql() applies least privilege
+ *   (docs/roles.md): no EXECUTE for PUBLIC, SECURITY DEFINER entry
+ *   functions, and every EXECUTE grant of the previous set given again.
  *
  * All of it runs in one transaction behind an advisory lock; a migrate()
  * with nothing to do reads two rows and runs no DDL.
@@ -57,6 +60,12 @@ function functionSetSql(schema: string): string {
   const drop = `do $keyq$
 declare f record;
 begin
+  -- EXECUTE grants on the old set (a DBA's, keyq's own) come back after the re-creation.
+  perform pg_catalog.set_config('keyq.function_acl', coalesce((
+    select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('fn', p.proname, 'grantee', a.grantee))
+      from pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+     where p.pronamespace = '"${schema}"'::regnamespace and a.privilege_type = 'EXECUTE'
+       and a.grantee <> 0 and a.grantee <> p.proowner), '[]')::text, true);
   for f in select p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid) as args
              from pg_catalog.pg_proc p
             where p.pronamespace = '"${schema}"'::regnamespace and p.prokind = 'f'
@@ -67,7 +76,49 @@ begin
 end $keyq$;`;
   const record = `delete from "${schema}".function_set;
 insert into "${schema}".function_set (hash, version, serial) values ('${functionsHash}', '${functionsVersion}', ${functionsSerial});`;
-  return [drop, ...functions.map((f) => `-- functions/${f.name}.sql\n\n${render(f.sql, schema)}`), record].join("\n\n");
+  return [drop, ...functions.map((f) => `-- functions/${f.name}.sql\n\n${render(f.sql, schema)}`), secureSql(schema), record].join("\n\n");
+}
+
+/**
+ * Least privilege over the set just created (docs/roles.md): PUBLIC loses
+ * EXECUTE on every function of the schema; every function but the frozen
+ * ones gets the pinned search_path (slot_of must stay inlinable: it
+ * qualifies every operator instead); the entry functions run SECURITY
+ * DEFINER (they check the caller themselves); the EXECUTE grants captured
+ * before the drop and the ones keyq's grants imply are given again.
+ */
+function secureSql(schema: string): string {
+  const keep = frozenFunctions.map((f) => `'${f}'`).join(", ");
+  return `-- least privilege (docs/roles.md)
+do $keyq$
+declare f record;
+begin
+  for f in select p.oid::regprocedure as sig,
+                  p.proname in (select e.fn from "${schema}".entry_functions() e
+                                union all values ('grant_access'), ('revoke_access')) as entry,
+                  p.proname = any (array[${keep}]::text[]) as frozen
+             from pg_catalog.pg_proc p
+            where p.pronamespace = '"${schema}"'::regnamespace and p.prokind = 'f'
+  loop
+    execute pg_catalog.format('revoke execute on function %s from public', f.sig);
+    if not f.frozen then
+      execute pg_catalog.format('alter function %s set search_path = pg_catalog, pg_temp', f.sig);
+    end if;
+    if f.entry then
+      execute pg_catalog.format('alter function %s security definer', f.sig);
+    end if;
+  end loop;
+  for f in select distinct p.oid::regprocedure as sig, r.rolname
+             from pg_catalog.jsonb_array_elements(
+                    pg_catalog.current_setting('keyq.function_acl', true)::jsonb) x
+             join pg_catalog.pg_roles r on r.oid = (x->>'grantee')::oid
+             join pg_catalog.pg_proc p on p.proname = x->>'fn'
+                  and p.pronamespace = '"${schema}"'::regnamespace
+  loop
+    execute pg_catalog.format('grant execute on function %s to %I', f.sig, f.rolname);
+  end loop;
+end $keyq$;
+select "${schema}".apply_grants();`;
 }
 
 /**

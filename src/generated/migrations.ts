@@ -1499,6 +1499,49 @@ create index on :KEYQ_SCHEMA.chunk (consumer_id, bucket, chunk_id);
 alter table :KEYQ_SCHEMA.function_set add column serial int not null default 0;
 `,
   },
+  {
+    version: 12,
+    name: "roles",
+    sql: `-- Least privilege (docs/roles.md): grants in keyq's terms. An application
+-- role gets no table, sequence or index right at all; it calls the engine's
+-- SECURITY DEFINER functions, and each of them checks the calling role
+-- (the SET ROLE target, else the login) against this table.
+--
+-- A grant names a queue (and a consumer) by name, '*' for every one; a
+-- grant outlives a dropped and re-created queue of the same name, like a
+-- policy. role_id is the grantee's oid: a renamed role keeps its grants.
+-- privilege: produce (queue_name), consume (queue_name, consumer_name),
+-- operate (neither: '').
+
+create table :KEYQ_SCHEMA.role_grant (
+  role_id       oid not null,
+  privilege     text not null check (privilege in ('produce', 'consume', 'operate')),
+  queue_name    text not null default '',
+  consumer_name text not null default '',
+  granted_at    timestamptz not null default now(),
+  primary key (role_id, privilege, queue_name, consumer_name)
+);
+
+-- An existing database keeps working for the roles a DBA gave table rights
+-- before this version (the engine's functions ran with the caller's rights
+-- then): each such role gets the keyq grant its table rights amounted to.
+-- The table rights themselves are left as they are (docs/roles.md says how
+-- to revoke them once the roles use the engine's grants).
+insert into :KEYQ_SCHEMA.role_grant (role_id, privilege, queue_name, consumer_name)
+select r.oid, g.privilege, g.queue_name, g.consumer_name
+  from pg_catalog.pg_roles r
+  cross join lateral (values
+    ('produce', '*', '', pg_catalog.has_table_privilege(r.oid, pg_catalog.format('%I.event', :KEYQ_SCHEMA_NAME), 'INSERT')),
+    ('consume', '*', '*', pg_catalog.has_table_privilege(r.oid, pg_catalog.format('%I.cursor', :KEYQ_SCHEMA_NAME), 'UPDATE')),
+    ('operate', '', '', pg_catalog.has_table_privilege(r.oid, pg_catalog.format('%I.queue', :KEYQ_SCHEMA_NAME), 'INSERT'))
+  ) g(privilege, queue_name, consumer_name, held)
+ where g.held
+   and not r.rolsuper
+   and r.rolname !~ '^pg_'
+   and not pg_catalog.pg_has_role(r.oid, current_user, 'USAGE')
+   and pg_catalog.has_schema_privilege(r.oid, :KEYQ_SCHEMA_NAME, 'USAGE');
+`,
+  },
 ];
 
 /** Functions defined by migrations only (indexes depend on them); never dropped. */
@@ -1506,6 +1549,258 @@ export const frozenFunctions: readonly string[] = ["slot_of"];
 
 /** The engine functions, in order; re-applied as a set when functionsHash changes. */
 export const functions: readonly FunctionFile[] = [
+  {
+    name: "00_roles",
+    sql: `-- keyq engine, part 0 (first: the others call it): least privilege (docs/roles.md).
+--
+-- The engine's entry functions (entry_functions() below) run SECURITY
+-- DEFINER as the role that migrated the schema (its owner), with
+-- search_path pinned to pg_catalog, pg_temp; PUBLIC may execute none of the
+-- schema's functions. An application role holds no right on a table: it
+-- gets USAGE on the schema and EXECUTE on the entry functions its grants
+-- need, and each entry function checks the caller with authorize() before
+-- it reads or writes anything. migrate() applies all of this after it
+-- creates the function set (src/engine/migrate.ts).
+--
+-- The caller is the SET ROLE target when one is set (Supabase's
+-- authenticator pattern, SET LOCAL ROLE in a pooled transaction), else the
+-- login (session_user): inside a SECURITY DEFINER function current_user is
+-- the owner. Postgres lets a session set only a role its login is a member
+-- of (SET ROLE, set_config, startup options and ALTER ROLE … SET alike), so
+-- the caller is a role the session may act as anyway. Postgres checks
+-- EXECUTE against the role that calls, too: both must pass.
+
+-- The role calling the engine.
+create function :KEYQ_SCHEMA.caller() returns oid
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select r.oid from pg_catalog.pg_roles r
+   where r.rolname = case pg_catalog.current_setting('role')
+                       when 'none' then pg_catalog.session_user()::text
+                       else pg_catalog.current_setting('role') end
+$$;
+
+-- Which entry function each grant reaches (operate reaches all of them; the
+-- owner-only grant_access/revoke_access are in no list). The body of each
+-- function still checks queue and consumer: EXECUTE is the outer door only.
+create function :KEYQ_SCHEMA.entry_functions() returns table (fn text, privilege text)
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select f, p from (values
+    ('send', 'produce'), ('send_batch', 'produce'), ('status', 'produce'),
+    ('subscribe', 'consume'), ('receive', 'consume'), ('receive_plain', 'consume'),
+    ('receive_exclusive', 'consume'), ('receive_ordered', 'consume'), ('prepare_exclusive', 'consume'),
+    ('ack', 'consume'), ('fence', 'consume'), ('unfence', 'consume'), ('consumer_slot_of', 'consume'),
+    ('blocked_keys', 'consume'), ('tick', 'consume'), ('maintain', 'consume'), ('status', 'consume'),
+    ('dlq_list', 'consume'), ('dlq_count', 'consume'),
+    ('create_queue', 'operate'), ('update_queue', 'operate'), ('drop_queue', 'operate'),
+    ('list_queues', 'operate'), ('unsubscribe', 'operate'), ('dlq_replay', 'operate'),
+    ('dlq_replay_where', 'operate'), ('dlq_purge', 'operate'), ('tick_all', 'operate'),
+    ('rotate', 'operate'), ('list_grants', 'operate')
+  ) v(f, p)
+  union all
+  -- operate reaches every function the other grants reach.
+  select f, 'operate' from (values ('send'), ('send_batch'), ('status'), ('subscribe'), ('receive'),
+    ('receive_plain'), ('receive_exclusive'), ('receive_ordered'), ('prepare_exclusive'), ('ack'),
+    ('fence'), ('unfence'), ('consumer_slot_of'), ('blocked_keys'), ('tick'), ('maintain'),
+    ('dlq_list'), ('dlq_count')) v(f)
+$$;
+
+-- True when the caller may do \`need\` on queue (and consumer):
+--   own       only the owner (a member of the role that owns the functions; superusers);
+--   operate   the owner or an operate grant;
+--   produce   … or a produce grant on queue (or '*');
+--   consume   … or a consume grant on (queue, consumer), either may be '*';
+--   housekeep … or a consume grant on any consumer of queue (policy ticks
+--             and maintenance that run() does; forcing them is operate);
+--   see       … or a produce or consume grant on queue (its status).
+-- A grant counts for every role that has its grantee's privileges
+-- (pg_has_role USAGE: membership with INHERIT, or after SET ROLE).
+create function :KEYQ_SCHEMA.permits(need text, queue text default null, consumer text default null)
+returns boolean
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare who oid := :KEYQ_SCHEMA.caller();
+begin
+  if who is null then
+    return false;
+  end if;
+  if pg_has_role(who, current_user, 'USAGE') then
+    return true;
+  end if;
+  if need = 'own' then
+    return false;
+  end if;
+  return exists (
+    select 1 from :KEYQ_SCHEMA.role_grant g
+     where (g.privilege = 'operate'
+            or (need = 'produce' and g.privilege = 'produce' and g.queue_name in (queue, '*'))
+            or (need = 'consume' and g.privilege = 'consume' and g.queue_name in (queue, '*')
+                and g.consumer_name in (consumer, '*'))
+            or (need = 'housekeep' and g.privilege = 'consume' and g.queue_name in (queue, '*'))
+            or (need = 'see' and g.privilege in ('produce', 'consume') and g.queue_name in (queue, '*')))
+       and case when g.role_id = who then true
+                when not exists (select 1 from pg_catalog.pg_roles r where r.oid = g.role_id) then false
+                else pg_has_role(who, g.role_id, 'USAGE') end);
+end $$;
+
+-- Raises KQ020 (PERMISSION_DENIED) unless permits(need, queue, consumer).
+-- Returns true so a function can call it first thing in its declarations.
+create function :KEYQ_SCHEMA.authorize(need text, queue text default null, consumer text default null)
+returns boolean
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare who text;
+begin
+  if :KEYQ_SCHEMA.permits(need, queue, consumer) then
+    return true;
+  end if;
+  who := case current_setting('role') when 'none' then session_user::text else current_setting('role') end;
+  raise exception '%', case need
+      when 'produce' then format('Role "%s" may not send to queue "%s"; the schema owner grants it with grant({ role: "%s", produce: ["%s"] }).', who, queue, who, queue)
+      when 'consume' then format('Role "%s" may not consume as consumer "%s" of queue "%s"; the schema owner grants it with grant({ role: "%s", consume: { %s: ["%s"] } }).', who, coalesce(consumer, '*'), coalesce(queue, '*'), who, coalesce(queue, '*'), coalesce(consumer, '*'))
+      when 'housekeep' then format('Role "%s" may not tick or maintain queue "%s": that takes a consume grant on one of its consumers (policy ticks) or operate (forced ones).', who, queue)
+      when 'see' then format('Role "%s" may not read the status of queue "%s"; it takes a produce or consume grant on it, or operate.', who, queue)
+      when 'own' then format('Only the schema owner may change grants; role "%s" is not a member of "%s".', who, current_user)
+      else format('Role "%s" may not %s: that takes the operate grant (grant({ role: "%s", operate: true }) by the schema owner).', who, need, who) end
+    using errcode = 'KQ020', hint = 'KEYQ:PERMISSION_DENIED';
+end $$;
+
+-- Gives each role that holds grants (or only role r) USAGE on the schema and
+-- EXECUTE on the entry functions its grants reach. migrate() calls it after
+-- re-creating the function set (which drops every per-function grant).
+create function :KEYQ_SCHEMA.apply_grants(r oid default null) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare g record; n int := 0;
+begin
+  for g in select distinct rl.rolname, p.oid::regprocedure as fn
+             from :KEYQ_SCHEMA.role_grant rg
+             join pg_catalog.pg_roles rl on rl.oid = rg.role_id
+             join :KEYQ_SCHEMA.entry_functions() e on e.privilege = rg.privilege
+             join pg_catalog.pg_proc p on p.proname = e.fn
+                  and p.pronamespace = :KEYQ_SCHEMA_NAME::regnamespace
+            where r is null or rg.role_id = r
+  loop
+    execute format('grant usage on schema %I to %I', :KEYQ_SCHEMA_NAME, g.rolname);
+    execute format('grant execute on function %s to %I', g.fn, g.rolname);
+    n := n + 1;
+  end loop;
+  return n;
+end $$;
+
+-- One role's grants as {role, produce: [queue…], consume: {queue: [consumer…]}, operate}.
+create function :KEYQ_SCHEMA.role_json(r oid) returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select jsonb_build_object(
+    'role', (select rolname from pg_catalog.pg_roles where oid = r),
+    'produce', coalesce((select jsonb_agg(queue_name order by queue_name) from :KEYQ_SCHEMA.role_grant
+                          where role_id = r and privilege = 'produce'), '[]'),
+    'consume', coalesce((select jsonb_object_agg(queue_name, cs) from (
+                           select queue_name, jsonb_agg(consumer_name order by consumer_name) cs
+                             from :KEYQ_SCHEMA.role_grant where role_id = r and privilege = 'consume'
+                            group by queue_name) x), '{}'),
+    'operate', exists (select 1 from :KEYQ_SCHEMA.role_grant where role_id = r and privilege = 'operate'))
+$$;
+
+-- Every role's grants, by role name (grants of dropped roles are left out).
+create function :KEYQ_SCHEMA.list_grants() returns jsonb
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare ok boolean := :KEYQ_SCHEMA.authorize('operate');
+begin
+  return coalesce((select jsonb_agg(:KEYQ_SCHEMA.role_json(r.oid) order by r.rolname)
+                     from pg_catalog.pg_roles r
+                    where r.oid in (select role_id from :KEYQ_SCHEMA.role_grant)), '[]');
+end $$;
+
+-- The grantee's oid; KQ021 (ROLE_NOT_FOUND) when there is no such role.
+create function :KEYQ_SCHEMA.role_oid(role text) returns oid
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare r oid;
+begin
+  select oid into r from pg_catalog.pg_roles where rolname = role;
+  if not found then
+    raise exception 'Role "%" does not exist; create it first (CREATE ROLE "%" LOGIN …, or NOLOGIN for a group).', role, role
+      using errcode = 'KQ021', hint = 'KEYQ:ROLE_NOT_FOUND';
+  end if;
+  return r;
+end $$;
+
+-- Adds grants (idempotent). produce: queue names; consume: {"queue":
+-- ["consumer", …]}; '*' names every queue or consumer. A named queue must
+-- exist (a typo would otherwise grant nothing); a consumer need not yet
+-- (the operator may subscribe it after). Owner only. Returns the role's grants.
+create function :KEYQ_SCHEMA.grant_access(role text, produce text[] default '{}', consume jsonb default '{}',
+                                          operate boolean default false) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare ok boolean := :KEYQ_SCHEMA.authorize('own'); r oid := :KEYQ_SCHEMA.role_oid(role); qn text;
+begin
+  -- Dropped roles' grants go first: their oid could come back as a new role's.
+  delete from :KEYQ_SCHEMA.role_grant g where not exists (select 1 from pg_catalog.pg_roles x where x.oid = g.role_id);
+  for qn in select unnest(produce) union select jsonb_object_keys(consume) loop
+    if qn <> '*' then
+      perform :KEYQ_SCHEMA.get_queue(qn);
+    end if;
+  end loop;
+  insert into :KEYQ_SCHEMA.role_grant (role_id, privilege, queue_name, consumer_name)
+  select r, 'produce', p, '' from unnest(produce) p
+  union all
+  select r, 'consume', c.key, x from jsonb_each(consume) c, jsonb_array_elements_text(c.value) x
+  union all
+  select r, 'operate', '', '' where operate
+  on conflict do nothing;
+  perform :KEYQ_SCHEMA.apply_grants(r);
+  return :KEYQ_SCHEMA.role_json(r);
+end $$;
+
+-- Removes grants: the listed ones, or every one of the role with every_grant.
+-- The role loses EXECUTE on the engine's functions its remaining grants do
+-- not reach (and USAGE on the schema when none remains). Owner only.
+create function :KEYQ_SCHEMA.revoke_access(role text, produce text[] default '{}', consume jsonb default '{}',
+                                           operate boolean default false, every_grant boolean default false)
+returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare ok boolean := :KEYQ_SCHEMA.authorize('own'); r oid := :KEYQ_SCHEMA.role_oid(role); f regprocedure;
+begin
+  delete from :KEYQ_SCHEMA.role_grant g
+   where g.role_id = r
+     and (every_grant
+          or (g.privilege = 'produce' and g.queue_name = any (produce))
+          or (g.privilege = 'consume' and (g.queue_name, g.consumer_name) in
+                (select c.key, x from jsonb_each(consume) c, jsonb_array_elements_text(c.value) x))
+          or (g.privilege = 'operate' and operate));
+  for f in select p.oid from pg_catalog.pg_proc p where p.pronamespace = :KEYQ_SCHEMA_NAME::regnamespace loop
+    execute format('revoke execute on function %s from %I', f, role);
+  end loop;
+  if not exists (select 1 from :KEYQ_SCHEMA.role_grant where role_id = r) then
+    execute format('revoke usage on schema %I from %I', :KEYQ_SCHEMA_NAME, role);
+  end if;
+  perform :KEYQ_SCHEMA.apply_grants(r);
+  return :KEYQ_SCHEMA.role_json(r);
+end $$;
+`,
+  },
   {
     name: "01_engine",
     sql: `-- keyq engine, part 1: queues, the event log (a ring of tables per queue),
@@ -1596,6 +1891,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('create queues');
 declare
   qid int;
   n smallint := coalesce((settings->>'tables')::smallint, 3);
@@ -1632,6 +1928,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('change queue settings');
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
 begin
   perform :KEYQ_SCHEMA.apply_queue_settings(q.queue_id, settings);
@@ -1644,6 +1941,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('drop queues');
 declare q :KEYQ_SCHEMA.queue;
 begin
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('ddl', 0));
@@ -1659,6 +1957,7 @@ create function :KEYQ_SCHEMA.list_queues() returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select :KEYQ_SCHEMA.authorize('list queues');
   select coalesce(jsonb_agg(:KEYQ_SCHEMA.queue_json(q) order by q.queue_name), '[]')
   from :KEYQ_SCHEMA.queue q
 $$;
@@ -1695,6 +1994,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('produce', queue);
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); c record;
 begin
   if dedup_key is null then
@@ -1720,6 +2020,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('produce', queue);
 declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   out jsonb := '[]';
@@ -1836,6 +2137,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize(case when force then 'force ticks' else 'housekeep' end, queue);
 declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   last :KEYQ_SCHEMA.tick;
@@ -1967,6 +2269,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   c :KEYQ_SCHEMA.consumer;
@@ -1996,6 +2299,8 @@ begin
     end if;
     return jsonb_build_object('created', false);
   end if;
+  -- A consume grant confirms an existing consumer; creating one is an operator's.
+  perform :KEYQ_SCHEMA.authorize('create consumers');
   -- Maintenance skips the queue until this commits: with no cursor yet,
   -- tick pruning would otherwise delete the start tick read below, and the
   -- first window would read from a missing snapshot (nothing, silently).
@@ -2021,6 +2326,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('unsubscribe consumers');
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); n int;
 begin
   delete from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;
@@ -2056,6 +2362,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize(case when force then 'force rotation' else 'housekeep' end, queue);
 declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   nxt smallint := (q.cur_table + 1) % q.ntables;
@@ -2219,6 +2526,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   cur :KEYQ_SCHEMA.cursor;
@@ -2252,6 +2560,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   cur :KEYQ_SCHEMA.cursor;
@@ -2328,6 +2637,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   p record;
@@ -2432,6 +2742,7 @@ create function :KEYQ_SCHEMA.dlq_list(filter jsonb, lim int) returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select :KEYQ_SCHEMA.authorize('consume', filter->>'queue', filter->>'consumer');
   select :KEYQ_SCHEMA.dlq_check(filter);
   select coalesce(jsonb_agg(jsonb_build_object(
            'id', d.dl_id::text, 'queue', q.queue_name, 'consumer', c.consumer_name, 'slot', d.slot,
@@ -2448,6 +2759,7 @@ create function :KEYQ_SCHEMA.dlq_count(filter jsonb) returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select :KEYQ_SCHEMA.authorize('consume', filter->>'queue', filter->>'consumer');
   select :KEYQ_SCHEMA.dlq_check(filter);
   select to_jsonb(count(*)) from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)
 $$;
@@ -2479,6 +2791,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('replay dead letters');
 declare wanted bigint[]; missing bigint;
 begin
   select coalesce(array_agg(x::bigint), '{}') into wanted from jsonb_array_elements_text(ids) x;
@@ -2496,6 +2809,7 @@ create function :KEYQ_SCHEMA.dlq_replay_where(filter jsonb) returns jsonb
 language sql
 set search_path = pg_catalog, pg_temp
 as $$
+  select :KEYQ_SCHEMA.authorize('replay dead letters');
   select :KEYQ_SCHEMA.dlq_check(filter);
   select to_jsonb(:KEYQ_SCHEMA.dlq_requeue(array(
     select dl_id from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter))))
@@ -2506,6 +2820,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('purge dead letters');
 declare n int;
 begin
   perform :KEYQ_SCHEMA.dlq_check(filter);
@@ -2536,6 +2851,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize(case when force_rotate then 'force rotation' else 'housekeep' end, queue);
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); r jsonb;
 begin
   if not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id)) then
@@ -2634,6 +2950,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer); t jsonb;
 begin
   t := :KEYQ_SCHEMA.tick(queue);
@@ -2694,6 +3011,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   ch :KEYQ_SCHEMA.chunk;
@@ -2805,6 +3123,7 @@ language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare c :KEYQ_SCHEMA.consumer;
 begin
   select k.* into c from :KEYQ_SCHEMA.consumer k join :KEYQ_SCHEMA.queue q using (queue_id)
@@ -2997,6 +3316,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   cur :KEYQ_SCHEMA.cursor;
@@ -3063,6 +3383,7 @@ create function :KEYQ_SCHEMA.blocked_keys(queue text, consumer text) returns jso
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select :KEYQ_SCHEMA.authorize('consume', queue, consumer);
   select coalesce(jsonb_agg(jsonb_build_object(
            'slot', b.slot, 'key', b.ev_key, 'headId', b.head_id::text, 'since', b.since,
            'held', (select count(*) from :KEYQ_SCHEMA.retry r
@@ -3090,13 +3411,15 @@ create function :KEYQ_SCHEMA.status(queue text default null, stale_after float8 
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select :KEYQ_SCHEMA.authorize('see', queue) where queue is not null;
   with qs as materialized (
     select q.*, lt.tick_id as last_tick, lt.tick_time as last_time,
            :KEYQ_SCHEMA.window_count(q.queue_id, lt.tick_snapshot, pg_current_snapshot(), 100000) as pending
       from :KEYQ_SCHEMA.queue q
       left join lateral (select * from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id
                           order by t.tick_id desc limit 1) lt on true
-     where status.queue is null or q.queue_name = status.queue
+     where (status.queue is null or q.queue_name = status.queue)
+       and :KEYQ_SCHEMA.permits('see', q.queue_name)
   ), lag as materialized (
     select t.queue_id, t.tick_id,
            :KEYQ_SCHEMA.window_count(t.queue_id, t.tick_snapshot, pg_current_snapshot(), 100000) as n
@@ -3128,7 +3451,8 @@ as $$
           join :KEYQ_SCHEMA.tick t on t.queue_id = q.queue_id and t.tick_id = cu.tick_id
           left join lag l on l.queue_id = q.queue_id and l.tick_id = cu.tick_id
           where cu.consumer_id = c.consumer_id)) order by c.consumer_name)
-      from :KEYQ_SCHEMA.consumer c where c.queue_id = q.queue_id), '[]')
+      from :KEYQ_SCHEMA.consumer c where c.queue_id = q.queue_id
+       and :KEYQ_SCHEMA.permits('consume', q.queue_name, c.consumer_name)), '[]')
   ) order by q.queue_name), '[]')
   from qs q
 $$;
@@ -3141,6 +3465,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('tick every queue');
 declare q text; out jsonb := '{}';
 begin
   for q in select queue_name from :KEYQ_SCHEMA.queue order by queue_name loop
@@ -3168,6 +3493,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   taken text[];
@@ -3191,6 +3517,7 @@ create function :KEYQ_SCHEMA.unfence(queue text, consumer text, holder text) ret
 language sql
 set search_path = pg_catalog, pg_temp
 as $$
+  select :KEYQ_SCHEMA.authorize('consume', queue, consumer);
   with gone as (
     delete from :KEYQ_SCHEMA.lease
      where consumer_id = (:KEYQ_SCHEMA.get_consumer(queue, consumer)).consumer_id and lease.holder = unfence.holder
@@ -3203,7 +3530,7 @@ $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "4e2f79170f6cca95097eaad1f746fc07fbedb3780c30abc4e799e12f1f69957e";
+export const functionsHash: string = "9f8ee9c5aa01cfef24d0467fe03f0836f51937df95deab56f76ea408c5ac456e";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -3213,4 +3540,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 1;
+export const functionsSerial: number = 2;

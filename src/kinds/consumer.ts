@@ -66,7 +66,7 @@ async function buildConcurrently(ctx: ConsumerContext, statements: string[]): Pr
       await ctx.driver.query(text);
     } catch (err) {
       const code = (err as { code?: unknown } | null)?.code;
-      if (code === "25001" || code === "0A000") return false; // inside a transaction block, or unsupported
+      if (code === "25001" || code === "0A000" || code === "42501") return false; // inside a transaction block, unsupported, or a role that does not own the tables (the engine builds inline)
       // Another subscriber's concurrent build of the same index (deadlock,
       // lock wait, a build that failed): the next round looks again.
       if (code !== "40P01" && code !== "55P03" && code !== "42P07" && code !== "XX000") throw mapError(err, ctx.schema);

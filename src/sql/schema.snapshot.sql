@@ -104,6 +104,12 @@ retry (table)
   retry integer not null
   due_at timestamp with time zone not null
   last_error jsonb
+role_grant (table)
+  role_id oid not null
+  privilege text not null
+  queue_name text not null default ''::text
+  consumer_name text not null default ''::text
+  granted_at timestamp with time zone not null default now()
 tick (table)
   queue_id integer not null
   tick_id bigint not null
@@ -137,6 +143,8 @@ queue: queue_pkey PRIMARY KEY (queue_id)
 queue: queue_queue_name_key UNIQUE (queue_name)
 retry: retry_consumer_id_fkey FOREIGN KEY (consumer_id) REFERENCES :KEYQ_SCHEMA.consumer(consumer_id) ON DELETE CASCADE
 retry: retry_pkey PRIMARY KEY (consumer_id, ev_id)
+role_grant: role_grant_pkey PRIMARY KEY (role_id, privilege, queue_name, consumer_name)
+role_grant: role_grant_privilege_check CHECK ((privilege = ANY (ARRAY['produce'::text, 'consume'::text, 'operate'::text])))
 tick: tick_pkey PRIMARY KEY (queue_id, tick_id)
 tick: tick_queue_id_fkey FOREIGN KEY (queue_id) REFERENCES :KEYQ_SCHEMA.queue(queue_id) ON DELETE CASCADE
 
@@ -160,6 +168,7 @@ CREATE UNIQUE INDEX queue_pkey ON :KEYQ_SCHEMA.queue USING btree (queue_id)
 CREATE UNIQUE INDEX queue_queue_name_key ON :KEYQ_SCHEMA.queue USING btree (queue_name)
 CREATE INDEX retry_consumer_id_slot_due_at_ev_txid_ev_id_idx ON :KEYQ_SCHEMA.retry USING btree (consumer_id, slot, due_at, ev_txid, ev_id)
 CREATE UNIQUE INDEX retry_pkey ON :KEYQ_SCHEMA.retry USING btree (consumer_id, ev_id)
+CREATE UNIQUE INDEX role_grant_pkey ON :KEYQ_SCHEMA.role_grant USING btree (role_id, privilege, queue_name, consumer_name)
 CREATE UNIQUE INDEX tick_pkey ON :KEYQ_SCHEMA.tick USING btree (queue_id, tick_id)
 
 -- sequences -------------------------------------------------------------------
@@ -175,9 +184,11 @@ tick_id_seq bigint start 1 increment 1
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.ack(queue text, consumer text, s integer, outcome jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   p record;
@@ -243,6 +254,28 @@ begin
     'deferred', :KEYQ_SCHEMA.park_events(c, s, outcome->'deferred',
       clock_timestamp() + make_interval(secs => coalesce((outcome->>'deferDelay')::float8, 1))));
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.apply_grants(r oid DEFAULT NULL::oid)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare g record; n int := 0;
+begin
+  for g in select distinct rl.rolname, p.oid::regprocedure as fn
+             from :KEYQ_SCHEMA.role_grant rg
+             join pg_catalog.pg_roles rl on rl.oid = rg.role_id
+             join :KEYQ_SCHEMA.entry_functions() e on e.privilege = rg.privilege
+             join pg_catalog.pg_proc p on p.proname = e.fn
+                  and p.pronamespace = :KEYQ_SCHEMA_NAME::regnamespace
+            where r is null or rg.role_id = r
+  loop
+    execute format('grant usage on schema %I to %I', :KEYQ_SCHEMA_NAME, g.rolname);
+    execute format('grant execute on function %s to %I', g.fn, g.rolname);
+    n := n + 1;
+  end loop;
+  return n;
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.apply_queue_settings(qid integer, s jsonb)
  RETURNS void
  LANGUAGE sql
@@ -258,6 +291,28 @@ AS $function$
     retry_cap        = coalesce(make_interval(secs => (s->>'retryCap')::float8), retry_cap)
   where queue_id = qid
 $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.authorize(need text, queue text DEFAULT NULL::text, consumer text DEFAULT NULL::text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare who text;
+begin
+  if :KEYQ_SCHEMA.permits(need, queue, consumer) then
+    return true;
+  end if;
+  who := case current_setting('role') when 'none' then session_user::text else current_setting('role') end;
+  raise exception '%', case need
+      when 'produce' then format('Role "%s" may not send to queue "%s"; the schema owner grants it with grant({ role: "%s", produce: ["%s"] }).', who, queue, who, queue)
+      when 'consume' then format('Role "%s" may not consume as consumer "%s" of queue "%s"; the schema owner grants it with grant({ role: "%s", consume: { %s: ["%s"] } }).', who, coalesce(consumer, '*'), coalesce(queue, '*'), who, coalesce(queue, '*'), coalesce(consumer, '*'))
+      when 'housekeep' then format('Role "%s" may not tick or maintain queue "%s": that takes a consume grant on one of its consumers (policy ticks) or operate (forced ones).', who, queue)
+      when 'see' then format('Role "%s" may not read the status of queue "%s"; it takes a produce or consume grant on it, or operate.', who, queue)
+      when 'own' then format('Only the schema owner may change grants; role "%s" is not a member of "%s".', who, current_user)
+      else format('Role "%s" may not %s: that takes the operate grant (grant({ role: "%s", operate: true }) by the schema owner).', who, need, who) end
+    using errcode = 'KQ020', hint = 'KEYQ:PERMISSION_DENIED';
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.backoff(base double precision, cap double precision, failures integer)
  RETURNS interval
  LANGUAGE sql
@@ -277,9 +332,10 @@ $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.blocked_keys(queue text, consumer text)
  RETURNS jsonb
  LANGUAGE sql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+  select :KEYQ_SCHEMA.authorize('consume', queue, consumer);
   select coalesce(jsonb_agg(jsonb_build_object(
            'slot', b.slot, 'key', b.ev_key, 'headId', b.head_id::text, 'since', b.since,
            'held', (select count(*) from :KEYQ_SCHEMA.retry r
@@ -288,6 +344,17 @@ AS $function$
            order by b.slot, b.ev_key), '[]')
   from :KEYQ_SCHEMA.blocked b
   where b.consumer_id = (:KEYQ_SCHEMA.get_consumer(queue, consumer)).consumer_id
+$function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.caller()
+ RETURNS oid
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select r.oid from pg_catalog.pg_roles r
+   where r.rolname = case pg_catalog.current_setting('role')
+                       when 'none' then pg_catalog.session_user()::text
+                       else pg_catalog.current_setting('role') end
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.check_slots(c :KEYQ_SCHEMA.consumer, queue text, n integer)
  RETURNS void
@@ -324,10 +391,11 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.consumer_slot_of(queue text, consumer text, key text, n integer)
  RETURNS jsonb
  LANGUAGE plpgsql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare c :KEYQ_SCHEMA.consumer;
 begin
   select k.* into c from :KEYQ_SCHEMA.consumer k join :KEYQ_SCHEMA.queue q using (queue_id)
@@ -340,9 +408,11 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.create_queue(queue text, settings jsonb DEFAULT '{}'::jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('create queues');
 declare
   qid int;
   n smallint := coalesce((settings->>'tables')::smallint, 3);
@@ -407,18 +477,20 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.dlq_count(filter jsonb)
  RETURNS jsonb
  LANGUAGE sql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+  select :KEYQ_SCHEMA.authorize('consume', filter->>'queue', filter->>'consumer');
   select :KEYQ_SCHEMA.dlq_check(filter);
   select to_jsonb(count(*)) from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.dlq_list(filter jsonb, lim integer)
  RETURNS jsonb
  LANGUAGE sql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+  select :KEYQ_SCHEMA.authorize('consume', filter->>'queue', filter->>'consumer');
   select :KEYQ_SCHEMA.dlq_check(filter);
   select coalesce(jsonb_agg(jsonb_build_object(
            'id', d.dl_id::text, 'queue', q.queue_name, 'consumer', c.consumer_name, 'slot', d.slot,
@@ -433,9 +505,11 @@ $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.dlq_purge(filter jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('purge dead letters');
 declare n int;
 begin
   perform :KEYQ_SCHEMA.dlq_check(filter);
@@ -446,9 +520,11 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.dlq_replay(ids jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('replay dead letters');
 declare wanted bigint[]; missing bigint;
 begin
   select coalesce(array_agg(x::bigint), '{}') into wanted from jsonb_array_elements_text(ids) x;
@@ -463,8 +539,10 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.dlq_replay_where(filter jsonb)
  RETURNS jsonb
  LANGUAGE sql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+  select :KEYQ_SCHEMA.authorize('replay dead letters');
   select :KEYQ_SCHEMA.dlq_check(filter);
   select to_jsonb(:KEYQ_SCHEMA.dlq_requeue(array(
     select dl_id from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter))))
@@ -505,9 +583,11 @@ $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.drop_queue(queue text)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('drop queues');
 declare q :KEYQ_SCHEMA.queue;
 begin
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('ddl', 0));
@@ -575,6 +655,31 @@ begin
   if cardinality(build) = 0 and not waiting then return null; end if;
   return jsonb_build_object('build', to_jsonb(build), 'wait', waiting);
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.entry_functions()
+ RETURNS TABLE(fn text, privilege text)
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select f, p from (values
+    ('send', 'produce'), ('send_batch', 'produce'), ('status', 'produce'),
+    ('subscribe', 'consume'), ('receive', 'consume'), ('receive_plain', 'consume'),
+    ('receive_exclusive', 'consume'), ('receive_ordered', 'consume'), ('prepare_exclusive', 'consume'),
+    ('ack', 'consume'), ('fence', 'consume'), ('unfence', 'consume'), ('consumer_slot_of', 'consume'),
+    ('blocked_keys', 'consume'), ('tick', 'consume'), ('maintain', 'consume'), ('status', 'consume'),
+    ('dlq_list', 'consume'), ('dlq_count', 'consume'),
+    ('create_queue', 'operate'), ('update_queue', 'operate'), ('drop_queue', 'operate'),
+    ('list_queues', 'operate'), ('unsubscribe', 'operate'), ('dlq_replay', 'operate'),
+    ('dlq_replay_where', 'operate'), ('dlq_purge', 'operate'), ('tick_all', 'operate'),
+    ('rotate', 'operate'), ('list_grants', 'operate')
+  ) v(f, p)
+  union all
+  -- operate reaches every function the other grants reach.
+  select f, 'operate' from (values ('send'), ('send_batch'), ('status'), ('subscribe'), ('receive'),
+    ('receive_plain'), ('receive_exclusive'), ('receive_ordered'), ('prepare_exclusive'), ('ack'),
+    ('fence'), ('unfence'), ('consumer_slot_of'), ('blocked_keys'), ('tick'), ('maintain'),
+    ('dlq_list'), ('dlq_count')) v(f)
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.event_json(e :KEYQ_SCHEMA.event, retry integer DEFAULT 0)
  RETURNS jsonb
  LANGUAGE sql
@@ -599,9 +704,11 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.fence(queue text, consumer text, s integer, keys text[], holder text, ms double precision)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   taken text[];
@@ -652,6 +759,32 @@ begin
   end if;
   return q;
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.grant_access(role text, produce text[] DEFAULT '{}'::text[], consume jsonb DEFAULT '{}'::jsonb, operate boolean DEFAULT false)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare ok boolean := :KEYQ_SCHEMA.authorize('own'); r oid := :KEYQ_SCHEMA.role_oid(role); qn text;
+begin
+  -- Dropped roles' grants go first: their oid could come back as a new role's.
+  delete from :KEYQ_SCHEMA.role_grant g where not exists (select 1 from pg_catalog.pg_roles x where x.oid = g.role_id);
+  for qn in select unnest(produce) union select jsonb_object_keys(consume) loop
+    if qn <> '*' then
+      perform :KEYQ_SCHEMA.get_queue(qn);
+    end if;
+  end loop;
+  insert into :KEYQ_SCHEMA.role_grant (role_id, privilege, queue_name, consumer_name)
+  select r, 'produce', p, '' from unnest(produce) p
+  union all
+  select r, 'consume', c.key, x from jsonb_each(consume) c, jsonb_array_elements_text(c.value) x
+  union all
+  select r, 'operate', '', '' where operate
+  on conflict do nothing;
+  perform :KEYQ_SCHEMA.apply_grants(r);
+  return :KEYQ_SCHEMA.role_json(r);
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.has_pending(qid integer, snap pg_snapshot)
  RETURNS boolean
  LANGUAGE plpgsql
@@ -695,12 +828,25 @@ AS $function$
                     from generate_subscripts(evs, 1) i) f) k
    where keys <= budget
 $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.list_grants()
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare ok boolean := :KEYQ_SCHEMA.authorize('operate');
+begin
+  return coalesce((select jsonb_agg(:KEYQ_SCHEMA.role_json(r.oid) order by r.rolname)
+                     from pg_catalog.pg_roles r
+                    where r.oid in (select role_id from :KEYQ_SCHEMA.role_grant)), '[]');
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.list_queues()
  RETURNS jsonb
  LANGUAGE sql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+  select :KEYQ_SCHEMA.authorize('list queues');
   select coalesce(jsonb_agg(:KEYQ_SCHEMA.queue_json(q) order by q.queue_name), '[]')
   from :KEYQ_SCHEMA.queue q
 $function$;
@@ -724,9 +870,11 @@ $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.maintain(queue text, force_rotate boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize(case when force_rotate then 'force rotation' else 'housekeep' end, queue);
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); r jsonb;
 begin
   if not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id)) then
@@ -759,6 +907,36 @@ begin
     n := n + 1;
   end loop;
   return n;
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.permits(need text, queue text DEFAULT NULL::text, consumer text DEFAULT NULL::text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare who oid := :KEYQ_SCHEMA.caller();
+begin
+  if who is null then
+    return false;
+  end if;
+  if pg_has_role(who, current_user, 'USAGE') then
+    return true;
+  end if;
+  if need = 'own' then
+    return false;
+  end if;
+  return exists (
+    select 1 from :KEYQ_SCHEMA.role_grant g
+     where (g.privilege = 'operate'
+            or (need = 'produce' and g.privilege = 'produce' and g.queue_name in (queue, '*'))
+            or (need = 'consume' and g.privilege = 'consume' and g.queue_name in (queue, '*')
+                and g.consumer_name in (consumer, '*'))
+            or (need = 'housekeep' and g.privilege = 'consume' and g.queue_name in (queue, '*'))
+            or (need = 'see' and g.privilege in ('produce', 'consume') and g.queue_name in (queue, '*')))
+       and case when g.role_id = who then true
+                when not exists (select 1 from pg_catalog.pg_roles r where r.oid = g.role_id) then false
+                else pg_has_role(who, g.role_id, 'USAGE') end);
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.plan_chunks(c :KEYQ_SCHEMA.consumer, chunk_size integer)
  RETURNS integer
@@ -808,9 +986,11 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.prepare_exclusive(queue text, consumer text, chunk_size integer)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer); t jsonb;
 begin
   t := :KEYQ_SCHEMA.tick(queue);
@@ -861,9 +1041,11 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive(queue text, consumer text, max_events integer)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   cur :KEYQ_SCHEMA.cursor;
@@ -885,9 +1067,11 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_exclusive(queue text, consumer text, max_events integer)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   ch :KEYQ_SCHEMA.chunk;
@@ -967,9 +1151,11 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_ordered(queue text, consumer text, slots integer[], max_events integer, help_after double precision DEFAULT NULL::double precision, skip_try_lock boolean DEFAULT false, slot_count integer DEFAULT NULL::integer)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   cur :KEYQ_SCHEMA.cursor;
@@ -1022,9 +1208,11 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_plain(queue text, consumer text, max_events integer, wait_ms integer DEFAULT 0)
  RETURNS text
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   cur :KEYQ_SCHEMA.cursor;
@@ -1099,12 +1287,71 @@ AS $function$
          coalesce((c.settings->>'retryCap')::float8, extract(epoch from q.retry_cap)::float8)
   from :KEYQ_SCHEMA.queue q where q.queue_id = c.queue_id
 $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.rotate(queue text, force boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.revoke_access(role text, produce text[] DEFAULT '{}'::text[], consume jsonb DEFAULT '{}'::jsonb, operate boolean DEFAULT false, every_grant boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare ok boolean := :KEYQ_SCHEMA.authorize('own'); r oid := :KEYQ_SCHEMA.role_oid(role); f regprocedure;
+begin
+  delete from :KEYQ_SCHEMA.role_grant g
+   where g.role_id = r
+     and (every_grant
+          or (g.privilege = 'produce' and g.queue_name = any (produce))
+          or (g.privilege = 'consume' and (g.queue_name, g.consumer_name) in
+                (select c.key, x from jsonb_each(consume) c, jsonb_array_elements_text(c.value) x))
+          or (g.privilege = 'operate' and operate));
+  for f in select p.oid from pg_catalog.pg_proc p where p.pronamespace = :KEYQ_SCHEMA_NAME::regnamespace loop
+    execute format('revoke execute on function %s from %I', f, role);
+  end loop;
+  if not exists (select 1 from :KEYQ_SCHEMA.role_grant where role_id = r) then
+    execute format('revoke usage on schema %I from %I', :KEYQ_SCHEMA_NAME, role);
+  end if;
+  perform :KEYQ_SCHEMA.apply_grants(r);
+  return :KEYQ_SCHEMA.role_json(r);
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.role_json(r oid)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object(
+    'role', (select rolname from pg_catalog.pg_roles where oid = r),
+    'produce', coalesce((select jsonb_agg(queue_name order by queue_name) from :KEYQ_SCHEMA.role_grant
+                          where role_id = r and privilege = 'produce'), '[]'),
+    'consume', coalesce((select jsonb_object_agg(queue_name, cs) from (
+                           select queue_name, jsonb_agg(consumer_name order by consumer_name) cs
+                             from :KEYQ_SCHEMA.role_grant where role_id = r and privilege = 'consume'
+                            group by queue_name) x), '{}'),
+    'operate', exists (select 1 from :KEYQ_SCHEMA.role_grant where role_id = r and privilege = 'operate'))
+$function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.role_oid(role text)
+ RETURNS oid
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare r oid;
+begin
+  select oid into r from pg_catalog.pg_roles where rolname = role;
+  if not found then
+    raise exception 'Role "%" does not exist; create it first (CREATE ROLE "%" LOGIN …, or NOLOGIN for a group).', role, role
+      using errcode = 'KQ021', hint = 'KEYQ:ROLE_NOT_FOUND';
+  end if;
+  return r;
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.rotate(queue text, force boolean DEFAULT false)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize(case when force then 'force rotation' else 'housekeep' end, queue);
 declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   nxt smallint := (q.cur_table + 1) % q.ntables;
@@ -1137,9 +1384,11 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.send(queue text, type text, payload jsonb, key text DEFAULT NULL::text, dedup_key text DEFAULT NULL::text, ttl double precision DEFAULT NULL::double precision)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('produce', queue);
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); c record;
 begin
   if dedup_key is null then
@@ -1158,9 +1407,11 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.send_batch(queue text, events jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('produce', queue);
 declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   out jsonb := '[]';
@@ -1250,16 +1501,18 @@ AS $function$ select coalesce((((pg_catalog.hashtextextended(key, 0) operator(pg
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.status(queue text DEFAULT NULL::text, stale_after double precision DEFAULT 300)
  RETURNS jsonb
  LANGUAGE sql
- STABLE
+ STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+  select :KEYQ_SCHEMA.authorize('see', queue) where queue is not null;
   with qs as materialized (
     select q.*, lt.tick_id as last_tick, lt.tick_time as last_time,
            :KEYQ_SCHEMA.window_count(q.queue_id, lt.tick_snapshot, pg_current_snapshot(), 100000) as pending
       from :KEYQ_SCHEMA.queue q
       left join lateral (select * from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id
                           order by t.tick_id desc limit 1) lt on true
-     where status.queue is null or q.queue_name = status.queue
+     where (status.queue is null or q.queue_name = status.queue)
+       and :KEYQ_SCHEMA.permits('see', q.queue_name)
   ), lag as materialized (
     select t.queue_id, t.tick_id,
            :KEYQ_SCHEMA.window_count(t.queue_id, t.tick_snapshot, pg_current_snapshot(), 100000) as n
@@ -1291,16 +1544,19 @@ AS $function$
           join :KEYQ_SCHEMA.tick t on t.queue_id = q.queue_id and t.tick_id = cu.tick_id
           left join lag l on l.queue_id = q.queue_id and l.tick_id = cu.tick_id
           where cu.consumer_id = c.consumer_id)) order by c.consumer_name)
-      from :KEYQ_SCHEMA.consumer c where c.queue_id = q.queue_id), '[]')
+      from :KEYQ_SCHEMA.consumer c where c.queue_id = q.queue_id
+       and :KEYQ_SCHEMA.permits('consume', q.queue_name, c.consumer_name)), '[]')
   ) order by q.queue_name), '[]')
   from qs q
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.subscribe(queue text, consumer text, kind text DEFAULT 'plain'::text, slots integer DEFAULT 1, settings jsonb DEFAULT '{}'::jsonb, index_inline boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   c :KEYQ_SCHEMA.consumer;
@@ -1330,6 +1586,8 @@ begin
     end if;
     return jsonb_build_object('created', false);
   end if;
+  -- A consume grant confirms an existing consumer; creating one is an operator's.
+  perform :KEYQ_SCHEMA.authorize('create consumers');
   -- Maintenance skips the queue until this commits: with no cursor yet,
   -- tick pruning would otherwise delete the start tick read below, and the
   -- first window would read from a missing snapshot (nothing, silently).
@@ -1383,9 +1641,11 @@ $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.tick(queue text, force boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize(case when force then 'force ticks' else 'housekeep' end, queue);
 declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   last :KEYQ_SCHEMA.tick;
@@ -1418,9 +1678,11 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.tick_all()
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('tick every queue');
 declare q text; out jsonb := '{}';
 begin
   for q in select queue_name from :KEYQ_SCHEMA.queue order by queue_name loop
@@ -1431,8 +1693,10 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.unfence(queue text, consumer text, holder text)
  RETURNS jsonb
  LANGUAGE sql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+  select :KEYQ_SCHEMA.authorize('consume', queue, consumer);
   with gone as (
     delete from :KEYQ_SCHEMA.lease
      where consumer_id = (:KEYQ_SCHEMA.get_consumer(queue, consumer)).consumer_id and lease.holder = unfence.holder
@@ -1443,9 +1707,11 @@ $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.unsubscribe(queue text, consumer text)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('unsubscribe consumers');
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); n int;
 begin
   delete from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;
@@ -1455,9 +1721,11 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.update_queue(queue text, settings jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('change queue settings');
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
 begin
   perform :KEYQ_SCHEMA.apply_queue_settings(q.queue_id, settings);

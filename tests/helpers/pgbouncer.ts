@@ -40,6 +40,8 @@ export interface PgBouncerOptions {
   poolSize?: number;
   /** Extra [pgbouncer] settings. */
   settings?: Record<string, string | number>;
+  /** More users PgBouncer lets in (auth_type trust still needs each in its auth_file), besides the URL's. */
+  users?: string[];
 }
 
 /** The pgbouncer binary, or null when it is not installed. */
@@ -104,7 +106,7 @@ export async function startPgBouncer(targetUrl: string, options: PgBouncerOption
     ...Object.entries(settings).map(([k, v]) => `${k} = ${v}`),
   ].join("\n");
   writeFileSync(join(dir, "pgbouncer.ini"), `${ini}\n`);
-  writeFileSync(join(dir, "userlist.txt"), `"${user}" ""\n`);
+  writeFileSync(join(dir, "userlist.txt"), [user, ...(options.users ?? [])].map((u) => `"${u}" ""\n`).join(""));
   if (process.getuid?.() === 0) execFileSync("chown", ["-R", "postgres:", dir]);
   const version = execFileSync(bin, ["--version"], { encoding: "utf8" }).split("\n")[0]!.trim();
   await runAsPostgres(bin, ["-d", "-q", join(dir, "pgbouncer.ini")]);

@@ -22,8 +22,9 @@ export const allowed: Record<string, string[]> = {
   batch: ["base", "engine"],
   ops: ["base", "engine"],
   produce: ["base", "engine"],
+  roles: ["base", "engine"],
   kinds: ["base", "engine", "batch", "ops"],
-  "client.ts": ["base", "engine", "batch", "ops", "produce", "kinds"],
+  "client.ts": ["base", "engine", "batch", "ops", "produce", "roles", "kinds"],
 };
 
 /** The layer of a path relative to src/: its folder, `base` for the bottom files, or its own name. */

@@ -86,6 +86,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('create queues');
 declare
   qid int;
   n smallint := coalesce((settings->>'tables')::smallint, 3);
@@ -122,6 +123,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('change queue settings');
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
 begin
   perform :KEYQ_SCHEMA.apply_queue_settings(q.queue_id, settings);
@@ -134,6 +136,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('drop queues');
 declare q :KEYQ_SCHEMA.queue;
 begin
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('ddl', 0));
@@ -149,6 +152,7 @@ create function :KEYQ_SCHEMA.list_queues() returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select :KEYQ_SCHEMA.authorize('list queues');
   select coalesce(jsonb_agg(:KEYQ_SCHEMA.queue_json(q) order by q.queue_name), '[]')
   from :KEYQ_SCHEMA.queue q
 $$;
@@ -185,6 +189,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('produce', queue);
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); c record;
 begin
   if dedup_key is null then
@@ -210,6 +215,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('produce', queue);
 declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   out jsonb := '[]';
@@ -326,6 +332,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize(case when force then 'force ticks' else 'housekeep' end, queue);
 declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   last :KEYQ_SCHEMA.tick;
@@ -457,6 +464,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   c :KEYQ_SCHEMA.consumer;
@@ -486,6 +494,8 @@ begin
     end if;
     return jsonb_build_object('created', false);
   end if;
+  -- A consume grant confirms an existing consumer; creating one is an operator's.
+  perform :KEYQ_SCHEMA.authorize('create consumers');
   -- Maintenance skips the queue until this commits: with no cursor yet,
   -- tick pruning would otherwise delete the start tick read below, and the
   -- first window would read from a missing snapshot (nothing, silently).
@@ -511,6 +521,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('unsubscribe consumers');
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); n int;
 begin
   delete from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;
@@ -546,6 +557,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize(case when force then 'force rotation' else 'housekeep' end, queue);
 declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   nxt smallint := (q.cur_table + 1) % q.ntables;

@@ -108,6 +108,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   cur :KEYQ_SCHEMA.cursor;
@@ -141,6 +142,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   cur :KEYQ_SCHEMA.cursor;
@@ -217,6 +219,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   p record;
@@ -321,6 +324,7 @@ create function :KEYQ_SCHEMA.dlq_list(filter jsonb, lim int) returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select :KEYQ_SCHEMA.authorize('consume', filter->>'queue', filter->>'consumer');
   select :KEYQ_SCHEMA.dlq_check(filter);
   select coalesce(jsonb_agg(jsonb_build_object(
            'id', d.dl_id::text, 'queue', q.queue_name, 'consumer', c.consumer_name, 'slot', d.slot,
@@ -337,6 +341,7 @@ create function :KEYQ_SCHEMA.dlq_count(filter jsonb) returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select :KEYQ_SCHEMA.authorize('consume', filter->>'queue', filter->>'consumer');
   select :KEYQ_SCHEMA.dlq_check(filter);
   select to_jsonb(count(*)) from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)
 $$;
@@ -368,6 +373,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('replay dead letters');
 declare wanted bigint[]; missing bigint;
 begin
   select coalesce(array_agg(x::bigint), '{}') into wanted from jsonb_array_elements_text(ids) x;
@@ -385,6 +391,7 @@ create function :KEYQ_SCHEMA.dlq_replay_where(filter jsonb) returns jsonb
 language sql
 set search_path = pg_catalog, pg_temp
 as $$
+  select :KEYQ_SCHEMA.authorize('replay dead letters');
   select :KEYQ_SCHEMA.dlq_check(filter);
   select to_jsonb(:KEYQ_SCHEMA.dlq_requeue(array(
     select dl_id from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter))))
@@ -395,6 +402,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('purge dead letters');
 declare n int;
 begin
   perform :KEYQ_SCHEMA.dlq_check(filter);
@@ -425,6 +433,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize(case when force_rotate then 'force rotation' else 'housekeep' end, queue);
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); r jsonb;
 begin
   if not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id)) then

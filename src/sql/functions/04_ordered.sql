@@ -29,6 +29,7 @@ language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare c :KEYQ_SCHEMA.consumer;
 begin
   select k.* into c from :KEYQ_SCHEMA.consumer k join :KEYQ_SCHEMA.queue q using (queue_id)
@@ -221,6 +222,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   cur :KEYQ_SCHEMA.cursor;
@@ -287,6 +289,7 @@ create function :KEYQ_SCHEMA.blocked_keys(queue text, consumer text) returns jso
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select :KEYQ_SCHEMA.authorize('consume', queue, consumer);
   select coalesce(jsonb_agg(jsonb_build_object(
            'slot', b.slot, 'key', b.ev_key, 'headId', b.head_id::text, 'since', b.since,
            'held', (select count(*) from :KEYQ_SCHEMA.retry r

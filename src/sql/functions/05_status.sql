@@ -12,13 +12,15 @@ create function :KEYQ_SCHEMA.status(queue text default null, stale_after float8 
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
+  select :KEYQ_SCHEMA.authorize('see', queue) where queue is not null;
   with qs as materialized (
     select q.*, lt.tick_id as last_tick, lt.tick_time as last_time,
            :KEYQ_SCHEMA.window_count(q.queue_id, lt.tick_snapshot, pg_current_snapshot(), 100000) as pending
       from :KEYQ_SCHEMA.queue q
       left join lateral (select * from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id
                           order by t.tick_id desc limit 1) lt on true
-     where status.queue is null or q.queue_name = status.queue
+     where (status.queue is null or q.queue_name = status.queue)
+       and :KEYQ_SCHEMA.permits('see', q.queue_name)
   ), lag as materialized (
     select t.queue_id, t.tick_id,
            :KEYQ_SCHEMA.window_count(t.queue_id, t.tick_snapshot, pg_current_snapshot(), 100000) as n
@@ -50,7 +52,8 @@ as $$
           join :KEYQ_SCHEMA.tick t on t.queue_id = q.queue_id and t.tick_id = cu.tick_id
           left join lag l on l.queue_id = q.queue_id and l.tick_id = cu.tick_id
           where cu.consumer_id = c.consumer_id)) order by c.consumer_name)
-      from :KEYQ_SCHEMA.consumer c where c.queue_id = q.queue_id), '[]')
+      from :KEYQ_SCHEMA.consumer c where c.queue_id = q.queue_id
+       and :KEYQ_SCHEMA.permits('consume', q.queue_name, c.consumer_name)), '[]')
   ) order by q.queue_name), '[]')
   from qs q
 $$;
@@ -63,6 +66,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('tick every queue');
 declare q text; out jsonb := '{}';
 begin
   for q in select queue_name from :KEYQ_SCHEMA.queue order by queue_name loop

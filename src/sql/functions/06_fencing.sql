@@ -14,6 +14,7 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   taken text[];
@@ -37,6 +38,7 @@ create function :KEYQ_SCHEMA.unfence(queue text, consumer text, holder text) ret
 language sql
 set search_path = pg_catalog, pg_temp
 as $$
+  select :KEYQ_SCHEMA.authorize('consume', queue, consumer);
   with gone as (
     delete from :KEYQ_SCHEMA.lease
      where consumer_id = (:KEYQ_SCHEMA.get_consumer(queue, consumer)).consumer_id and lease.holder = unfence.holder
