@@ -25,5 +25,6 @@ export type { Driver, Executor, Row, SqlParam } from "./src/driver.ts";
 export { KeyqError } from "./src/errors.ts";
 export type { KeyqErrorCode } from "./src/errors.ts";
 export { latestVersion, migrationSql } from "./src/engine/migrate.ts";
-export type { PayloadSchema, SchemaResult } from "./src/payload.ts";
+export type { PayloadSchema, SchemaFor, SchemaResult } from "./src/payload.ts";
+export type * from "./src/events/types.ts";
 export type * from "./src/types.ts";
