@@ -27,4 +27,6 @@ export type { KeyqErrorCode } from "./src/errors.ts";
 export { latestVersion, migrationSql } from "./src/engine/migrate.ts";
 export type { PayloadSchema, SchemaFor, SchemaResult } from "./src/payload.ts";
 export type * from "./src/events/types.ts";
+export { drizzleProxy, kyselyDialect } from "./src/orm/handlers.ts";
+export type { DrizzleProxyCallback, KyselyDialectLike, KyselyPostgresParts } from "./src/orm/handlers.ts";
 export type * from "./src/types.ts";
