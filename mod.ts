@@ -28,5 +28,5 @@ export { latestVersion, migrationSql } from "./src/engine/migrate.ts";
 export type { PayloadSchema, SchemaFor, SchemaResult } from "./src/payload.ts";
 export type * from "./src/events/types.ts";
 export { drizzleProxy, kyselyDialect } from "./src/orm/handlers.ts";
-export type { DrizzleProxyCallback, KyselyDialectLike, KyselyPostgresParts } from "./src/orm/handlers.ts";
+export type { DrizzleProxyCallback, KyselyConnectionLike, KyselyDialectLike, KyselyDriverLike, KyselyPostgresParts } from "./src/orm/handlers.ts";
 export type * from "./src/types.ts";

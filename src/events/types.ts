@@ -30,7 +30,7 @@ export type EventTypes = Record<string, PayloadSchema>;
 export type EventMap = Record<string, EventTypes>;
 
 /** What a Standard Schema declares as its types (valibot, zod and arktype declare them). */
-type DeclaredTypes<S> = S extends { readonly "~standard": { readonly types?: infer T } } ? NonNullable<T> : never;
+export type DeclaredTypes<S> = S extends { readonly "~standard": { readonly types?: infer T } } ? NonNullable<T> : never;
 
 /** The payload a schema accepts (its input type); `unknown` for a schema that declares none. */
 export type SchemaInput<S> = DeclaredTypes<S> extends { readonly input: infer I } ? I : unknown;
@@ -72,7 +72,8 @@ export interface TypedHandlers<M extends EventTypes> {
   onError?: (error: unknown, event: KeyqEvent) => void;
 }
 
-type HandlerKeys = "handler" | "handleBatch" | "onError";
+/** The handler options a typed consumer types its own way. */
+export type HandlerKeys = "handler" | "handleBatch" | "onError";
 
 /** `batch` options of a typed consumer. */
 export type TypedBatchOptions<M extends EventTypes> = Omit<BatchOptions, HandlerKeys> & TypedHandlers<M>;
