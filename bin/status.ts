@@ -90,7 +90,7 @@ export function queueSettings(q: QueueInfo): Record<string, unknown> {
   const out: Record<string, unknown> = { name: q.name };
   for (const [k, spec] of Object.entries(QUEUE_SETTINGS)) {
     const value = (q as unknown as Record<string, number>)[k];
-    out[k.replace(/[A-Z]/g, (c) => ` ${c.toLowerCase()}`)] = spec.kind === "duration" ? humanSeconds(value) : value;
+    out[k.replace(/[A-Z]/g, (c) => ` ${c.toLowerCase()}`)] = spec.kind === "duration" ? humanSeconds(value === undefined ? value : value / 1000) : value; // QueueInfo durations are milliseconds
     if (k === "tables") out["current table"] = q.currentTable + 1;
   }
   out["created at"] = q.createdAt;

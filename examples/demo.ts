@@ -130,7 +130,7 @@ async function main(): Promise<void> {
     console.log(`  migrate(): schema "${q.schema}" from version ${m.from} to ${m.to}`);
     // Small backoff so the failure story below fits in a second.
     const { queue } = await q.createQueue(QUEUE, { maxRetries: 2, retryBase: "20ms", retryCap: "200ms" });
-    console.log(`  createQueue("${QUEUE}"): ${queue.tables} ring tables, maxRetries ${queue.maxRetries}, retryBase ${queue.retryBase * 1000} ms`);
+    console.log(`  createQueue("${QUEUE}"): ${queue.tables} ring tables, maxRetries ${queue.maxRetries}, retryBase ${queue.retryBase} ms`);
     // A consumer sees the events sent after it subscribed: subscribe them all first.
     await q.consumer(QUEUE, "audit").subscribe();
     await q.exclusive(QUEUE, "indexer").subscribe();

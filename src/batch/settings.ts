@@ -18,19 +18,19 @@ const batchSchema = v.strictObject({
   maxEvents: v.optional(int(1, 10_000)),
   statementTimeout: v.optional(duration),
   idleTimeout: v.optional(duration),
-  budgetMs: v.optional(int(1, 86_400_000)),
+  budgetMs: v.optional(duration),
   maxBatches: v.optional(int(1, Number.MAX_SAFE_INTEGER)),
   signal: v.optional(v.custom<AbortSignal>(isSignal, "expected an AbortSignal")),
-  minPollMs: v.optional(int(1, 3_600_000)),
-  maxPollMs: v.optional(int(1, 3_600_000)),
+  minPollMs: v.optional(duration),
+  maxPollMs: v.optional(duration),
   worker: v.optional(int(0, 1023)),
   workers: v.optional(int(1, 1024)),
   batchTimeout: v.optional(duration),
   eventTimeout: v.optional(duration),
   onRetry: v.optional(v.function("expected a function ({ error, attempt, delayMs }) => …")),
   retryBackoff: v.optional(v.strictObject({
-    baseMs: v.optional(int(1, MAX_TIMEOUT_MS)),
-    capMs: v.optional(int(1, MAX_TIMEOUT_MS)),
+    baseMs: v.optional(duration),
+    capMs: v.optional(duration),
   })),
 });
 
@@ -90,8 +90,11 @@ export function batchSettings(options: unknown, what: string, defaultMaxEvents: 
       });
     }
   }
-  if (o.minPollMs !== undefined && o.maxPollMs !== undefined && o.minPollMs > o.maxPollMs) {
-    throw new KeyqError("INVALID_INPUT", `Option "minPollMs" (${o.minPollMs}) is above "maxPollMs" (${o.maxPollMs}); give minPollMs <= maxPollMs.`, {
+  // Durations: milliseconds or text ("10s"), like every duration keyq takes.
+  const minPollMs = durationMs("minPollMs", o.minPollMs, 1, 3_600_000);
+  const maxPollMs = durationMs("maxPollMs", o.maxPollMs, 1, 3_600_000);
+  if (minPollMs !== undefined && maxPollMs !== undefined && minPollMs > maxPollMs) {
+    throw new KeyqError("INVALID_INPUT", `Option "minPollMs" (${minPollMs} ms) is above "maxPollMs" (${maxPollMs} ms); give minPollMs <= maxPollMs.`, {
       field: "minPollMs",
     });
   }
@@ -117,12 +120,15 @@ export function batchSettings(options: unknown, what: string, defaultMaxEvents: 
     batchTimeoutMs: durationMs("batchTimeout", o.batchTimeout, 1, MAX_TIMEOUT_MS) ?? 60_000,
     eventTimeoutMs: durationMs("eventTimeout", o.eventTimeout, 1, MAX_TIMEOUT_MS) ?? Number.POSITIVE_INFINITY,
     onRetry: o.onRetry as BatchSettings["onRetry"],
-    retryBackoff: { baseMs: o.retryBackoff?.baseMs ?? 200, capMs: o.retryBackoff?.capMs ?? 10_000 },
-    budgetMs: o.budgetMs ?? 10_000,
+    retryBackoff: {
+      baseMs: durationMs("retryBackoff.baseMs", o.retryBackoff?.baseMs, 1, MAX_TIMEOUT_MS) ?? 200,
+      capMs: durationMs("retryBackoff.capMs", o.retryBackoff?.capMs, 1, MAX_TIMEOUT_MS) ?? 10_000,
+    },
+    budgetMs: durationMs("budgetMs", o.budgetMs, 1, 86_400_000) ?? 10_000,
     maxBatches: o.maxBatches ?? Number.MAX_SAFE_INTEGER,
     signal: o.signal,
-    minPollMs: o.minPollMs ?? 100,
-    maxPollMs: o.maxPollMs ?? 5_000,
+    minPollMs: minPollMs ?? 100,
+    maxPollMs: maxPollMs ?? 5_000,
     worker: o.worker,
     workers: o.workers,
   };

@@ -2,7 +2,7 @@
  * postgres.js adapter: `fromPostgresJs(sql)`. Typed structurally; imports nothing from `postgres`.
  * @module
  */
-import type { Driver, Executor, Row, SqlParam } from "../driver.ts";
+import { type Driver, type Executor, ORM_STATEMENT, type Row, type SqlParam } from "../driver.ts";
 import { KeyqError } from "../errors.ts";
 
 /** A pending postgres.js query; `.simple()` sends it by the simple protocol (several statements). */
@@ -46,7 +46,8 @@ function names(): Names {
 
 /**
  * Params go as `text` (oid 25), else postgres.js serializes by the server-inferred type
- * (JSON.stringify for `$1::jsonb`). Several statements give one result per row-returning one.
+ * (JSON.stringify for `$1::jsonb`); an ORM helper's statement (ORM_STATEMENT)
+ * passes its values as they are, as the ORM's own postgres.js driver does. Several statements give one result per row-returning one.
  *
  * A statement with parameters is sent as a named prepared statement
  * (`prepare: true`): postgres.js sends an unnamed one as Parse/Describe/Flush,
@@ -61,7 +62,9 @@ function names(): Names {
 async function run(sql: PostgresJsTxLike, text: string, params?: readonly SqlParam[], named?: Names): Promise<Row[]> {
   const res = (await (params === undefined
     ? sql.unsafe(text).simple()
-    : sql.unsafe(text, params.map((p) => (p === null ? null : sql.typed(p, 25))), { prepare: named?.(text) ?? false }))) as
+    : sql.unsafe(text, text.startsWith(ORM_STATEMENT) ? [...params] : params.map((p) => (p === null ? null : sql.typed(p, 25))), {
+      prepare: named?.(text) ?? false,
+    }))) as
       | Row[]
       | Row[][];
   return Array.from(Array.isArray(res[0]) ? (res.at(-1) as Row[]) : (res as Row[]));

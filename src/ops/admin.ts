@@ -9,7 +9,7 @@ import * as v from "valibot";
 import type { Driver } from "../driver.ts";
 import { engine } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
-import { queueSettings, sameSettings } from "./queue-settings.ts";
+import { infoInMs, queueSettings, sameSettings } from "./queue-settings.ts";
 import type { Duration, MaintainReport, QueueInfo, QueueSettings, QueueStatus } from "../types.ts";
 import { checkName, duration, durationMs, parse } from "../validate.ts";
 
@@ -53,18 +53,18 @@ export function admin(driver: Driver, schema: string): Admin {
     return (await engine.tick(driver, schema, { queue, force })).tick;
   };
   const maintainOne = (queue: string, forceRotate: boolean): Promise<MaintainReport> => engine.maintain(driver, schema, { queue, forceRotate });
-  const listQueues = (): Promise<QueueInfo[]> => engine.listQueues(driver, schema, {});
+  const listQueues = async (): Promise<QueueInfo[]> => (await engine.listQueues(driver, schema, {})).map(infoInMs);
   return {
     async createQueue(name, settings = {}) {
       checkName("queue", name);
       const wanted = queueSettings(settings, true);
       const r = await engine.createQueue(driver, schema, { queue: name, settings: wanted });
       if (!r.created) sameSettings(name, wanted, r.queue);
-      return r;
+      return { created: r.created, queue: infoInMs(r.queue) };
     },
     async updateQueue(name, settings) {
       checkName("queue", name);
-      return await engine.updateQueue(driver, schema, { queue: name, settings: queueSettings(settings, false) });
+      return infoInMs(await engine.updateQueue(driver, schema, { queue: name, settings: queueSettings(settings, false) }));
     },
     async dropQueue(name) {
       checkName("queue", name);

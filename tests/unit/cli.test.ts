@@ -43,7 +43,7 @@ describe("keyq CLI: parsing and formatting (no database)", () => {
   test("human units: durations and queue settings in a stable order", () => {
     assert.deepEqual([0.25, 1.23, 42, 300, 5400, 172800].map(humanSeconds), ["250 ms", "1.2 s", "42 s", "5 min", "1.5 h", "2 d"]);
     assert.equal(humanSeconds(null), "");
-    const info = { name: "files", tables: 3, currentTable: 0, rotatedAt: "r", rotationPeriod: 3600, tickMaxCount: 1000, tickMaxLag: 0, tickIdlePeriod: 60, maxRetries: 5, retryBase: 1, retryCap: 3600, createdAt: "c" };
+    const info = { name: "files", tables: 3, currentTable: 0, rotatedAt: "r", rotationPeriod: 3_600_000, tickMaxCount: 1000, tickMaxLag: 0, tickIdlePeriod: 60_000, maxRetries: 5, retryBase: 1000, retryCap: 3_600_000, createdAt: "c" };
     const shown = queueSettings(info);
     assert.deepEqual(Object.keys(shown), ["name", "tables", "current table", "max retries", "retry base", "retry cap", "rotation period", "tick max count", "tick max lag", "tick idle period", "created at"]);
     assert.equal(shown["retry cap"], "1 h");

