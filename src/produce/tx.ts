@@ -55,6 +55,7 @@ let kyselyQueries = 0;
  * anything else. Refuses an ORM's database object outside a transaction.
  */
 function ormExecutor(driver: Driver, tx: unknown): Executor | undefined {
+  if ((typeof tx !== "object" && typeof tx !== "function") || tx === null) return undefined;
   const t = tx as Obj;
   // Kysely: `db.transaction().execute(async (trx) => …)`; trx.isTransaction is true.
   if (fn(t, "executeQuery") && typeof t.isTransaction === "boolean") {
