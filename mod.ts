@@ -27,3 +27,8 @@ export type { KeyqErrorCode } from "./src/errors.ts";
 export { latestVersion, migrationSql } from "./src/engine/migrate.ts";
 export type { PayloadSchema, SchemaResult } from "./src/payload.ts";
 export type * from "./src/types.ts";
+export { healthHandler, prometheusText } from "./src/observe/health.ts";
+export type { HealthOptions } from "./src/observe/health.ts";
+export { checkStatus, DEFAULT_THRESHOLDS } from "./src/observe/check.ts";
+export type { Thresholds } from "./src/observe/check.ts";
+export type { BatchInfo, ConsumerKindName, HandlerCall, LifecycleEvent, Logger, Observer, SendInfo, WakeMode } from "./src/observe/observer.ts";

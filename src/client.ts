@@ -30,6 +30,7 @@ import type {
 } from "./types.ts";
 import { txExecutor } from "./produce/tx.ts";
 import { checkSchemaName, parse } from "./validate.ts";
+import { hub, type Hub, type Logger, loggerObserver, type Observer } from "./observe/observer.ts";
 
 /** Options of `keyq()`. */
 export interface KeyqOptions {
@@ -37,6 +38,10 @@ export interface KeyqOptions {
   schema?: string;
   /** Payload schemas per queue name, checked at send and at receive. */
   payloads?: Record<string, PayloadSchema>;
+  /** Observers of sends, batches, handler calls and workers (e.g. `keyq/otel`); more can be added with `observe()`. */
+  observers?: Observer[];
+  /** A logger (`console` fits) that hears batches rolled back, failures, retries, dead letters and workers starting and stopping. */
+  logger?: Logger;
 }
 
 /** The keyq client. */
@@ -91,12 +96,20 @@ export interface Keyq {
    * unknown queue throws `QUEUE_NOT_FOUND`.
    */
   status(options?: { queue?: string; staleAfter?: Duration }): Promise<QueueStatus[]>;
+  /**
+   * Adds an observer of this client's sends, batches, handler calls and
+   * workers (consumers made before included); returns the function that
+   * removes it.
+   */
+  observe(observer: Observer): () => void;
 }
 
 export type { ConsumerOptions, ExclusiveOptions, OrderedOptions } from "./kinds/options.ts";
 
 const optionsSchema = v.strictObject({
   schema: v.optional(v.string("expected a string")),
+  observers: v.optional(v.array(v.custom<Observer>((o) => typeof o === "object" && o !== null, "expected an observer object"))),
+  logger: v.optional(v.custom<Logger>((o) => typeof o === "object" && o !== null, "expected a logger such as console")),
   payloads: v.optional(v.record(
     v.string(),
     v.custom<PayloadSchema>(
@@ -129,6 +142,7 @@ function consumers(
   schema: string,
   schemaOf: (queue: unknown) => PayloadSchema | undefined,
   a: Admin,
+  obs: Hub,
 ): Pick<Keyq, "consumer" | "exclusive" | "ordered"> {
   const ctx = (queue: string): ConsumerContext => ({
     driver,
@@ -142,19 +156,19 @@ function consumers(
     consumer: (queue, name, opts) => {
       const settings = plainOptions(opts);
       const c = ctx(queue);
-      return makeConsumer(c, name, plainKind({ ctx: c, queue, name, settings }));
+      return makeConsumer(c, name, plainKind({ ctx: c, queue, name, settings }), obs);
     },
     exclusive: (queue, name, opts) => {
       const o = exclusiveOptions(opts);
       checkFenced(driver, o.kind.fenced);
       const c = ctx(queue);
-      return makeConsumer(c, name, exclusiveKind({ ctx: c, queue, name, settings: o.settings }, o.kind));
+      return makeConsumer(c, name, exclusiveKind({ ctx: c, queue, name, settings: o.settings }, o.kind), obs);
     },
     ordered: (queue, name, opts) => {
       const o = orderedOptions(opts);
       checkFenced(driver, o.kind.fenced);
       const c = ctx(queue);
-      return withSlots(c, makeConsumer(c, name, orderedKind({ ctx: c, queue, name, settings: o.settings }, o.kind)), o.kind.slots);
+      return withSlots(c, makeConsumer(c, name, orderedKind({ ctx: c, queue, name, settings: o.settings }, o.kind), obs), o.kind.slots);
     },
   };
 }
@@ -195,6 +209,26 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
     return tx === undefined ? driver : txExecutor(driver, tx);
   };
   const a = admin(driver, schema);
+  const obs = hub(o.observers ?? []);
+  if (o.logger) obs.add(loggerObserver(o.logger));
+  /** Runs one send through the observers (a producer span stores its trace with the events). */
+  const sending = async <T extends SendResult | SendResult[]>(
+    queue: string,
+    count: number,
+    batch: boolean,
+    call: (trace: string | null) => Promise<T>,
+  ): Promise<T> => {
+    if (!obs.active) return await call(null);
+    const info = { queue, count, batch };
+    try {
+      const r = await obs.send(info, call);
+      obs.emit({ type: "sent", send: info, ids: Array.isArray(r) ? r.map((x) => x.id) : [r.id] });
+      return r;
+    } catch (error) {
+      obs.emit({ type: "send.failed", send: info, error });
+      throw error;
+    }
+  };
   return {
     schema,
     driver,
@@ -204,12 +238,25 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
     updateQueue: a.updateQueue,
     dropQueue: a.dropQueue,
     listQueues: a.listQueues,
-    send: async (queue, event, opts) => await send(exec(opts, "send options"), schema, queue, event, schemaOf(queue)),
-    sendBatch: async (queue, events, opts) => await sendBatch(exec(opts, "sendBatch options"), schema, queue, events, schemaOf(queue)),
+    send: async (queue, event, opts) => {
+      const e = exec(opts, "send options");
+      return await sending(queue, 1, false, (trace) => send(e, schema, queue, event, schemaOf(queue), trace));
+    },
+    sendBatch: async (queue, events, opts) => {
+      const e = exec(opts, "sendBatch options");
+      const n = Array.isArray(events) ? events.length : 0;
+      return await sending(queue, n, true, (trace) => sendBatch(e, schema, queue, events, schemaOf(queue), trace));
+    },
     tick: a.tick,
     maintain: a.maintain,
-    ...consumers(driver, schema, schemaOf, a),
+    ...consumers(driver, schema, schemaOf, a, obs),
     dlq: deadLetters(driver, schema),
     status: a.status,
+    observe: (observer) => {
+      if (typeof observer !== "object" || observer === null) {
+        throw new KeyqError("INVALID_INPUT", "observe() takes an observer object with on, send or handle hooks.", { field: "observer" });
+      }
+      return obs.add(observer);
+    },
   };
 }

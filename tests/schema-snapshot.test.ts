@@ -32,6 +32,7 @@ const PINNED: Record<string, string> = {
   "008_function_set.sql": "bef594660036f760a46fef561253dd344e58760a07aad33cb414f83051db4ede",
   "009_slot_index_names.sql": "81224d7aa53b39bfd44dd314b2198ffc8140502edfd4d72c067182cd04965796",
   "010_chunk_buckets.sql": "d91e68097ab4bc23e8ca890f9cf96196724e7a655aae92250636e139d40f8161",
+  "011_trace.sql": "e02e0ef10370447cbfbc020c860206e929cdfe1f28aa1709a74d73b0516b8e8c",
 };
 
 test("migrations are immutable: each file's text is the pinned one (a change is a new migration)", () => {

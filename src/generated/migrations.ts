@@ -1489,6 +1489,17 @@ alter table :KEYQ_SCHEMA.chunk drop column n, alter column bucket set not null;
 create index on :KEYQ_SCHEMA.chunk (consumer_id, bucket, chunk_id);
 `,
   },
+  {
+    version: 11,
+    name: "trace",
+    sql: `-- Since 0.1: an event may carry the W3C trace context (traceparent) of the
+-- span that sent it, so a consumer's handler span can link to its producer
+-- (keyq/otel). Null when the producer traces nothing. Retry rows keep it, so
+-- a retried delivery links to the same producer.
+alter table :KEYQ_SCHEMA.event add column ev_trace text;
+alter table :KEYQ_SCHEMA.retry add column ev_trace text;
+`,
+  },
 ];
 
 /** Functions defined by migrations only (indexes depend on them); never dropped. */
@@ -1680,23 +1691,27 @@ begin
 end $$;
 
 create function :KEYQ_SCHEMA.send(queue text, type text, payload jsonb, key text default null,
-                                  dedup_key text default null, ttl float8 default null) returns jsonb
+                                  dedup_key text default null, ttl float8 default null,
+                                  trace text default null) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); c record;
 begin
+  -- Wakes listening workers when this transaction commits (identical
+  -- notifications of one transaction are folded into one).
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
   if dedup_key is null then
-    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-    values (q.queue_id, q.cur_table, nextval(q.event_seq), type, key, payload)
+    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+    values (q.queue_id, q.cur_table, nextval(q.event_seq), type, key, payload, trace)
     returning ev_id into c;
     return jsonb_build_object('id', c.ev_id::text, 'deduped', false);
   end if;
   c := :KEYQ_SCHEMA.claim_dedup(q, dedup_key, ttl);
   if not c.deduped then
-    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-    values (q.queue_id, q.cur_table, c.id, type, key, payload);
+    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+    values (q.queue_id, q.cur_table, c.id, type, key, payload, trace);
   end if;
   return jsonb_build_object('id', c.id::text, 'deduped', c.deduped);
 end $$;
@@ -1705,7 +1720,7 @@ end $$;
 -- allocated in array order, so one call keeps its order inside the window.
 -- Returns one entry per event: without dedup keys just the id (a string:
 -- nothing was deduplicated), else {id, deduped}.
-create function :KEYQ_SCHEMA.send_batch(queue text, events jsonb) returns jsonb
+create function :KEYQ_SCHEMA.send_batch(queue text, events jsonb, trace text default null) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -1719,11 +1734,12 @@ declare
   -- jsonb array with || copies it every time, quadratic in the batch size.
   res jsonb[] := '{}';
 begin
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
   if not jsonb_path_exists(events, '$[*].dedupKey') then
     -- The common path: one set-based insert.
     with ins as (
-      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-      select q.queue_id, q.cur_table, nextval(q.event_seq), x.v->>'type', x.v->>'key', x.v->'payload'
+      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+      select q.queue_id, q.cur_table, nextval(q.event_seq), x.v->>'type', x.v->>'key', x.v->'payload', trace
       from jsonb_array_elements(events) with ordinality as x(v, ord)
       returning ev_id
     )
@@ -1732,14 +1748,14 @@ begin
   end if;
   for e in select x.v from jsonb_array_elements(events) with ordinality as x(v, ord) order by x.ord loop
     if e->>'dedupKey' is null then
-      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-      values (q.queue_id, q.cur_table, nextval(q.event_seq), e->>'type', e->>'key', e->'payload')
+      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+      values (q.queue_id, q.cur_table, nextval(q.event_seq), e->>'type', e->>'key', e->'payload', trace)
       returning ev_id as id, false as deduped into c;
     else
       c := :KEYQ_SCHEMA.claim_dedup(q, e->>'dedupKey', (e->>'ttl')::float8);
       if not c.deduped then
-        insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-        values (q.queue_id, q.cur_table, c.id, e->>'type', e->>'key', e->'payload');
+        insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+        values (q.queue_id, q.cur_table, c.id, e->>'type', e->>'key', e->'payload', trace);
       end if;
     end if;
     res := res || jsonb_build_object('id', c.id::text, 'deduped', c.deduped);
@@ -1802,6 +1818,8 @@ begin
   insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)
   values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), seq)
   returning tick_id into id;
+  -- Wakes the queue's listening workers: a new window is readable.
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
   return jsonb_build_object('tick', id::text);
 end $$;
 
@@ -1871,7 +1889,8 @@ language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
   select jsonb_build_object('id', e.ev_id::text, 'txid', e.ev_txid::text, 'type', e.ev_type,
-                            'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry)
+                            'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry,
+                            'trace', e.ev_trace)
 $$;
 
 -- Consumers -------------------------------------------------------------------
@@ -2048,7 +2067,8 @@ set search_path = pg_catalog, pg_temp
 as $$
   select coalesce(jsonb_agg(jsonb_build_object(
            'id', r.ev_id::text, 'txid', r.ev_txid::text, 'type', r.ev_type, 'key', r.ev_key,
-           'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true)
+           'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true,
+           'trace', r.ev_trace)
            order by r.due_at, r.ev_txid, r.ev_id), '[]')
   from (select * from :KEYQ_SCHEMA.retry
          where consumer_id = cid and slot = s and due_at <= clock_timestamp()
@@ -2189,9 +2209,9 @@ begin
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
   evs := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(retries));
   return '{"busy":false,"retries":' || retries::text || ',"rows":' ||
-    coalesce((select json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data)
+    coalesce((select json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data, e.ev_trace)
                               order by e.i)::text
-                from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, i)),
+                from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i)),
              '[]') || '}';
 end $$;
 
@@ -2214,8 +2234,8 @@ begin
        where queue_id = c.queue_id and ev_txid = (d->>'txid')::xid8 and ev_id = (d->>'id')::bigint;
       if not found then continue; end if;
       insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
-                                      retry, due_at, last_error)
-      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null)
+                                      retry, due_at, last_error, ev_trace)
+      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null, e.ev_trace)
       on conflict (consumer_id, ev_id) do nothing;
     end if;
     n := n + 1;
@@ -2274,7 +2294,7 @@ begin
       select * into e from :KEYQ_SCHEMA.event
        where queue_id = c.queue_id and ev_txid = (f->>'txid')::xid8 and ev_id = (f->>'id')::bigint;
       if not found then continue; end if;  -- rotated away meanwhile: nothing left to retry
-      r := row(c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null);
+      r := row(c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null, e.ev_trace);
     end if;
     if r.retry + 1 > p.max_retries then
       insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
@@ -2289,7 +2309,7 @@ begin
     else
       insert into :KEYQ_SCHEMA.retry as t
       values (c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key, r.ev_data,
-              r.retry + 1, clock_timestamp() + :KEYQ_SCHEMA.backoff(p.base, p.cap, r.retry + 1), f->'error')
+              r.retry + 1, clock_timestamp() + :KEYQ_SCHEMA.backoff(p.base, p.cap, r.retry + 1), f->'error', r.ev_trace)
       on conflict (consumer_id, ev_id) do update
         set retry = excluded.retry, due_at = excluded.due_at, last_error = excluded.last_error;
       n_retry := n_retry + 1;
@@ -3113,7 +3133,7 @@ $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "630450d1cf2adada34627d81b862f4a50b2af621d218dadea7fafd091c027b15";
+export const functionsHash: string = "3a74b486790edb094fdcc9183320acbc51119ea29b3a4af7d014d60e415aa729";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";

@@ -8,6 +8,7 @@ import type { BatchSettings } from "../batch/settings.ts";
 import { KeyqError } from "../errors.ts";
 import { backoffMs, classify } from "../faults.ts";
 import type { BatchReport, RunReport } from "../types.ts";
+import { pollWaker, type Waker } from "../observe/wake.ts";
 
 /** Sleeps `ms`, waking early when `signal` aborts. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
@@ -84,12 +85,24 @@ export async function runLoop(
   return report;
 }
 
+/** What a work loop tells its observers. */
+export interface WorkHooks {
+  /** Idle sleeps, cut short by a notification (wake.ts); a plain sleep without one. */
+  waker?: Waker;
+  /** A notification ended an idle wait. */
+  woken?(): void;
+  /** A transient fault is retried. */
+  retry?(info: { error: unknown; attempt: number; delayMs: number }): void;
+}
+
 /**
- * Loops `run` until the signal aborts, backing off while idle. Transient
+ * Loops `run` until the signal aborts, backing off while idle (a waker's
+ * notification ends an idle wait at once). Transient
  * failures (see faults.ts) are reported to `onRetry` and retried after a
  * capped, jittered backoff; a permanent one rejects at once.
  */
-export async function workLoop(s: BatchSettings, run: () => Promise<RunReport>): Promise<RunReport> {
+export async function workLoop(s: BatchSettings, run: () => Promise<RunReport>, hooks: WorkHooks = {}): Promise<RunReport> {
+  const waker = hooks.waker ?? pollWaker();
   const total = emptyReport();
   const started = Date.now();
   let wait = s.minPollMs;
@@ -108,15 +121,16 @@ export async function workLoop(s: BatchSettings, run: () => Promise<RunReport>):
       try {
         s.onRetry?.({ error: err, attempt, delayMs });
       } catch { /* a reporting hook must not stop the worker */ }
+      hooks.retry?.({ error: err, attempt, delayMs });
       await sleep(delayMs, s.signal);
       continue;
     }
     addUp(total, r);
     if (r.events + r.dropped + r.deferred > 0) wait = s.minPollMs;
-    else {
-      await sleep(wait, s.signal);
-      wait = Math.min(wait * 2, s.maxPollMs);
-    }
+    else if (await waker.wait(wait, s.signal)) {
+      wait = s.minPollMs;
+      hooks.woken?.();
+    } else wait = Math.min(wait * 2, s.maxPollMs);
   }
   total.ms = Date.now() - started;
   return total;

@@ -62,6 +62,7 @@ event (partitioned by LIST (queue_id))
   ev_type text not null
   ev_key text
   ev_data jsonb not null
+  ev_trace text
 function_set (table)
   hash text not null
   version text not null
@@ -103,6 +104,7 @@ retry (table)
   retry integer not null
   due_at timestamp with time zone not null
   last_error jsonb
+  ev_trace text
 tick (table)
   queue_id integer not null
   tick_id bigint not null
@@ -215,7 +217,7 @@ begin
       select * into e from :KEYQ_SCHEMA.event
        where queue_id = c.queue_id and ev_txid = (f->>'txid')::xid8 and ev_id = (f->>'id')::bigint;
       if not found then continue; end if;  -- rotated away meanwhile: nothing left to retry
-      r := row(c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null);
+      r := row(c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null, e.ev_trace);
     end if;
     if r.retry + 1 > p.max_retries then
       insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
@@ -230,7 +232,7 @@ begin
     else
       insert into :KEYQ_SCHEMA.retry as t
       values (c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key, r.ev_data,
-              r.retry + 1, clock_timestamp() + :KEYQ_SCHEMA.backoff(p.base, p.cap, r.retry + 1), f->'error')
+              r.retry + 1, clock_timestamp() + :KEYQ_SCHEMA.backoff(p.base, p.cap, r.retry + 1), f->'error', r.ev_trace)
       on conflict (consumer_id, ev_id) do update
         set retry = excluded.retry, due_at = excluded.due_at, last_error = excluded.last_error;
       n_retry := n_retry + 1;
@@ -582,7 +584,8 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.event_json(e :KEYQ_SCHEMA.event, retry i
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select jsonb_build_object('id', e.ev_id::text, 'txid', e.ev_txid::text, 'type', e.ev_type,
-                            'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry)
+                            'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry,
+                            'trace', e.ev_trace)
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.fence(queue text, consumer text, s integer, keys text[], holder text, ms double precision)
  RETURNS jsonb
@@ -734,8 +737,8 @@ begin
        where queue_id = c.queue_id and ev_txid = (d->>'txid')::xid8 and ev_id = (d->>'id')::bigint;
       if not found then continue; end if;
       insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
-                                      retry, due_at, last_error)
-      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null)
+                                      retry, due_at, last_error, ev_trace)
+      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null, e.ev_trace)
       on conflict (consumer_id, ev_id) do nothing;
     end if;
     n := n + 1;
@@ -1037,9 +1040,9 @@ begin
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
   evs := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(retries));
   return '{"busy":false,"retries":' || retries::text || ',"rows":' ||
-    coalesce((select json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data)
+    coalesce((select json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data, e.ev_trace)
                               order by e.i)::text
-                from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, i)),
+                from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i)),
              '[]') || '}';
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.release_heads(c :KEYQ_SCHEMA.consumer, s integer, ids bigint[])
@@ -1120,7 +1123,7 @@ begin
   update :KEYQ_SCHEMA.queue set cur_table = nxt, rotated_at = now() where queue_id = q.queue_id;
   return jsonb_build_object('rotated', true, 'table', nxt);
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.send(queue text, type text, payload jsonb, key text DEFAULT NULL::text, dedup_key text DEFAULT NULL::text, ttl double precision DEFAULT NULL::double precision)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.send(queue text, type text, payload jsonb, key text DEFAULT NULL::text, dedup_key text DEFAULT NULL::text, ttl double precision DEFAULT NULL::double precision, trace text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1128,20 +1131,23 @@ AS $function$
 #variable_conflict use_variable
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); c record;
 begin
+  -- Wakes listening workers when this transaction commits (identical
+  -- notifications of one transaction are folded into one).
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
   if dedup_key is null then
-    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-    values (q.queue_id, q.cur_table, nextval(q.event_seq), type, key, payload)
+    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+    values (q.queue_id, q.cur_table, nextval(q.event_seq), type, key, payload, trace)
     returning ev_id into c;
     return jsonb_build_object('id', c.ev_id::text, 'deduped', false);
   end if;
   c := :KEYQ_SCHEMA.claim_dedup(q, dedup_key, ttl);
   if not c.deduped then
-    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-    values (q.queue_id, q.cur_table, c.id, type, key, payload);
+    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+    values (q.queue_id, q.cur_table, c.id, type, key, payload, trace);
   end if;
   return jsonb_build_object('id', c.id::text, 'deduped', c.deduped);
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.send_batch(queue text, events jsonb)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.send_batch(queue text, events jsonb, trace text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1156,11 +1162,12 @@ declare
   -- jsonb array with || copies it every time, quadratic in the batch size.
   res jsonb[] := '{}';
 begin
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
   if not jsonb_path_exists(events, '$[*].dedupKey') then
     -- The common path: one set-based insert.
     with ins as (
-      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-      select q.queue_id, q.cur_table, nextval(q.event_seq), x.v->>'type', x.v->>'key', x.v->'payload'
+      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+      select q.queue_id, q.cur_table, nextval(q.event_seq), x.v->>'type', x.v->>'key', x.v->'payload', trace
       from jsonb_array_elements(events) with ordinality as x(v, ord)
       returning ev_id
     )
@@ -1169,14 +1176,14 @@ begin
   end if;
   for e in select x.v from jsonb_array_elements(events) with ordinality as x(v, ord) order by x.ord loop
     if e->>'dedupKey' is null then
-      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-      values (q.queue_id, q.cur_table, nextval(q.event_seq), e->>'type', e->>'key', e->'payload')
+      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+      values (q.queue_id, q.cur_table, nextval(q.event_seq), e->>'type', e->>'key', e->'payload', trace)
       returning ev_id as id, false as deduped into c;
     else
       c := :KEYQ_SCHEMA.claim_dedup(q, e->>'dedupKey', (e->>'ttl')::float8);
       if not c.deduped then
-        insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-        values (q.queue_id, q.cur_table, c.id, e->>'type', e->>'key', e->'payload');
+        insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+        values (q.queue_id, q.cur_table, c.id, e->>'type', e->>'key', e->'payload', trace);
       end if;
     end if;
     res := res || jsonb_build_object('id', c.id::text, 'deduped', c.deduped);
@@ -1298,7 +1305,8 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.take_retries(cid integer, s integer, lim
 AS $function$
   select coalesce(jsonb_agg(jsonb_build_object(
            'id', r.ev_id::text, 'txid', r.ev_txid::text, 'type', r.ev_type, 'key', r.ev_key,
-           'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true)
+           'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true,
+           'trace', r.ev_trace)
            order by r.due_at, r.ev_txid, r.ev_id), '[]')
   from (select * from :KEYQ_SCHEMA.retry
          where consumer_id = cid and slot = s and due_at <= clock_timestamp()
@@ -1339,6 +1347,8 @@ begin
   insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)
   values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), seq)
   returning tick_id into id;
+  -- Wakes the queue's listening workers: a new window is readable.
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
   return jsonb_build_object('tick', id::text);
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.tick_all()

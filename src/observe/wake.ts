@@ -1,0 +1,120 @@
+/**
+ * Wake-ups for an idle `work()`: producers' transactions and the ticker send
+ * `pg_notify(<schema>, <queue>)` (Postgres delivers it at commit and folds
+ * identical ones of one transaction), and a worker on a driver that can
+ * LISTEN wakes at once instead of sleeping out its poll back-off.
+ *
+ * Whether notifications really arrive is probed, not configured: the waker
+ * LISTENs, sends itself a notification through the ordinary query path and
+ * switches to `listen` only when it hears it. Behind a transaction pooler,
+ * on HTTP drivers and in `run()` the worker keeps polling. Until then, and
+ * always as a backstop, the poll back-off runs: correctness never depends on
+ * a notification.
+ *
+ * @module
+ */
+
+import type { Driver } from "../driver.ts";
+import type { WakeMode } from "./observer.ts";
+
+/** How long a waker waits for its own probe notification. */
+export const PROBE_MS = 2_000;
+
+/** Sleeps of an idle worker, cut short by a notification for its queue. */
+export interface Waker {
+  /** `listen` once the probe arrived; `poll` before, and for good when it did not. */
+  readonly mode: WakeMode;
+  /** Resolves after `ms`, on abort, or at the first notification (true) since the last wait. */
+  wait(ms: number, signal?: AbortSignal): Promise<boolean>;
+  /** Stops listening. */
+  close(): Promise<void>;
+}
+
+/** A waker that only sleeps. */
+export function pollWaker(): Waker {
+  return { mode: "poll", wait: (ms, signal) => sleep(ms, signal).then(() => false), close: async () => {} };
+}
+
+function sleep(ms: number, signal?: AbortSignal, wake?: (f: () => void) => void): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+    wake?.(done);
+  });
+}
+
+/**
+ * A waker for `queue` on `driver` (channel: the schema name). `onMode` hears
+ * the mode once it is known, with the reason.
+ */
+export function waker(driver: Driver, channel: string, queue: string, onMode: (mode: WakeMode, reason: string) => void, probeMs = PROBE_MS): Waker {
+  if (!driver.listen) {
+    onMode("poll", `the ${driver.name} driver cannot LISTEN`);
+    return pollWaker();
+  }
+  const token = `keyq-probe:${Math.random().toString(36).slice(2)}:${Date.now()}`;
+  let mode: WakeMode = "poll";
+  let pending = false;
+  let wakeNow: (() => void) | undefined;
+  let closed = false;
+  let probeTimer: ReturnType<typeof setTimeout> | undefined;
+  const onNotify = (payload: string) => {
+    if (payload === token) {
+      if (mode === "poll" && !closed) {
+        clearTimeout(probeTimer);
+        mode = "listen";
+        onMode("listen", "a probe notification arrived");
+      }
+      return;
+    }
+    if (payload !== queue) return;
+    pending = true;
+    wakeNow?.();
+  };
+  const unlisten = driver.listen(channel, onNotify).then(
+    async (stop) => {
+      if (closed) return stop;
+      probeTimer = setTimeout(() => {
+        if (mode === "poll") {
+          closed = true;
+          onMode("poll", `no notification arrived within ${probeMs} ms (a transaction pooler?)`);
+          stop().catch(() => {});
+        }
+      }, probeMs);
+      await driver.query("select pg_notify($1, $2)", [channel, token]).catch(() => {});
+      return stop;
+    },
+    (err: unknown) => {
+      onMode("poll", `LISTEN failed: ${err instanceof Error ? err.message : String(err)}`);
+      return undefined;
+    },
+  );
+  return {
+    get mode() {
+      return mode;
+    },
+    async wait(ms, signal) {
+      if (pending) {
+        pending = false;
+        return true;
+      }
+      await sleep(ms, signal, (f) => (wakeNow = f));
+      wakeNow = undefined;
+      const woke = pending;
+      pending = false;
+      return woke;
+    },
+    async close() {
+      closed = true;
+      clearTimeout(probeTimer);
+      const stop = await unlisten;
+      await stop?.().catch(() => {});
+    },
+  };
+}
