@@ -87,7 +87,15 @@ export function waker(driver: Driver, channel: string, queue: string, onMode: (m
           stop().catch(() => {});
         }
       }, probeMs);
-      await driver.query("select pg_notify($1, $2)", [channel, token]).catch(() => {});
+      // Sent only from a session that does not itself listen: a transaction
+      // pooler may hand the listening server connection to this very query,
+      // whose caller would then hear its own probe. A one-connection driver
+      // (PGlite, a pg Client) listens and probes on its one session.
+      const single = driver.connections === 1 ? "true" : "false";
+      await driver.query(
+        "select pg_notify($1::text, $2::text) where $3::boolean or not ($1::text = any (array(select pg_listening_channels())))",
+        [channel, token, single],
+      ).catch(() => {});
       return stop;
     },
     (err: unknown) => {
