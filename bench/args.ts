@@ -21,6 +21,7 @@ export const SCENARIOS = [
   "exclusive",
   "latency",
   "retry",
+  "wakeups",
 ] as const;
 
 /** One scenario's name. */

@@ -261,7 +261,7 @@ export async function latencyExclusive(admin: Sql, sizes: Sizes, seed: number): 
     await until(() => latencies.length >= total, 60_000, `pg-boss latency: ${total} jobs handled`);
     stopped = true;
     await Promise.all(working);
-    return { p50: quantile(latencies, 0.5), p95: quantile(latencies, 0.95), count: latencies.length };
+    return { p50: quantile(latencies, 0.5), p95: quantile(latencies, 0.95), p99: quantile(latencies, 0.99), count: latencies.length };
   } finally {
     stopped = true;
     await Promise.all([loader, ...pool].map(stop));

@@ -110,6 +110,7 @@ export async function workLoop(s: BatchSettings, run: () => Promise<RunReport>, 
   while (!s.signal?.aborted) {
     let r: RunReport;
     try {
+      waker.running();
       r = await run();
       attempt = 0;
     } catch (err) {
@@ -126,8 +127,15 @@ export async function workLoop(s: BatchSettings, run: () => Promise<RunReport>, 
       continue;
     }
     addUp(total, r);
-    if (r.events + r.dropped + r.deferred > 0) wait = s.minPollMs;
-    else if (await waker.wait(wait, s.signal)) {
+    if (r.events + r.dropped + r.deferred > 0) {
+      wait = s.minPollMs;
+      // Listening, after a run that ended on an empty batch: what commits
+      // next notifies, so the next run waits for it (at most minPollMs)
+      // instead of looking at once. A run cut short by its budget or batch
+      // limit goes on at once.
+      const drained = r.batches < s.maxBatches && r.ms < s.budgetMs;
+      if (waker.mode === "listen" && drained && (await waker.wait(s.minPollMs, s.signal))) hooks.woken?.();
+    } else if (await waker.wait(wait, s.signal)) {
       wait = s.minPollMs;
       hooks.woken?.();
     } else wait = Math.min(wait * 2, s.maxPollMs);

@@ -24,15 +24,21 @@ export const PROBE_MS = 2_000;
 export interface Waker {
   /** `listen` once the probe arrived; `poll` before, and for good when it did not. */
   readonly mode: WakeMode;
-  /** Resolves after `ms`, on abort, or at the first notification (true) since the last wait. */
+  /** Resolves after `ms`, on abort, or at the first notification (true) since the last wait or run. */
   wait(ms: number, signal?: AbortSignal): Promise<boolean>;
+  /**
+   * A run starts: notifications heard so far are for commits it will see
+   * (or for a tick another worker is writing, whose own notification
+   * follows), so they need not wake the worker again.
+   */
+  running(): void;
   /** Stops listening. */
   close(): Promise<void>;
 }
 
 /** A waker that only sleeps. */
 export function pollWaker(): Waker {
-  return { mode: "poll", wait: (ms, signal) => sleep(ms, signal).then(() => false), close: async () => {} };
+  return { mode: "poll", wait: (ms, signal) => sleep(ms, signal).then(() => false), running: () => {}, close: async () => {} };
 }
 
 function sleep(ms: number, signal?: AbortSignal, wake?: (f: () => void) => void): Promise<void> {
@@ -117,6 +123,9 @@ export function waker(driver: Driver, channel: string, queue: string, onMode: (m
       const woke = pending;
       pending = false;
       return woke;
+    },
+    running() {
+      pending = false;
     },
     async close() {
       closed = true;
