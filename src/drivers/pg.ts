@@ -112,14 +112,19 @@ const ident = (s: string) => `"${s.replaceAll('"', '""')}"`;
  * returned when the last caller unlistens.
  */
 function sharedListen(
-  open: () => Promise<{ c: PgClientLike & Notifying; q: (text: string) => Promise<unknown>; close: () => void }>,
+  open: (lost: () => void) => Promise<{ c: PgClientLike & Notifying; q: (text: string) => Promise<unknown>; close: () => void }>,
 ): NonNullable<Driver["listen"]> {
   const subs = new Map<string, Set<(payload: string) => void>>();
   let conn: ReturnType<typeof open> | undefined;
   const hear = (m: Notice) => subs.get(m.channel)?.forEach((f) => f(m.payload ?? ""));
   return async (channel, fn) => {
-    conn ??= open().then((x) => (x.c.on("notification", hear), x));
-    const it = conn;
+    // A lost connection is forgotten: its listeners hear nothing more (work() polls on as its backstop).
+    const lost = () => {
+      if (conn === mine) conn = undefined;
+      subs.clear();
+    };
+    const mine = conn ??= open(lost).then((x) => (x.c.on("notification", hear), x));
+    const it = mine;
     const { c, q, close } = await it;
     let set = subs.get(channel);
     if (!set) {
@@ -148,9 +153,16 @@ function poolDriver(pool: PgPoolLike): Driver {
     adopt,
     query: (text, params) => run(pool, text, params),
     // One checked-out client listens for every caller of this driver.
-    listen: sharedListen(async () => {
+    listen: sharedListen(async (forget) => {
       const c = await pool.connect();
-      const lost = (e: Error) => idleError(e);
+      let gone = false;
+      const lost = (e: Error) => {
+        idleError(e);
+        if (gone) return;
+        gone = true;
+        forget();
+        c.release(e);
+      };
       c.on("error", lost);
       return {
         c: c as PgPoolClientLike & Notifying,

@@ -59,7 +59,7 @@ function sleep(ms: number, signal?: AbortSignal, wake?: (f: () => void) => void)
  * A waker for `queue` on `driver` (channel: the schema name). `onMode` hears
  * the mode once it is known, with the reason.
  */
-export function waker(driver: Driver, channel: string, queue: string, onMode: (mode: WakeMode, reason: string) => void, probeMs = PROBE_MS): Waker {
+export function waker(driver: Driver, channel: string, queue: string, onMode: (mode: WakeMode, reason: string) => void, probeMs: number = PROBE_MS): Waker {
   if (!driver.listen) {
     onMode("poll", `the ${driver.name} driver cannot LISTEN`);
     return pollWaker();
