@@ -1818,8 +1818,9 @@ begin
   insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)
   values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), seq)
   returning tick_id into id;
-  -- Wakes the queue's listening workers: a new window is readable.
-  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
+  -- Wakes the queue's listening workers: a new window is readable. (Queue
+  -- names hold no ':', so '<queue>:tick' cannot be a producer's payload.)
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':tick');
   return jsonb_build_object('tick', id::text);
 end $$;
 
@@ -3133,7 +3134,7 @@ $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "3a74b486790edb094fdcc9183320acbc51119ea29b3a4af7d014d60e415aa729";
+export const functionsHash: string = "14b32073233458500d2dca207211468277a8673500ac4fa42f9b46977591a4c4";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";

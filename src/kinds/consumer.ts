@@ -168,6 +168,7 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
         const report = await workLoop(s, () => run(s), {
           waker: w,
           woken: () => obs.emit({ type: "work.woken", ...who }),
+          tick: () => k.prepare(s),
           retry: (r) => obs.emit({ type: "work.retry", ...who, ...r }),
         });
         obs.emit({ type: "work.stopped", ...who, report });

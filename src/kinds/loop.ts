@@ -91,6 +91,12 @@ export interface WorkHooks {
   waker?: Waker;
   /** A notification ended an idle wait. */
   woken?(): void;
+  /**
+   * Ticks (and plans) without reading; true when it wrote a tick. Called
+   * when only producers' commits were heard: the worker runs when it ticked
+   * itself, else it waits for the tick another worker is writing.
+   */
+  tick?(): Promise<boolean>;
   /** A transient fault is retried. */
   retry?(info: { error: unknown; attempt: number; delayMs: number }): void;
 }
@@ -107,6 +113,28 @@ export async function workLoop(s: BatchSettings, run: () => Promise<RunReport>, 
   const started = Date.now();
   let wait = s.minPollMs;
   let attempt = 0;
+  /**
+   * Waits up to `ms` for a reason to run: true when woken. Producers'
+   * commits alone first get a tick (one statement): N idle workers then
+   * make N tick attempts, and only the tick's own notification (or the
+   * ticker's success) brings the runs that read.
+   */
+  const idle = async (ms: number): Promise<boolean> => {
+    const end = Date.now() + ms;
+    for (;;) {
+      const heard = await waker.wait(Math.max(0, end - Date.now()), s.signal);
+      if (heard === false) return false;
+      if (heard === "tick" || !hooks.tick) return true;
+      try {
+        total.statements++;
+        total.roundTrips = total.statements;
+        if (await hooks.tick()) return true;
+      } catch {
+        return true; // the run meets the fault and reports it
+      }
+      if (Date.now() >= end || s.signal?.aborted) return false;
+    }
+  };
   while (!s.signal?.aborted) {
     let r: RunReport;
     try {
@@ -134,8 +162,8 @@ export async function workLoop(s: BatchSettings, run: () => Promise<RunReport>, 
       // instead of looking at once. A run cut short by its budget or batch
       // limit goes on at once.
       const drained = r.batches < s.maxBatches && r.ms < s.budgetMs;
-      if (waker.mode === "listen" && drained && (await waker.wait(s.minPollMs, s.signal))) hooks.woken?.();
-    } else if (await waker.wait(wait, s.signal)) {
+      if (waker.mode === "listen" && drained && (await idle(s.minPollMs))) hooks.woken?.();
+    } else if (await idle(wait)) {
       wait = s.minPollMs;
       hooks.woken?.();
     } else wait = Math.min(wait * 2, s.maxPollMs);

@@ -20,12 +20,19 @@ import type { WakeMode } from "./observer.ts";
 /** How long a waker waits for its own probe notification. */
 export const PROBE_MS = 2_000;
 
+/** What ended a wait: nothing (false), a tick, or producers' commits. */
+export type Heard = false | "tick" | "sent";
+
 /** Sleeps of an idle worker, cut short by a notification for its queue. */
 export interface Waker {
   /** `listen` once the probe arrived; `poll` before, and for good when it did not. */
   readonly mode: WakeMode;
-  /** Resolves after `ms`, on abort, or at the first notification (true) since the last wait or run. */
-  wait(ms: number, signal?: AbortSignal): Promise<boolean>;
+  /**
+   * Resolves after `ms` or on abort (false), or at the first notification
+   * since the last wait or run: `"tick"` when a tick made a window readable,
+   * `"sent"` when only producers committed (their events need a tick first).
+   */
+  wait(ms: number, signal?: AbortSignal): Promise<Heard>;
   /**
    * A run starts: notifications heard so far are for commits it will see
    * (or for a tick another worker is writing, whose own notification
@@ -38,7 +45,7 @@ export interface Waker {
 
 /** A waker that only sleeps. */
 export function pollWaker(): Waker {
-  return { mode: "poll", wait: (ms, signal) => sleep(ms, signal).then(() => false), running: () => {}, close: async () => {} };
+  return { mode: "poll", wait: (ms, signal) => sleep(ms, signal).then(() => false as const), running: () => {}, close: async () => {} };
 }
 
 function sleep(ms: number, signal?: AbortSignal, wake?: (f: () => void) => void): Promise<void> {
@@ -64,9 +71,11 @@ export function waker(driver: Driver, channel: string, queue: string, onMode: (m
     onMode("poll", `the ${driver.name} driver cannot LISTEN`);
     return pollWaker();
   }
+  const tickPayload = `${queue}:tick`;
   const token = `keyq-probe:${Math.random().toString(36).slice(2)}:${Date.now()}`;
   let mode: WakeMode = "poll";
-  let pending = false;
+  let sent = false;
+  let ticked = false;
   let wakeNow: (() => void) | undefined;
   let closed = false;
   let probeTimer: ReturnType<typeof setTimeout> | undefined;
@@ -79,8 +88,9 @@ export function waker(driver: Driver, channel: string, queue: string, onMode: (m
       }
       return;
     }
-    if (payload !== queue) return;
-    pending = true;
+    if (payload === queue) sent = true;
+    else if (payload === tickPayload) ticked = true;
+    else return;
     wakeNow?.();
   };
   const unlisten = driver.listen(channel, onNotify).then(
@@ -114,18 +124,16 @@ export function waker(driver: Driver, channel: string, queue: string, onMode: (m
       return mode;
     },
     async wait(ms, signal) {
-      if (pending) {
-        pending = false;
-        return true;
+      if (!sent && !ticked) {
+        await sleep(ms, signal, (f) => (wakeNow = f));
+        wakeNow = undefined;
       }
-      await sleep(ms, signal, (f) => (wakeNow = f));
-      wakeNow = undefined;
-      const woke = pending;
-      pending = false;
-      return woke;
+      const heard: Heard = ticked ? "tick" : sent ? "sent" : false;
+      sent = ticked = false;
+      return heard;
     },
     running() {
-      pending = false;
+      sent = ticked = false;
     },
     async close() {
       closed = true;

@@ -1347,8 +1347,9 @@ begin
   insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)
   values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), seq)
   returning tick_id into id;
-  -- Wakes the queue's listening workers: a new window is readable.
-  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
+  -- Wakes the queue's listening workers: a new window is readable. (Queue
+  -- names hold no ':', so '<queue>:tick' cannot be a producer's payload.)
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':tick');
   return jsonb_build_object('tick', id::text);
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.tick_all()

@@ -123,7 +123,10 @@ test("waker: the probe decides; a notification for the queue ends a wait, one fo
   assert.deepEqual(modes, ["listen: a probe notification arrived"]);
   setTimeout(() => d.notify("other-queue"), 5);
   setTimeout(() => d.notify("jobs"), 20);
-  assert.equal(await w.wait(60_000), true, "woken by its queue's notification");
+  assert.equal(await w.wait(60_000), "sent", "woken by a producer's commit on its queue");
+  d.notify("jobs");
+  d.notify("jobs:tick");
+  assert.equal(await w.wait(60_000), "tick", "a tick outranks commits heard with it");
   d.notify("jobs");
   w.running(); // a run starting covers what was heard so far
   assert.equal(await w.wait(10), false);
