@@ -37,3 +37,8 @@ export type * from "./src/events/types.ts";
 export { drizzleProxy, kyselyDialect } from "./src/orm/handlers.ts";
 export type { DrizzleProxyCallback, KyselyConnectionLike, KyselyDialectLike, KyselyDriverLike, KyselyPostgresParts } from "./src/orm/handlers.ts";
 export type * from "./src/types.ts";
+export { healthHandler, prometheusText } from "./src/observe/health.ts";
+export type { HealthOptions } from "./src/observe/health.ts";
+export { checkStatus, DEFAULT_THRESHOLDS } from "./src/observe/check.ts";
+export type { Thresholds } from "./src/observe/check.ts";
+export type { BatchInfo, ConsumerKindName, HandlerCall, LifecycleEvent, Logger, Observer, SendInfo, WakeMode } from "./src/observe/observer.ts";

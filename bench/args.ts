@@ -22,6 +22,7 @@ export const SCENARIOS = [
   "latency",
   "retry",
   "queues",
+  "wakeups",
 ] as const;
 
 /** One scenario's name. */

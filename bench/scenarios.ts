@@ -15,6 +15,7 @@ import * as boss from "./pgboss-side.ts";
 import * as raw from "./raw-side.ts";
 import { manyQueues } from "./queues.ts";
 import { roundTrips } from "./roundtrips.ts";
+import * as wk from "./wakeups.ts";
 import type { Row, Target } from "./rows.ts";
 import type { ConsumeResult, Sizes } from "./sizes.ts";
 import { fmt, fmtRatio, progress } from "./util.ts";
@@ -97,6 +98,22 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
       ];
     case "retry":
       return [["retry", `retry: every event fails once, Tier A, ${w} workers`, "ev/s", "pg-boss singleton", true]];
+    case "wakeups": {
+      const ref = `pg-boss singleton, ${w} fetch loops, poll ${s.pollMs} ms`;
+      const rows: RowSpec[] = [];
+      for (const [kind, name] of [["plain", "plain, 1 worker"], ["exclusive", `Tier A, ${w} workers`], ["ordered", `Tier B ${s.slots} slots, ${w} workers`]] as const) {
+        rows.push(
+          [`wake-${kind}-p50`, `${name}: latency p50 at ${s.rate}/s, wake-ups (↓)`, "ms", ref, true, atMost(3)],
+          [`wake-${kind}-p99`, `${name}: latency p99 at ${s.rate}/s, wake-ups (↓)`, "ms", ref, true, atMost(15)],
+          [`poll-${kind}-p50`, `${name}: latency p50 at ${s.rate}/s, polling every ${s.pollMs} ms (↓)`, "ms", ref, true],
+          [`poll-${kind}-p99`, `${name}: latency p99 at ${s.rate}/s, polling every ${s.pollMs} ms (↓)`, "ms", ref, true],
+        );
+      }
+      rows.push(
+        ["idle-wake", "idle statements per minute, 1 Tier A worker, wake-ups, maxPollMs 60 s (↓)", "", "polling, default back-off (maxPollMs 5 s)", true],
+      );
+      return rows;
+    }
   }
 }
 
@@ -237,6 +254,34 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
       noteRetried(book, id, b);
       put(book, id, k?.eventsPerSec, b?.eventsPerSec);
       return vs(k?.eventsPerSec, b?.eventsPerSec, "pg-boss");
+    }
+    case "wakeups": {
+      const b = keyqFirst ? null : await measure(book, `${id} (pg-boss)`, () => boss.latencyExclusive(admin, s, seed));
+      const parts: string[] = [];
+      for (const kind of ["plain", "exclusive", "ordered"] as const) {
+        const order = keyqFirst ? [true, false] : [false, true];
+        for (const wake of order) {
+          const r = await measure(book, `${id} (${kind}, ${wake ? "wake-ups" : "polling"})`, () => wk.latency(admin, s, seed, kind, wake));
+          const tag = `${wake ? "wake" : "poll"}-${kind}`;
+          put(book, `${tag}-p50`, r?.p50, b?.p50 ?? Number.NaN);
+          put(book, `${tag}-p99`, r?.p99, b?.p99 ?? Number.NaN);
+          parts.push(`${tag} p50 ${fmt(r?.p50)} p99 ${fmt(r?.p99)} ms`);
+        }
+      }
+      const b2 = b ?? await measure(book, `${id} (pg-boss)`, () => boss.latencyExclusive(admin, s, seed));
+      if (!b) {
+        // pg-boss ran last this round: fill in the reference of the rows above.
+        for (const row of book.rows.values()) {
+          if (!/^(wake|poll)-/.test(row.id)) continue;
+          const ref = row.id.endsWith("p50") ? b2?.p50 : b2?.p99;
+          row.ref[row.ref.length - 1] = ref ?? Number.NaN;
+          const k = row.keyq[row.keyq.length - 1]!;
+          if (ref && Number.isFinite(k)) row.ratios.push(k / ref);
+        }
+      }
+      const idle = await measure(book, `${id} (idle)`, () => wk.idleStatements(admin, s.seconds * 3_000, s.seconds * 6_000));
+      put(book, "idle-wake", idle?.wake, idle?.poll);
+      return `${parts.join(" · ")} · pg-boss p50 ${fmt(b2?.p50)} p99 ${fmt(b2?.p99)} ms · idle statements/min wake ${fmt(idle?.wake)} poll ${fmt(idle?.poll)}`;
     }
   }
 }

@@ -132,6 +132,8 @@ export interface LatencyResult {
   p50: number;
   /** 95th percentile, ms. */
   p95: number;
+  /** 99th percentile, ms. */
+  p99?: number;
   /** Events measured. */
   count: number;
 }

@@ -88,16 +88,7 @@ function distance(a: string, b: string): number {
   return d[b.length]!;
 }
 
-/** Seconds as a human duration: "250 ms", "1.2 s", "5 min", "2.5 h", "3 d". */
-export function humanSeconds(seconds: number | null | undefined): string {
-  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return "";
-  const round = (n: number) => String(Number(n.toFixed(n < 10 ? 1 : 0)));
-  if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
-  if (seconds < 60) return `${round(seconds)} s`;
-  if (seconds < 3600) return `${round(seconds / 60)} min`;
-  if (seconds < 86400) return `${round(seconds / 3600)} h`;
-  return `${round(seconds / 86400)} d`;
-}
+export { humanSeconds } from "../src/observe/check.ts";
 
 function cell(v: unknown): string {
   if (v === null || v === undefined) return "";

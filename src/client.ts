@@ -36,6 +36,7 @@ import type {
 } from "./types.ts";
 import { txExecutor } from "./produce/tx.ts";
 import { checkSchemaName, parse } from "./validate.ts";
+import { hub, type Hub, type Logger, loggerObserver, type Observer } from "./observe/observer.ts";
 
 /** Options of `keyq()`. */
 export interface KeyqOptions<E extends EventMap = EventMap> {
@@ -54,6 +55,10 @@ export interface KeyqOptions<E extends EventMap = EventMap> {
    * in `events` or in `payloads`, not both; other queues stay untyped.
    */
   events?: E;
+  /** Observers of sends, batches, handler calls and workers (e.g. `keyq/otel`); more can be added with `observe()`. */
+  observers?: Observer[];
+  /** A logger (`console` fits) that hears batches rolled back, failures, retries, dead letters and workers starting and stopping. */
+  logger?: Logger;
 }
 
 /** The keyq client; `E` is the typed event map given to `keyq()`. */
@@ -128,6 +133,12 @@ export interface Keyq<E extends EventMap = Record<never, never>> {
   revoke(input: RevokeInput): Promise<RoleGrants>;
   /** Every role's grants (the owner or an operator). */
   grants(): Promise<RoleGrants[]>;
+  /**
+   * Adds an observer of this client's sends, batches, handler calls and
+   * workers (consumers made before included); returns the function that
+   * removes it.
+   */
+  observe(observer: Observer): () => void;
 }
 
 export type { ConsumerOptions, ExclusiveOptions, OrderedOptions } from "./kinds/options.ts";
@@ -136,6 +147,8 @@ const isSchema = (s: unknown): boolean => typeof (s as PayloadSchema | null)?.["
 
 const optionsSchema = v.strictObject({
   schema: v.optional(v.string("expected a string")),
+  observers: v.optional(v.array(v.custom<Observer>((o) => typeof o === "object" && o !== null, "expected an observer object"))),
+  logger: v.optional(v.custom<Logger>((o) => typeof o === "object" && o !== null, "expected a logger such as console")),
   payloads: v.optional(v.record(v.string(), v.custom<PayloadSchema>(isSchema, "expected a Standard Schema (valibot, zod, arktype…) per queue"))),
   events: v.optional(v.record(
     v.string(),
@@ -174,6 +187,7 @@ function consumers(
   schemaOf: (queue: unknown) => PayloadSchema | undefined,
   typesOf: (queue: unknown) => EventTypes | undefined,
   a: Admin,
+  obs: Hub,
 ): Factories {
   const ctx = (queue: string): ConsumerContext => ({
     driver,
@@ -189,19 +203,19 @@ function consumers(
     consumer: (queue, name, opts) => {
       const settings = plainOptions(opts);
       const c = ctx(queue);
-      return typed(queue, makeConsumer(c, name, plainKind({ ctx: c, queue, name, settings })));
+      return typed(queue, makeConsumer(c, name, plainKind({ ctx: c, queue, name, settings }), obs));
     },
     exclusive: (queue, name, opts) => {
       const o = exclusiveOptions(opts);
       checkFenced(driver, o.kind.fenced);
       const c = ctx(queue);
-      return typed(queue, makeConsumer(c, name, exclusiveKind({ ctx: c, queue, name, settings: o.settings }, o.kind)));
+      return typed(queue, makeConsumer(c, name, exclusiveKind({ ctx: c, queue, name, settings: o.settings }, o.kind), obs));
     },
     ordered: (queue, name, opts) => {
       const o = orderedOptions(opts);
       checkFenced(driver, o.kind.fenced);
       const c = ctx(queue);
-      return typed(queue, withSlots(c, makeConsumer(c, name, orderedKind({ ctx: c, queue, name, settings: o.settings }, o.kind)), o.kind.slots));
+      return typed(queue, withSlots(c, makeConsumer(c, name, orderedKind({ ctx: c, queue, name, settings: o.settings }, o.kind), obs), o.kind.slots));
     },
   };
 }
@@ -258,6 +272,26 @@ export function keyq<E extends EventMap = Record<never, never>>(driver: Driver, 
     return tx === undefined ? driver : txExecutor(driver, tx);
   };
   const a = admin(driver, schema);
+  const obs = hub(o.observers ?? []);
+  if (o.logger) obs.add(loggerObserver(o.logger));
+  /** Runs one send through the observers (a producer span stores its trace with the events). */
+  const sending = async <T extends SendResult | SendResult[]>(
+    queue: string,
+    count: number,
+    batch: boolean,
+    call: (trace: string | null) => Promise<T>,
+  ): Promise<T> => {
+    if (!obs.active) return await call(null);
+    const info = { queue, count, batch };
+    try {
+      const r = await obs.send(info, call);
+      obs.emit({ type: "sent", send: info, ids: Array.isArray(r) ? r.map((x) => x.id) : [r.id] });
+      return r;
+    } catch (error) {
+      obs.emit({ type: "send.failed", send: info, error });
+      throw error;
+    }
+  };
   return {
     schema,
     driver,
@@ -267,16 +301,28 @@ export function keyq<E extends EventMap = Record<never, never>>(driver: Driver, 
     updateQueue: a.updateQueue,
     dropQueue: a.dropQueue,
     listQueues: a.listQueues,
-    send: async (queue: string, event: SendInput, opts?: SendOptions) => await send(exec(opts, "send options"), schema, queue, event, sendSchema(queue)),
-    sendBatch: async (queue: string, events: readonly SendInput[], opts?: SendOptions) =>
-      await sendBatch(exec(opts, "sendBatch options"), schema, queue, events, sendSchema(queue)),
+    send: async (queue: string, event: SendInput, opts?: SendOptions) => {
+      const e = exec(opts, "send options");
+      return await sending(queue, 1, false, (trace) => send(e, schema, queue, event, sendSchema(queue), trace));
+    },
+    sendBatch: async (queue: string, events: readonly SendInput[], opts?: SendOptions) => {
+      const e = exec(opts, "sendBatch options");
+      const n = Array.isArray(events) ? events.length : 0;
+      return await sending(queue, n, true, (trace) => sendBatch(e, schema, queue, events, sendSchema(queue), trace));
+    },
     tick: a.tick,
     maintain: a.maintain,
-    ...consumers(driver, schema, (queue) => (typesOf(queue) ? undefined : schemaOf(queue)), typesOf, a),
+    ...consumers(driver, schema, (queue) => (typesOf(queue) ? undefined : schemaOf(queue)), typesOf, a, obs),
     dlq: deadLetters(driver, schema),
     status: a.status,
     grant: (input) => grant(driver, schema, input),
     revoke: (input) => revoke(driver, schema, input),
     grants: () => grants(driver, schema),
+    observe: (observer) => {
+      if (typeof observer !== "object" || observer === null) {
+        throw new KeyqError("INVALID_INPUT", "observe() takes an observer object with on, send or handle hooks.", { field: "observer" });
+      }
+      return obs.add(observer);
+    },
   };
 }

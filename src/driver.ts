@@ -101,4 +101,13 @@ export interface Driver extends Executor {
    * throws `KeyqError` for this driver's objects that are no open transaction.
    */
   adopt?(native: unknown): Executor | undefined;
+  /**
+   * Optional, for drivers with a long-lived session: LISTENs on `channel`
+   * and calls `onNotify` with each notification's payload until the
+   * returned function is called. `work()` uses it to wake up when producers
+   * commit; it probes that a notification really arrives (a transaction
+   * pooler swallows them) and polls otherwise, so an adapter need not know
+   * what sits between it and the server.
+   */
+  listen?(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>;
 }

@@ -97,6 +97,11 @@ export interface KeyqEvent<P = unknown> {
   retry: number;
   /** Tier B: the slot that delivered it. */
   slot?: number;
+  /**
+   * The W3C `traceparent` of the span that sent it, when the producer was
+   * traced (keyq/otel); absent otherwise.
+   */
+  trace?: string;
 }
 
 /** Settings of a queue. Durations accept milliseconds or text like `"5m"`. */
@@ -311,6 +316,13 @@ export interface WorkOptions<P = unknown> extends RunOptions<P> {
   minPollMs?: Duration;
   /** Longest idle wait between polls (default 5 s): milliseconds or text like `"5s"`. */
   maxPollMs?: Duration;
+  /**
+   * Wake up on notifications instead of waiting out the poll back-off
+   * (default true). Used only where a notification is seen to arrive (a
+   * driver with a long-lived session, no transaction pooler); elsewhere the
+   * worker polls. `false` always polls.
+   */
+  wakeups?: boolean;
   /**
    * Called before each retry after a transient failure (a lost connection,
    * a restarting server, too many connections, a serialization failure…);

@@ -75,8 +75,8 @@ describe("engine API", () => {
         `slots => $3::text::int[], max_events => $4::text::int, help_after => $5::text::float8, slot_count => $6::text::int)::text as r`,
     );
     assert.deepEqual(st.params, ["q", "c", "{2,0}", "10", null, "4", "100ms"]);
-    const send = statement("s", ENGINE.send, { queue: "q", type: "T", payload: null, key: null, dedupKey: null, ttl: null });
-    assert.deepEqual(send.params, ["q", "T", "null", null, null, null], "a null payload is JSON null, not SQL NULL");
+    const send = statement("s", ENGINE.send, { queue: "q", type: "T", payload: null, key: null, dedupKey: null, ttl: null, trace: null });
+    assert.deepEqual(send.params, ["q", "T", "null", null, null, null, null], "a null payload is JSON null, not SQL NULL");
     const fence = statement("s", ENGINE.fence, { queue: "q", consumer: "c", slot: 0, keys: ['a"b', "c\\d"], holder: "h", ms: 1.5 });
     assert.equal(fence.params[3], '{"a\\"b","c\\\\d"}');
   });

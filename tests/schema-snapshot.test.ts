@@ -34,6 +34,7 @@ const PINNED: Record<string, string> = {
   "010_chunk_buckets.sql": "d91e68097ab4bc23e8ca890f9cf96196724e7a655aae92250636e139d40f8161",
   "011_function_set_serial.sql": "c10047ec1a4c425004dfe189415cd006b90cdf0d0caad112b4c794212b5b20ac",
   "012_roles.sql": "03258761f8ae4496611209b9fcf83782ec5e02ad3ba87db212b1d81f98344027",
+  "013_trace.sql": "e02e0ef10370447cbfbc020c860206e929cdfe1f28aa1709a74d73b0516b8e8c",
 };
 
 test("migrations are immutable: each file's text is the pinned one (a change is a new migration)", () => {

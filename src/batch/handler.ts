@@ -89,6 +89,7 @@ export function failures(s: BatchSettings): Failures {
 function toEvent(w: WireEvent, payload: unknown, slot: number | undefined): AnyEvent {
   const ev: AnyEvent = { id: w.id, type: w.type, key: w.key, payload: payload as never, time: new Date(w.time), retry: w.retry };
   if (slot !== undefined) ev.slot = slot;
+  if (w.trace) ev.trace = w.trace;
   return ev;
 }
 

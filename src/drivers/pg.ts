@@ -15,6 +15,18 @@ export interface PgClientLike {
   removeListener?(event: "error", listener: (err: Error) => void): unknown;
 }
 
+/** A notification as pg emits it on a client. */
+interface Notice {
+  channel: string;
+  payload?: string;
+}
+
+/** A client that emits `notification` (every pg `Client`). */
+interface Notifying {
+  on(event: "notification", listener: (m: Notice) => void): unknown;
+  removeListener(event: "notification", listener: (m: Notice) => void): unknown;
+}
+
 /** A client checked out of a pool. */
 export interface PgPoolClientLike extends PgClientLike {
   /** Back to the pool; with an error the pool discards the connection. */
@@ -91,6 +103,48 @@ function adopt(native: unknown): Executor | undefined {
   );
 }
 
+/** A channel name as a quoted identifier. */
+const ident = (s: string) => `"${s.replaceAll('"', '""')}"`;
+
+/**
+ * LISTEN for a driver on one connection shared by every channel and caller
+ * (`open` gives it and the function that hands it back); the connection is
+ * returned when the last caller unlistens.
+ */
+function sharedListen(
+  open: (lost: () => void) => Promise<{ c: PgClientLike & Notifying; q: (text: string) => Promise<unknown>; close: () => void }>,
+): NonNullable<Driver["listen"]> {
+  const subs = new Map<string, Set<(payload: string) => void>>();
+  let conn: ReturnType<typeof open> | undefined;
+  const hear = (m: Notice) => subs.get(m.channel)?.forEach((f) => f(m.payload ?? ""));
+  return async (channel, fn) => {
+    // A lost connection is forgotten: its listeners hear nothing more (work() polls on as its backstop).
+    const lost = () => {
+      if (conn === mine) conn = undefined;
+      subs.clear();
+    };
+    const mine = conn ??= open(lost).then((x) => (x.c.on("notification", hear), x));
+    const it = mine;
+    const { c, q, close } = await it;
+    let set = subs.get(channel);
+    if (!set) {
+      subs.set(channel, set = new Set());
+      await q(`listen ${ident(channel)}`);
+    }
+    set.add(fn);
+    return async () => {
+      if (!set.delete(fn) || set.size > 0) return;
+      subs.delete(channel);
+      await q(`unlisten ${ident(channel)}`).catch(() => {});
+      if (subs.size === 0 && conn === it) {
+        conn = undefined;
+        c.removeListener("notification", hear);
+        close();
+      }
+    };
+  };
+}
+
 function poolDriver(pool: PgPoolLike): Driver {
   if (pool.on && pool.listenerCount && pool.listenerCount("error") === 0) pool.on("error", idleError);
   return {
@@ -98,6 +152,27 @@ function poolDriver(pool: PgPoolLike): Driver {
     connections: pool.options?.max,
     adopt,
     query: (text, params) => run(pool, text, params),
+    // One checked-out client listens for every caller of this driver.
+    listen: sharedListen(async (forget) => {
+      const c = await pool.connect();
+      let gone = false;
+      const lost = (e: Error) => {
+        idleError(e);
+        if (gone) return;
+        gone = true;
+        forget();
+        c.release(e);
+      };
+      c.on("error", lost);
+      return {
+        c: c as PgPoolClientLike & Notifying,
+        q: (text) => c.query(text),
+        close: () => {
+          c.removeListener("error", lost);
+          c.release();
+        },
+      };
+    }),
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
       const client = await pool.connect();
       let failure: Error | undefined;
@@ -129,6 +204,10 @@ function clientDriver(client: PgClientLike): Driver {
     connections: 1,
     adopt,
     query: (text, params) => serial(() => run(client, text, params)),
+    // The client itself listens: notifications arrive between its queries.
+    ...(typeof (client as Partial<Notifying>).removeListener === "function"
+      ? { listen: sharedListen(() => Promise.resolve({ c: client as PgClientLike & Notifying, q: (text) => serial(() => client.query(text)), close: () => {} })) }
+      : {}),
     // The owner listens for the client's errors too; this listener only tells the
     // running transaction that its connection is gone, so no further handler starts.
     transaction: <T>(fn: (tx: Executor) => Promise<T>): Promise<T> =>

@@ -18,6 +18,8 @@ export interface PGliteTxLike {
 export interface PGliteLike extends PGliteTxLike {
   /** `db.transaction(fn)`: BEGIN … COMMIT, ROLLBACK when `fn` throws. */
   transaction<T>(fn: (tx: PGliteTxLike) => Promise<T>): Promise<T>;
+  /** `db.listen(channel, fn)`: resolves to the function that unlistens. */
+  listen?(channel: string, fn: (payload: string) => void): Promise<() => Promise<void>>;
 }
 
 async function run(db: PGliteTxLike, text: string, params?: readonly SqlParam[]): Promise<Row[]> {
@@ -45,6 +47,7 @@ export function fromPGlite(db: PGliteLike): Driver {
     name: "pglite",
     connections: 1,
     query: (text, params) => run(db, text, params),
+    ...(db.listen ? { listen: (channel: string, fn: (payload: string) => void) => db.listen!(channel, fn) } : {}),
     transaction: <T>(fn: (tx: Executor) => Promise<T>): Promise<T> =>
       db.transaction((tx) => fn({ query: (text, params) => run(tx, text, params) })),
     // The `tx` of db.transaction has query, exec and rollback; the instance has `transaction`.

@@ -31,6 +31,8 @@ export interface PostgresJsLike extends PostgresJsTxLike {
   begin(fn: (tx: PostgresJsTransactionLike) => Promise<unknown>): PromiseLike<unknown>;
   /** The parsed options; `prepare` (default true) makes postgres.js name its statements. */
   readonly options?: { readonly prepare?: boolean; readonly max?: number };
+  /** `sql.listen(channel, fn)`: LISTEN on postgres.js's own dedicated connection. */
+  listen?(channel: string, fn: (payload: string) => void): PromiseLike<{ unlisten(): PromiseLike<unknown> }>;
 }
 
 /** Whether a statement text may be a named prepared statement (true for the first `MAX_NAMED` texts seen). */
@@ -268,6 +270,14 @@ export function fromPostgresJs(sql: PostgresJsLike): Driver {
         ? wrapTransaction(native, { dead: false, ctl: new AbortController(), named }, sql.options?.prepare !== false)
         : undefined,
     query: (text, params) => autocommit(sql, text, params, named),
+    ...(sql.listen
+      ? {
+        async listen(channel: string, onNotify: (payload: string) => void) {
+          const l = await sql.listen!(channel, onNotify);
+          return async () => void await l.unlisten();
+        },
+      }
+      : {}),
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
       const st: TxState = { dead: false, ctl: new AbortController(), named };
       const prepare = sql.options?.prepare !== false;

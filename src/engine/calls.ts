@@ -178,9 +178,9 @@ export interface EngineCalls {
   status: [{ queue: string | null; staleAfter: number }, QueueStatus[]];
   tick: [{ queue: string; force: boolean }, { tick: string | null }];
   maintain: [{ queue: string; forceRotate: boolean }, MaintainReport];
-  send: [{ queue: string; type: string; payload: unknown; key: string | null; dedupKey: string | null; ttl: number | null }, SendResult];
+  send: [{ queue: string; type: string; payload: unknown; key: string | null; dedupKey: string | null; ttl: number | null; trace: string | null }, SendResult];
   /** An entry per event: a bare id when it could not be deduplicated (no dedup key), else `{ id, deduped }`. */
-  sendBatch: [{ queue: string; events: readonly unknown[] }, (string | SendResult)[]];
+  sendBatch: [{ queue: string; events: readonly unknown[]; trace: string | null }, (string | SendResult)[]];
   subscribe: [QC & { kind: string; slots: number; settings: Record<string, unknown>; indexInline: boolean }, SubscribeReply];
   unsubscribe: [QC, { removed: boolean }];
   prepareExclusive: [QC & { chunkSize: number }, { tick: string | null }];
@@ -240,8 +240,9 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
     ["key", "key", "text"],
     ["dedupKey", "dedup_key", "text"],
     ["ttl", "ttl", "float8"],
+    ["trace", "trace", "text"],
   ]),
-  sendBatch: fn("send_batch", [["queue", "queue", "text"], ["events", "events", "jsonb"]], isSent),
+  sendBatch: fn("send_batch", [["queue", "queue", "text"], ["events", "events", "jsonb"], ["trace", "trace", "text"]], isSent),
   subscribe: fn("subscribe", [
     ["queue", "queue", "text"],
     ["consumer", "consumer", "text"],

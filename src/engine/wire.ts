@@ -17,6 +17,8 @@ export interface WireEvent {
   payload: unknown;
   time: string;
   retry: number;
+  /** The W3C traceparent of the span that sent it (keyq/otel), when one was recorded. */
+  trace?: string | null;
   /** True when it came from the consumer's retry rows (a retry or a replay). */
   redelivered?: boolean;
   /** Tier A: false when another worker holds the key. */
@@ -33,8 +35,8 @@ export interface Received {
   slot?: number;
 }
 
-/** One event row: id, txid, type, key, time, payload. */
-export type PlainRow = [id: string, txid: string, type: string, key: string | null, time: string, payload: unknown];
+/** One event row: id, txid, type, key, time, payload, trace (the producer's traceparent or null). */
+export type PlainRow = [id: string, txid: string, type: string, key: string | null, time: string, payload: unknown, trace?: string | null];
 
 /** A `receive_plain` reply as parsed, before it becomes a batch's events. */
 export interface PlainBatch {
@@ -46,7 +48,7 @@ export interface PlainBatch {
 }
 
 function isRow(x: unknown): x is PlainRow {
-  return Array.isArray(x) && x.length === 6 && typeof x[0] === "string" && typeof x[1] === "string" &&
+  return Array.isArray(x) && (x.length === 6 || (x.length === 7 && (x[6] === null || typeof x[6] === "string"))) && typeof x[0] === "string" && typeof x[1] === "string" &&
     typeof x[2] === "string" && (x[3] === null || typeof x[3] === "string") && typeof x[4] === "string";
 }
 
@@ -81,7 +83,7 @@ export function isPlainBatch(x: unknown): boolean {
 export function fromPlain(batch: PlainBatch): Received {
   const events: WireEvent[] = batch.retries;
   for (const r of batch.rows) {
-    events.push({ id: r[0], txid: r[1], type: r[2], key: r[3], time: r[4], payload: r[5], retry: 0 });
+    events.push({ id: r[0], txid: r[1], type: r[2], key: r[3], time: r[4], payload: r[5], retry: 0, trace: r[6] ?? null });
   }
   return { busy: batch.busy, events };
 }

@@ -13,6 +13,9 @@ import { engine } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
 import type { ConsumerKind } from "./kinds.ts";
 import { runLoop, workLoop } from "./loop.ts";
+import { observeBatch } from "../observe/batches.ts";
+import { hub as newHub, type Hub } from "../observe/observer.ts";
+import { pollWaker, type Waker, waker } from "../observe/wake.ts";
 import { mapError } from "../engine/reply.ts";
 import type { BatchOptions, BatchReport, BlockedKey, RunOptions, RunReport, WorkOptions } from "../types.ts";
 import { checkName, checkText, show } from "../validate.ts";
@@ -111,8 +114,18 @@ function consumeSettings(ctx: ConsumerContext, k: ConsumerKind, options: unknown
   return s;
 }
 
-/** Builds the shared consumer surface around one kind. */
-export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerKind): Consumer<P> {
+/** Takes `wakeups` (work() only) out of the options; the rest are checked as batch settings. */
+function splitWakeups(options: unknown): { wakeups: boolean; rest: unknown } {
+  if (typeof options !== "object" || options === null || !Object.hasOwn(options, "wakeups")) return { wakeups: true, rest: options };
+  const { wakeups, ...rest } = options as { wakeups?: unknown };
+  if (wakeups !== undefined && typeof wakeups !== "boolean") {
+    throw new KeyqError("INVALID_INPUT", `Option "wakeups" of work options must be true or false, not ${show(wakeups)}.`, { field: "wakeups", value: wakeups });
+  }
+  return { wakeups: wakeups !== false, rest };
+}
+
+/** Builds the shared consumer surface around one kind; `obs` hears its batches and workers. */
+export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerKind, obs: Hub = newHub()): Consumer<P> {
   const queue = ctx.queue;
   checkName("queue", queue);
   checkName("consumer", name);
@@ -124,8 +137,10 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
   };
   const run = async (s: BatchSettings): Promise<RunReport> => {
     if (!subscribed) await sub();
-    return await runLoop(s, () => k.prepare(s), () => ctx.maintain(queue), (until) => runBatch(ctx, s, k, until));
+    return await runLoop(s, () => k.prepare(s), () => ctx.maintain(queue), (until) => once(s, until));
   };
+  const info = { queue, consumer: name, kind: k.kind };
+  const once = (s: BatchSettings, until?: number) => observeBatch(obs, info, s, (s2) => runBatch(ctx, s2, k, until));
   return {
     queue,
     name,
@@ -135,11 +150,32 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
       subscribed = false;
       return r.removed;
     },
-    batch: async (options) => await runBatch(ctx, consumeSettings(ctx, k, options, "batch options"), k),
+    batch: async (options) => await once(consumeSettings(ctx, k, options, "batch options")),
     run: async (options) => await run(consumeSettings(ctx, k, options, "run options")),
     async work(options) {
-      const s = consumeSettings(ctx, k, options, "work options");
-      return await workLoop(s, () => run(s));
+      const { wakeups, rest } = splitWakeups(options);
+      const s = consumeSettings(ctx, k, rest, "work options");
+      const who = { queue, consumer: name };
+      obs.emit({ type: "work.started", ...who, kind: k.kind });
+      const mode = (m: "listen" | "poll", reason: string) => obs.emit({ type: "work.mode", ...who, mode: m, reason });
+      let w: Waker;
+      if (wakeups) w = waker(ctx.driver, ctx.schema, queue, mode);
+      else {
+        mode("poll", "wakeups: false");
+        w = pollWaker();
+      }
+      try {
+        const report = await workLoop(s, () => run(s), {
+          waker: w,
+          woken: () => obs.emit({ type: "work.woken", ...who }),
+          tick: () => k.prepare(s),
+          retry: (r) => obs.emit({ type: "work.retry", ...who, ...r }),
+        });
+        obs.emit({ type: "work.stopped", ...who, report });
+        return report;
+      } finally {
+        await w.close();
+      }
     },
   };
 }

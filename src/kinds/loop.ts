@@ -8,6 +8,7 @@ import type { BatchSettings } from "../batch/settings.ts";
 import { KeyqError } from "../errors.ts";
 import { backoffMs, classify } from "../faults.ts";
 import type { BatchReport, RunReport } from "../types.ts";
+import { pollWaker, type Waker } from "../observe/wake.ts";
 
 /** Sleeps `ms`, waking early when `signal` aborts. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
@@ -84,19 +85,60 @@ export async function runLoop(
   return report;
 }
 
+/** What a work loop tells its observers. */
+export interface WorkHooks {
+  /** Idle sleeps, cut short by a notification (wake.ts); a plain sleep without one. */
+  waker?: Waker;
+  /** A notification ended an idle wait. */
+  woken?(): void;
+  /**
+   * Ticks (and plans) without reading; true when it wrote a tick. Called
+   * when only producers' commits were heard: the worker runs when it ticked
+   * itself, else it waits for the tick another worker is writing.
+   */
+  tick?(): Promise<boolean>;
+  /** A transient fault is retried. */
+  retry?(info: { error: unknown; attempt: number; delayMs: number }): void;
+}
+
 /**
- * Loops `run` until the signal aborts, backing off while idle. Transient
+ * Loops `run` until the signal aborts, backing off while idle (a waker's
+ * notification ends an idle wait at once). Transient
  * failures (see faults.ts) are reported to `onRetry` and retried after a
  * capped, jittered backoff; a permanent one rejects at once.
  */
-export async function workLoop(s: BatchSettings, run: () => Promise<RunReport>): Promise<RunReport> {
+export async function workLoop(s: BatchSettings, run: () => Promise<RunReport>, hooks: WorkHooks = {}): Promise<RunReport> {
+  const waker = hooks.waker ?? pollWaker();
   const total = emptyReport();
   const started = Date.now();
   let wait = s.minPollMs;
   let attempt = 0;
+  /**
+   * Waits up to `ms` for a reason to run: true when woken. Producers'
+   * commits alone first get a tick (one statement): N idle workers then
+   * make N tick attempts, and only the tick's own notification (or the
+   * ticker's success) brings the runs that read.
+   */
+  const idle = async (ms: number): Promise<boolean> => {
+    const end = Date.now() + ms;
+    for (;;) {
+      const heard = await waker.wait(Math.max(0, end - Date.now()), s.signal);
+      if (heard === false) return false;
+      if (heard === "tick" || !hooks.tick) return true;
+      try {
+        total.statements++;
+        total.roundTrips = total.statements;
+        if (await hooks.tick()) return true;
+      } catch {
+        return true; // the run meets the fault and reports it
+      }
+      if (Date.now() >= end || s.signal?.aborted) return false;
+    }
+  };
   while (!s.signal?.aborted) {
     let r: RunReport;
     try {
+      waker.running();
       r = await run();
       attempt = 0;
     } catch (err) {
@@ -108,15 +150,23 @@ export async function workLoop(s: BatchSettings, run: () => Promise<RunReport>):
       try {
         s.onRetry?.({ error: err, attempt, delayMs });
       } catch { /* a reporting hook must not stop the worker */ }
+      hooks.retry?.({ error: err, attempt, delayMs });
       await sleep(delayMs, s.signal);
       continue;
     }
     addUp(total, r);
-    if (r.events + r.dropped + r.deferred > 0) wait = s.minPollMs;
-    else {
-      await sleep(wait, s.signal);
-      wait = Math.min(wait * 2, s.maxPollMs);
-    }
+    if (r.events + r.dropped + r.deferred > 0) {
+      wait = s.minPollMs;
+      // Listening, after a run that ended on an empty batch: what commits
+      // next notifies, so the next run waits for it (at most minPollMs)
+      // instead of looking at once. A run cut short by its budget or batch
+      // limit goes on at once.
+      const drained = r.batches < s.maxBatches && r.ms < s.budgetMs;
+      if (waker.mode === "listen" && drained && (await idle(s.minPollMs))) hooks.woken?.();
+    } else if (await idle(wait)) {
+      wait = s.minPollMs;
+      hooks.woken?.();
+    } else wait = Math.min(wait * 2, s.maxPollMs);
   }
   total.ms = Date.now() - started;
   return total;

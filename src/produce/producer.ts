@@ -75,6 +75,7 @@ export async function send(
   queue: string,
   input: SendInput,
   schemaOf: SchemaFor | undefined,
+  trace: string | null = null,
 ): Promise<SendResult> {
   checkName("queue", queue);
   const e = await prepare(queue, input, schemaOf, "the event");
@@ -85,6 +86,7 @@ export async function send(
     key: e.key,
     dedupKey: e.dedupKey ?? null,
     ttl: e.ttl ?? null,
+    trace,
   });
 }
 
@@ -124,6 +126,7 @@ export async function sendBatch(
   queue: string,
   inputs: readonly SendInput[],
   schemaOf: SchemaFor | undefined,
+  trace: string | null = null,
 ): Promise<SendResult[]> {
   checkName("queue", queue);
   if (!Array.isArray(inputs)) {
@@ -143,7 +146,7 @@ export async function sendBatch(
     }
     events = wire;
   }
-  const ids = await engine.sendBatch(exec, schemaName, { queue, events });
+  const ids = await engine.sendBatch(exec, schemaName, { queue, events, trace });
   if (ids.length !== inputs.length) {
     throw new KeyqError(
       "BAD_REPLY",

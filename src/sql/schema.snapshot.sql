@@ -62,6 +62,7 @@ event (partitioned by LIST (queue_id))
   ev_type text not null
   ev_key text
   ev_data jsonb not null
+  ev_trace text
 function_set (table)
   hash text not null
   version text not null
@@ -104,6 +105,7 @@ retry (table)
   retry integer not null
   due_at timestamp with time zone not null
   last_error jsonb
+  ev_trace text
 role_grant (table)
   role_id oid not null
   privilege text not null
@@ -226,7 +228,7 @@ begin
     if not found then
       e := :KEYQ_SCHEMA.event_row(c.queue_id, (f->>'txid')::xid8, (f->>'id')::bigint);
       if e.ev_id is null then continue; end if;  -- rotated away meanwhile: nothing left to retry
-      r := row(c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null);
+      r := row(c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null, e.ev_trace);
     end if;
     if r.retry + 1 > p.max_retries then
       insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
@@ -241,7 +243,7 @@ begin
     else
       insert into :KEYQ_SCHEMA.retry as t
       values (c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key, r.ev_data,
-              r.retry + 1, clock_timestamp() + :KEYQ_SCHEMA.backoff(p.base, p.cap, r.retry + 1), f->'error')
+              r.retry + 1, clock_timestamp() + :KEYQ_SCHEMA.backoff(p.base, p.cap, r.retry + 1), f->'error', r.ev_trace)
       on conflict (consumer_id, ev_id) do update
         set retry = excluded.retry, due_at = excluded.due_at, last_error = excluded.last_error;
       n_retry := n_retry + 1;
@@ -687,7 +689,8 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.event_json(e :KEYQ_SCHEMA.event, retry i
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select jsonb_build_object('id', e.ev_id::text, 'txid', e.ev_txid::text, 'type', e.ev_type,
-                            'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry)
+                            'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry,
+                            'trace', e.ev_trace)
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.event_row(qid integer, txid xid8, id bigint)
  RETURNS :KEYQ_SCHEMA.event
@@ -900,8 +903,8 @@ begin
       e := :KEYQ_SCHEMA.event_row(c.queue_id, (d->>'txid')::xid8, (d->>'id')::bigint);
       if e.ev_id is null then continue; end if;
       insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
-                                      retry, due_at, last_error)
-      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null)
+                                      retry, due_at, last_error, ev_trace)
+      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null, e.ev_trace)
       on conflict (consumer_id, ev_id) do nothing;
     end if;
     n := n + 1;
@@ -1243,9 +1246,9 @@ begin
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
   evs := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(retries));
   return '{"busy":false,"retries":' || retries::text || ',"rows":' ||
-    coalesce((select json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data)
+    coalesce((select json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data, e.ev_trace)
                               order by e.i)::text
-                from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, i)),
+                from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i)),
              '[]') || '}';
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.release_heads(c :KEYQ_SCHEMA.consumer, s integer, ids bigint[])
@@ -1381,7 +1384,7 @@ begin
   update :KEYQ_SCHEMA.queue set cur_table = nxt, rotated_at = now() where queue_id = q.queue_id;
   return jsonb_build_object('rotated', true, 'table', nxt);
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.send(queue text, type text, payload jsonb, key text DEFAULT NULL::text, dedup_key text DEFAULT NULL::text, ttl double precision DEFAULT NULL::double precision)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.send(queue text, type text, payload jsonb, key text DEFAULT NULL::text, dedup_key text DEFAULT NULL::text, ttl double precision DEFAULT NULL::double precision, trace text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -1391,20 +1394,23 @@ AS $function$
 declare authorized boolean := :KEYQ_SCHEMA.authorize('produce', queue);
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); c record;
 begin
+  -- Wakes listening workers when this transaction commits (identical
+  -- notifications of one transaction are folded into one).
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
   if dedup_key is null then
-    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-    values (q.queue_id, q.cur_table, nextval(q.event_seq), type, key, payload)
+    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+    values (q.queue_id, q.cur_table, nextval(q.event_seq), type, key, payload, trace)
     returning ev_id into c;
     return jsonb_build_object('id', c.ev_id::text, 'deduped', false);
   end if;
   c := :KEYQ_SCHEMA.claim_dedup(q, dedup_key, ttl);
   if not c.deduped then
-    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-    values (q.queue_id, q.cur_table, c.id, type, key, payload);
+    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+    values (q.queue_id, q.cur_table, c.id, type, key, payload, trace);
   end if;
   return jsonb_build_object('id', c.id::text, 'deduped', c.deduped);
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.send_batch(queue text, events jsonb)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.send_batch(queue text, events jsonb, trace text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -1420,11 +1426,12 @@ declare
   ids bigint[];
   got jsonb;
 begin
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
   if not jsonb_path_exists(events, '$[*].dedupKey') then
     -- The common path: one set-based insert.
     with ins as (
-      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-      select q.queue_id, q.cur_table, nextval(q.event_seq), x.v->>'type', x.v->>'key', x.v->'payload'
+      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+      select q.queue_id, q.cur_table, nextval(q.event_seq), x.v->>'type', x.v->>'key', x.v->'payload', trace
       from jsonb_array_elements(events) with ordinality as x(v, ord)
       returning ev_id
     )
@@ -1478,8 +1485,8 @@ begin
       join unnest(ids) with ordinality as i(id, ord) on i.ord = x.ord
       left join jsonb_each(got) as g(k, claim) on g.k = x.v->>'dedupKey'
   ), ins as (
-    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-    select q.queue_id, q.cur_table, r.id, r.v->>'type', r.v->>'key', r.v->'payload'
+    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+    select q.queue_id, q.cur_table, r.id, r.v->>'type', r.v->>'key', r.v->'payload', trace
       from r
      where r.claim is null or (r.nth = 1 and not (r.claim->>1)::boolean)
      order by r.ord
@@ -1630,7 +1637,8 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.take_retries(cid integer, s integer, lim
 AS $function$
   select coalesce(jsonb_agg(jsonb_build_object(
            'id', r.ev_id::text, 'txid', r.ev_txid::text, 'type', r.ev_type, 'key', r.ev_key,
-           'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true)
+           'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true,
+           'trace', r.ev_trace)
            order by r.due_at, r.ev_txid, r.ev_id), '[]')
   from (select * from :KEYQ_SCHEMA.retry
          where consumer_id = cid and slot = s and due_at <= clock_timestamp()
@@ -1673,6 +1681,9 @@ begin
   insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)
   values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), seq)
   returning tick_id into id;
+  -- Wakes the queue's listening workers: a new window is readable. (Queue
+  -- names hold no ':', so '<queue>:tick' cannot be a producer's payload.)
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':tick');
   return jsonb_build_object('tick', id::text);
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.tick_all()

@@ -23,10 +23,11 @@ export const allowed: Record<string, string[]> = {
   ops: ["base", "engine"],
   produce: ["base", "engine"],
   roles: ["base", "engine"],
-  kinds: ["base", "engine", "batch", "ops"],
+  observe: ["base", "batch"],
+  kinds: ["base", "engine", "batch", "ops", "observe"],
   orm: ["base"],
   events: ["base", "kinds"],
-  "client.ts": ["base", "engine", "batch", "ops", "produce", "roles", "kinds", "events", "orm"],
+  "client.ts": ["base", "engine", "batch", "ops", "produce", "roles", "kinds", "events", "orm", "observe"],
 };
 
 /** The layer of a path relative to src/: its folder, `base` for the bottom files, or its own name. */

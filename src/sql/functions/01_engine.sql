@@ -184,7 +184,8 @@ begin
 end $$;
 
 create function :KEYQ_SCHEMA.send(queue text, type text, payload jsonb, key text default null,
-                                  dedup_key text default null, ttl float8 default null) returns jsonb
+                                  dedup_key text default null, ttl float8 default null,
+                                  trace text default null) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -192,16 +193,19 @@ as $$
 declare authorized boolean := :KEYQ_SCHEMA.authorize('produce', queue);
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); c record;
 begin
+  -- Wakes listening workers when this transaction commits (identical
+  -- notifications of one transaction are folded into one).
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
   if dedup_key is null then
-    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-    values (q.queue_id, q.cur_table, nextval(q.event_seq), type, key, payload)
+    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+    values (q.queue_id, q.cur_table, nextval(q.event_seq), type, key, payload, trace)
     returning ev_id into c;
     return jsonb_build_object('id', c.ev_id::text, 'deduped', false);
   end if;
   c := :KEYQ_SCHEMA.claim_dedup(q, dedup_key, ttl);
   if not c.deduped then
-    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-    values (q.queue_id, q.cur_table, c.id, type, key, payload);
+    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+    values (q.queue_id, q.cur_table, c.id, type, key, payload, trace);
   end if;
   return jsonb_build_object('id', c.id::text, 'deduped', c.deduped);
 end $$;
@@ -210,7 +214,7 @@ end $$;
 -- allocated in array order, so one call keeps its order inside the window.
 -- Returns one entry per event: without dedup keys just the id (a string:
 -- nothing was deduplicated), else {id, deduped}.
-create function :KEYQ_SCHEMA.send_batch(queue text, events jsonb) returns jsonb
+create function :KEYQ_SCHEMA.send_batch(queue text, events jsonb, trace text default null) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -224,11 +228,12 @@ declare
   ids bigint[];
   got jsonb;
 begin
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
   if not jsonb_path_exists(events, '$[*].dedupKey') then
     -- The common path: one set-based insert.
     with ins as (
-      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-      select q.queue_id, q.cur_table, nextval(q.event_seq), x.v->>'type', x.v->>'key', x.v->'payload'
+      insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+      select q.queue_id, q.cur_table, nextval(q.event_seq), x.v->>'type', x.v->>'key', x.v->'payload', trace
       from jsonb_array_elements(events) with ordinality as x(v, ord)
       returning ev_id
     )
@@ -282,8 +287,8 @@ begin
       join unnest(ids) with ordinality as i(id, ord) on i.ord = x.ord
       left join jsonb_each(got) as g(k, claim) on g.k = x.v->>'dedupKey'
   ), ins as (
-    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data)
-    select q.queue_id, q.cur_table, r.id, r.v->>'type', r.v->>'key', r.v->'payload'
+    insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
+    select q.queue_id, q.cur_table, r.id, r.v->>'type', r.v->>'key', r.v->'payload', trace
       from r
      where r.claim is null or (r.nth = 1 and not (r.claim->>1)::boolean)
      order by r.ord
@@ -360,6 +365,9 @@ begin
   insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)
   values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), seq)
   returning tick_id into id;
+  -- Wakes the queue's listening workers: a new window is readable. (Queue
+  -- names hold no ':', so '<queue>:tick' cannot be a producer's payload.)
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':tick');
   return jsonb_build_object('tick', id::text);
 end $$;
 
@@ -448,7 +456,8 @@ language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
   select jsonb_build_object('id', e.ev_id::text, 'txid', e.ev_txid::text, 'type', e.ev_type,
-                            'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry)
+                            'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry,
+                            'trace', e.ev_trace)
 $$;
 
 -- Consumers -------------------------------------------------------------------

@@ -30,7 +30,8 @@ set search_path = pg_catalog, pg_temp
 as $$
   select coalesce(jsonb_agg(jsonb_build_object(
            'id', r.ev_id::text, 'txid', r.ev_txid::text, 'type', r.ev_type, 'key', r.ev_key,
-           'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true)
+           'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true,
+           'trace', r.ev_trace)
            order by r.due_at, r.ev_txid, r.ev_id), '[]')
   from (select * from :KEYQ_SCHEMA.retry
          where consumer_id = cid and slot = s and due_at <= clock_timestamp()
@@ -173,9 +174,9 @@ begin
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
   evs := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(retries));
   return '{"busy":false,"retries":' || retries::text || ',"rows":' ||
-    coalesce((select json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data)
+    coalesce((select json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data, e.ev_trace)
                               order by e.i)::text
-                from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, i)),
+                from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i)),
              '[]') || '}';
 end $$;
 
@@ -197,8 +198,8 @@ begin
       e := :KEYQ_SCHEMA.event_row(c.queue_id, (d->>'txid')::xid8, (d->>'id')::bigint);
       if e.ev_id is null then continue; end if;
       insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
-                                      retry, due_at, last_error)
-      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null)
+                                      retry, due_at, last_error, ev_trace)
+      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null, e.ev_trace)
       on conflict (consumer_id, ev_id) do nothing;
     end if;
     n := n + 1;
@@ -257,7 +258,7 @@ begin
     if not found then
       e := :KEYQ_SCHEMA.event_row(c.queue_id, (f->>'txid')::xid8, (f->>'id')::bigint);
       if e.ev_id is null then continue; end if;  -- rotated away meanwhile: nothing left to retry
-      r := row(c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null);
+      r := row(c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null, e.ev_trace);
     end if;
     if r.retry + 1 > p.max_retries then
       insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
@@ -272,7 +273,7 @@ begin
     else
       insert into :KEYQ_SCHEMA.retry as t
       values (c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key, r.ev_data,
-              r.retry + 1, clock_timestamp() + :KEYQ_SCHEMA.backoff(p.base, p.cap, r.retry + 1), f->'error')
+              r.retry + 1, clock_timestamp() + :KEYQ_SCHEMA.backoff(p.base, p.cap, r.retry + 1), f->'error', r.ev_trace)
       on conflict (consumer_id, ev_id) do update
         set retry = excluded.retry, due_at = excluded.due_at, last_error = excluded.last_error;
       n_retry := n_retry + 1;

@@ -1,0 +1,147 @@
+// The lifecycle surface without a database: how the hub composes observers,
+// what one observed batch reports, and how a waker decides between listening
+// and polling (fake drivers).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import type { BatchSettings } from "../../src/batch/settings.ts";
+import type { Driver } from "../../src/driver.ts";
+import { observeBatch } from "../../src/observe/batches.ts";
+import { hub, type LifecycleEvent, loggerObserver } from "../../src/observe/observer.ts";
+import { waker } from "../../src/observe/wake.ts";
+import type { BatchReport, KeyqEvent } from "../../src/types.ts";
+
+const report = (r: Partial<BatchReport> = {}): BatchReport => ({
+  events: 0,
+  retried: 0,
+  deadLettered: 0,
+  dropped: 0,
+  deferred: 0,
+  statements: 3,
+  roundTrips: 3,
+  busy: false,
+  ...r,
+});
+const event = (id: string): KeyqEvent<never> => ({ id, type: "T", key: null, payload: undefined as never, time: new Date(0), retry: 0 });
+
+test("hub: no observer, nothing wrapped; send hooks nest and store the trace; a throwing observer is ignored", async () => {
+  const h = hub();
+  assert.equal(h.active, false);
+  const seen: string[] = [];
+  h.add({
+    on: () => {
+      throw new Error("broken observer");
+    },
+  });
+  const off = h.add({ on: (e) => seen.push(e.type), send: (_i, call) => call("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01") });
+  h.add({ send: (_i, call) => call(null).then((r) => (seen.push("outer done"), r)) });
+  assert.equal(h.active, true);
+  const trace = await h.send({ queue: "q", count: 1, batch: false }, (t) => Promise.resolve(t));
+  assert.equal(trace, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+  h.emit({ type: "work.woken", queue: "q", consumer: "c" });
+  assert.deepEqual(seen, ["outer done", "work.woken"]);
+  off();
+  h.emit({ type: "work.woken", queue: "q", consumer: "c" });
+  assert.equal(seen.length, 2, "removed");
+});
+
+test("observeBatch: events of one batch share its object; a sync handler stays sync; failures and counts are reported", async () => {
+  const h = hub();
+  const events: LifecycleEvent[] = [];
+  const order: string[] = [];
+  h.add({ on: (e) => events.push(e), handle: (c, call) => (order.push(`in ${c.events[0]!.id}`), call()) });
+  const s = { handler: (ev: KeyqEvent<never>) => void order.push(`handler ${ev.id}`) } as unknown as BatchSettings;
+  const r = await observeBatch(h, { queue: "q", consumer: "c", kind: "plain" }, s, (s2) => {
+    const out = s2.handler!(event("1"), { query: () => Promise.resolve([]) }, {} as never);
+    assert.equal(out, undefined, "no promise made for a sync handler");
+    s2.handler!(event("2"), { query: () => Promise.resolve([]) }, {} as never);
+    return Promise.resolve(report({ events: 2, retried: 1, deadLettered: 1 }));
+  });
+  assert.equal(r.events, 2);
+  assert.deepEqual(order, ["in 1", "handler 1", "in 2", "handler 2"]);
+  assert.deepEqual(events.map((e) => e.type), [
+    "batch.started",
+    "handler.started",
+    "handler.ended",
+    "handler.started",
+    "handler.ended",
+    "batch.committed",
+    "events.retried",
+    "events.deadLettered",
+  ]);
+  const batches = new Set(events.map((e) => ("batch" in e ? e.batch : "call" in e ? e.call.batch : null)));
+  assert.equal(batches.size, 1, "one BatchInfo object for the whole batch");
+
+  events.length = 0;
+  const failing = { handler: () => Promise.reject(new Error("nope")) } as unknown as BatchSettings;
+  await assert.rejects(
+    observeBatch(h, { queue: "q", consumer: "c", kind: "plain" }, failing, async (s2) => {
+      await Promise.resolve(s2.handler!(event("3"), { query: () => Promise.resolve([]) }, {} as never)).catch(() => {});
+      throw new Error("rolled back");
+    }),
+    /rolled back/,
+  );
+  const ended = events.find((e) => e.type === "handler.ended") as Extract<LifecycleEvent, { type: "handler.ended" }>;
+  assert.equal((ended.error as Error).message, "nope");
+  assert.equal(events.at(-1)!.type, "batch.aborted");
+});
+
+test("loggerObserver: warnings for failures, dead letters and aborted batches", () => {
+  const lines: string[] = [];
+  const o = loggerObserver({ warn: (m) => lines.push(m) });
+  const batch = { queue: "q", consumer: "c", kind: "plain" as const, startedAt: 0 };
+  o.on!({ type: "events.deadLettered", batch, count: 2 });
+  o.on!({ type: "batch.aborted", batch, error: new Error("lost"), ms: 1 });
+  o.on!({ type: "events.retried", batch, count: 1 }); // info: not a warning
+  assert.deepEqual(lines, ["keyq: 2 event(s) of q/c moved to the dead letters", "keyq: batch of q/c rolled back: lost"]);
+});
+
+/** A fake driver whose LISTEN hears what `query` notifies when `delivers` is true. */
+function fakeDriver(delivers: boolean): Driver & { notify(payload: string): void } {
+  const fns = new Set<(p: string) => void>();
+  const d = {
+    name: "fake",
+    connections: 4,
+    query: (_text: string, params?: readonly (string | null)[]) => {
+      if (delivers && params) setTimeout(() => fns.forEach((f) => f(params[1]!)), 1);
+      return Promise.resolve([]);
+    },
+    listen: (_channel: string, f: (p: string) => void) => {
+      fns.add(f);
+      return Promise.resolve(() => Promise.resolve(void fns.delete(f)));
+    },
+    notify: (p: string) => fns.forEach((f) => f(p)),
+  };
+  return d;
+}
+
+test("waker: the probe decides; a notification for the queue ends a wait, one for another queue does not", async () => {
+  const modes: string[] = [];
+  const d = fakeDriver(true);
+  const w = waker(d, "keyq", "jobs", (m, why) => modes.push(`${m}: ${why}`), 200);
+  assert.equal(await w.wait(50), false, "nothing heard");
+  assert.equal(w.mode, "listen");
+  assert.deepEqual(modes, ["listen: a probe notification arrived"]);
+  setTimeout(() => d.notify("other-queue"), 5);
+  setTimeout(() => d.notify("jobs"), 20);
+  assert.equal(await w.wait(60_000), "sent", "woken by a producer's commit on its queue");
+  d.notify("jobs");
+  d.notify("jobs:tick");
+  assert.equal(await w.wait(60_000), "tick", "a tick outranks commits heard with it");
+  d.notify("jobs");
+  w.running(); // a run starting covers what was heard so far
+  assert.equal(await w.wait(10), false);
+  await w.close();
+
+  const silent: string[] = [];
+  const p = waker(fakeDriver(false), "keyq", "jobs", (m, why) => silent.push(`${m}: ${why}`), 30);
+  assert.equal(await p.wait(100), false);
+  assert.equal(p.mode, "poll");
+  assert.deepEqual(silent, ["poll: no notification arrived within 30 ms (a transaction pooler?)"]);
+  await p.close();
+
+  const none: string[] = [];
+  const { listen: _l, notify: _n, ...plain } = fakeDriver(true);
+  const q = waker(plain, "keyq", "jobs", (m, why) => none.push(`${m}: ${why}`));
+  assert.equal(q.mode, "poll");
+  assert.deepEqual(none, ["poll: the fake driver cannot LISTEN"]);
+});
