@@ -11,6 +11,8 @@ import type { ConsumerContext } from "./batch/batch.ts";
 import { type ConsumerOptions, exclusiveOptions, type ExclusiveOptions, orderedOptions, type OrderedOptions, plainOptions } from "./kinds/options.ts";
 import { type Consumer, makeConsumer, type OrderedConsumer, withSlots } from "./kinds/consumer.ts";
 import { type DeadLetters, deadLetters } from "./ops/dlq.ts";
+import { type LogCalls, logCalls } from "./ops/positions.ts";
+import { type Controls, controls } from "./ops/controls.ts";
 import type { Driver, Executor } from "./driver.ts";
 import { KeyqError } from "./errors.ts";
 import { exclusiveKind, orderedKind, plainKind } from "./kinds/kinds.ts";
@@ -39,8 +41,8 @@ export interface KeyqOptions {
   payloads?: Record<string, PayloadSchema>;
 }
 
-/** The keyq client. */
-export interface Keyq {
+/** The keyq client. Log calls (seek, history, replayKey) and operator controls (pause, resume, settleHead, blocked, unsubscribe) are in LogCalls and Controls. */
+export interface Keyq extends LogCalls, Controls {
   /** The engine's schema. */
   readonly schema: string;
   /** The driver this client uses. */
@@ -211,5 +213,7 @@ export function keyq(driver: Driver, options: KeyqOptions = {}): Keyq {
     ...consumers(driver, schema, schemaOf, a),
     dlq: deadLetters(driver, schema),
     status: a.status,
+    ...logCalls(driver, schema),
+    ...controls(driver, schema),
   };
 }

@@ -22,7 +22,12 @@ export type KeyqErrorCode =
   | "WRONG_ISOLATION"
   | "BATCH_ABORTED"
   | "BAD_REPLY"
-  | "PREPARED_STATEMENTS_UNSUPPORTED";
+  | "PREPARED_STATEMENTS_UNSUPPORTED"
+  | "POSITION_OUT_OF_RANGE"
+  | "EVENT_NOT_FOUND"
+  | "CONSUMER_BUSY"
+  | "KEY_NOT_BLOCKED"
+  | "DRIVER_NOT_FOUND";
 
 /**
  * The error keyq throws for bad input and engine refusals. Driver and network
@@ -80,6 +85,11 @@ export const DATABASE_ERRORS: Readonly<Record<string, DatabaseRule>> = {
   KQ004: { code: "SLOT_COUNT_MISMATCH" },
   KQ005: { code: "DEAD_LETTER_NOT_FOUND" },
   KQ010: { code: "WRONG_ISOLATION" },
+  KQ030: { code: "POSITION_OUT_OF_RANGE" },
+  KQ031: { code: "EVENT_NOT_FOUND" },
+  KQ032: { code: "CONSUMER_BUSY" },
+  KQ033: { code: "INVALID_INPUT" },
+  KQ034: { code: "KEY_NOT_BLOCKED" },
   "3F000": { code: "NOT_MIGRATED", missing: true }, // invalid_schema_name
   "42883": { code: "NOT_MIGRATED", missing: true }, // undefined_function
 };

@@ -32,6 +32,7 @@ const PINNED: Record<string, string> = {
   "008_function_set.sql": "bef594660036f760a46fef561253dd344e58760a07aad33cb414f83051db4ede",
   "009_slot_index_names.sql": "81224d7aa53b39bfd44dd314b2198ffc8140502edfd4d72c067182cd04965796",
   "010_chunk_buckets.sql": "d91e68097ab4bc23e8ca890f9cf96196724e7a655aae92250636e139d40f8161",
+  "011_log.sql": "a914d2949522eeabaf1fc3ac502af0f65c875d7afb3955467dd4887ab41d5805",
 };
 
 test("migrations are immutable: each file's text is the pinned one (a change is a new migration)", () => {

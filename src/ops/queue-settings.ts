@@ -32,6 +32,7 @@ export const QUEUE_SETTINGS: Readonly<Record<string, SettingSpec>> = {
   tickMaxCount: { kind: "count", min: 1, max: 1_000_000_000 },
   tickMaxLag: { kind: "duration", min: 0 },
   tickIdlePeriod: { kind: "duration", min: 0 },
+  retention: { kind: "duration", min: 0 },
 };
 
 /** The settings a consumer may override. */
