@@ -29,7 +29,7 @@ function cli(args: string[], env: Record<string, string> = {}): Promise<{ code: 
 }
 
 describe("operator controls (API)", () => {
-  test("pause and resume by hand; skip or dead-letter a blocked key's head now; unsubscribe by name", { skip }, async () => {
+  test("pause and resume by hand; skip or dead-letter a blocked key's head now; unsubscribe by name", { skip, timeout: 120_000 }, async () => {
     await withPg(async (f) => {
       await f.q.createQueue("files", { maxRetries: 5, retryBase: "1h" });
       const c = f.q.ordered("files", "life", { slots: 2, onFailure: "pause" });
@@ -77,7 +77,7 @@ describe("operator controls (API)", () => {
 });
 
 describe("operator controls (CLI, spawned)", () => {
-  test("usage errors exit 2 everywhere; a malformed DATABASE_URL is named; sql --json; hints name CLI commands", { skip }, async () => {
+  test("usage errors exit 2 everywhere; a malformed DATABASE_URL is named; sql --json; hints name CLI commands", { skip, timeout: 120_000 }, async () => {
     await withPg(async (f) => {
       const env = { DATABASE_URL: f.url, KEYQ_SCHEMA: f.schema };
       const usage: [string[], RegExp][] = [
@@ -108,7 +108,7 @@ describe("operator controls (CLI, spawned)", () => {
     });
   });
 
-  test("create-queue/update-queue flags, status with the retained range, pause/resume, blocked, seek, history, unsubscribe, drop-queue", { skip }, async () => {
+  test("create-queue/update-queue flags, status with the retained range, pause/resume, blocked, seek, history, unsubscribe, drop-queue", { skip, timeout: 120_000 }, async () => {
     await withPg(async (f) => {
       const env = { DATABASE_URL: f.url, KEYQ_SCHEMA: f.schema };
       const created = await cli(["create-queue", "files", "--retention", "7d", "--max-retries", "3", "--tables", "4", "--json"], env);

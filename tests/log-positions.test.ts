@@ -50,7 +50,7 @@ async function twoWindows(f: PgFixture): Promise<{ between: Date; second: string
 }
 
 describe("start positions and seek", () => {
-  test("from a Date and from an event id, on plain, Tier A and Tier B consumers", { skip }, async () => {
+  test("from a Date and from an event id, on plain, Tier A and Tier B consumers", { skip, timeout: 120_000 }, async () => {
     await withPg(async (f) => {
       await f.q.createQueue("files", { retention: "1 hour" });
       const { between, second } = await twoWindows(f);
@@ -70,7 +70,7 @@ describe("start positions and seek", () => {
     });
   });
 
-  test("seek back and forward on plain, Tier A and Tier B; one slot of Tier B; retries of the moved range are dropped", { skip }, async () => {
+  test("seek back and forward on plain, Tier A and Tier B; one slot of Tier B; retries of the moved range are dropped", { skip, timeout: 120_000 }, async () => {
     await withPg(async (f) => {
       await f.q.createQueue("files", { retention: "1 hour" });
       const cs = [f.q.consumer("files", "p"), f.q.exclusive("files", "a"), f.q.ordered("files", "b", { slots: 3 })];
@@ -120,7 +120,7 @@ describe("start positions and seek", () => {
     });
   });
 
-  test("a seek while a batch holds the consumer is CONSUMER_BUSY and changes nothing", { skip }, async () => {
+  test("a seek while a batch holds the consumer is CONSUMER_BUSY and changes nothing", { skip, timeout: 120_000 }, async () => {
     await withPg({ max: 2 }, async (f, defer) => {
       const other = worker(f.url, f.schema, 0, "kq-seek");
       defer(() => other.sql.end());
@@ -147,7 +147,7 @@ describe("start positions and seek", () => {
     });
   });
 
-  test("bad positions: future dates, unknown ids, ids of another queue, a passed range; typed errors, nothing changed", { skip }, async () => {
+  test("bad positions: future dates, unknown ids, ids of another queue, a passed range; typed errors, nothing changed", { skip, timeout: 120_000 }, async () => {
     await withPg(async (f) => {
       await f.q.createQueue("files");
       await f.q.createQueue("other");
@@ -180,7 +180,7 @@ describe("start positions and seek", () => {
 });
 
 describe("key history", () => {
-  test("replays one key's retained events in order into one consumer while other consumers run; nobody else moves", { skip }, async () => {
+  test("replays one key's retained events in order into one consumer while other consumers run; nobody else moves", { skip, timeout: 120_000 }, async () => {
     await withPg({ max: 2 }, async (f, defer) => {
       await f.q.createQueue("files", { retention: "1 hour" });
       const w = [worker(f.url, f.schema, 0, "kq-audit"), worker(f.url, f.schema, 1, "kq-proj")];

@@ -55,7 +55,7 @@ async function lateSend(sql: Sql, schema: string, queue: string, key: string): P
 }
 
 describe("retention", () => {
-  test("keeps a ring table past its consumers while it is younger than the retention, and lets it go once it passes (sizes measured)", { skip }, async () => {
+  test("keeps a ring table past its consumers while it is younger than the retention, and lets it go once it passes (sizes measured)", { skip, timeout: 120_000 }, async () => {
     await withPg(async (f) => {
       await f.q.createQueue("kept", { retention: "1 hour" });
       await f.q.createQueue("plain"); // no retention: today's behaviour
@@ -108,7 +108,7 @@ describe("retention", () => {
 });
 
 describe("from: \"earliest\"", () => {
-  test("a new consumer gets the whole retained history once and in order (plain: the live order; Tier B: per key), late commits included", { skip }, async () => {
+  test("a new consumer gets the whole retained history once and in order (plain: the live order; Tier B: per key), late commits included", { skip, timeout: 120_000 }, async () => {
     await withPg({ max: 3 }, async (f, defer) => {
       const other = worker(f.url, f.schema, 0, "kq-late");
       defer(() => other.sql.end());
@@ -171,7 +171,7 @@ describe("from: \"earliest\"", () => {
     });
   });
 
-  test("the default start is \"latest\", independent of whether a tick happened", { skip }, async () => {
+  test("the default start is \"latest\", independent of whether a tick happened", { skip, timeout: 120_000 }, async () => {
     await withPg(async (f) => {
       await f.q.createQueue("files");
       for (const ticked of [false, true]) {
