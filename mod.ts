@@ -26,7 +26,9 @@
 export { keyq } from "./src/client.ts";
 export type { ConsumerOptions, ExclusiveOptions, Keyq, KeyqOptions, OrderedOptions } from "./src/client.ts";
 export type { DeadLetters } from "./src/ops/dlq.ts";
-export type { Consumer, OrderedConsumer } from "./src/kinds/consumer.ts";
+export type { Consumer, OrderedConsumer, SubscribeOptions } from "./src/kinds/consumer.ts";
+export type { LogCalls } from "./src/ops/positions.ts";
+export type { Controls } from "./src/ops/controls.ts";
 export type { Driver, Executor, Row, SqlParam } from "./src/driver.ts";
 export { KeyqError } from "./src/errors.ts";
 export type { KeyqErrorCode } from "./src/errors.ts";

@@ -3,9 +3,12 @@
  * pg (whichever is installed). Tables for people, `--json` for machines.
  * DATABASE_URL picks the database, `--schema` (or KEYQ_SCHEMA) the engine's
  * schema. Exit codes: 0 ok, 1 an error or a crossed `status --check`
- * threshold, 2 a bad command line.
+ * threshold, 2 a bad command line (a bad argument value included).
  *
- *   keyq migrate | sql | status [queue] [--check] | queues | create-queue <name>
+ *   keyq migrate | sql | status [queue] [--check] | queues
+ *   keyq create-queue|update-queue <name> [--retention 7d …] | drop-queue <name> --yes
+ *   keyq unsubscribe|pause|resume|blocked <queue> <consumer> | seek <queue> <consumer> <to> --yes
+ *   keyq skip-head|dead-letter-head <queue> <consumer> <key> | history <queue> <key> | replay-key
  *   keyq send <queue> <type> <json> [--key K] [--dedup-key D] [--ttl 1h]
  *   keyq tick <queue> [--force] | maintain [queue] [--force-rotate]
  *   keyq dlq list|count [--queue Q] [--consumer C] [--key K] | dlq replay <id…>
@@ -16,6 +19,7 @@
  * @module
  */
 import { type Driver, type Keyq, keyq, KeyqError, type RevokeInput, type RoleGrants } from "../mod.ts";
+import { logCommand, settingFlags } from "./log.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { durationMs } from "../src/validate.ts";
@@ -36,7 +40,20 @@ const USAGE = `usage: keyq <command> [args] [--schema S] [--json]
     --max-blocked <n>             more than n blocked keys per consumer (default 0)
                                   stale cursors always count
   queues                        queues and their settings
-  create-queue <name>           create a queue (idempotent)
+  create-queue <name>           create a queue (idempotent) with settings:
+    --tables N --max-retries N --retry-base <dur> --retry-cap <dur> --rotation-period <dur>
+    --tick-max-count N --tick-max-lag <dur> --tick-idle-period <dur> --retention <dur>
+  update-queue <name>           change settings (the same flags but --tables; --retention 0 turns it off)
+  drop-queue <name> --yes       delete a queue with its events, consumers and dead letters
+  unsubscribe <queue> <consumer> --yes   remove a consumer with its cursor, retries and dead letters
+  seek <queue> <consumer> <to> --yes     move a consumer to latest, earliest, an event id or an
+                                ISO date [--slot N: one slot of an ordered consumer]; drops its retries
+  pause|resume <queue> <consumer>        stop / restart a consumer's batches by hand
+  blocked <queue> <consumer>    keys blocked behind a failed head (pause policy)
+  skip-head <queue> <consumer> <key> --yes   drop a blocked key's failed head; the key flows again
+  dead-letter-head <queue> <consumer> <key>  dead-letter a blocked key's head now
+  history <queue> <key>         one key's retained events in order [--from <to>] [--after P] [--limit N]
+  replay-key <queue> <key> --into <consumer>  deliver one key's history again to one consumer [--from <to>]
   send <queue> <type> <json>    append one event [--key K] [--dedup-key D] [--ttl 1h]
   tick <queue> [--force]        advance the ticker
   maintain [queue]              rotation and housekeeping [--force-rotate]
@@ -64,7 +81,18 @@ const FLAGS: Record<string, { boolean: string[]; value: string[] }> = {
   grants: { boolean: [], value: [] },
   status: { boolean: ["check"], value: ["max-tick-age", "max-lag", "max-lag-age", "max-dead", "max-blocked"] },
   queues: { boolean: [], value: [] },
-  "create-queue": { boolean: [], value: [] },
+  "create-queue": { boolean: [], value: settingFlags(true) },
+  "update-queue": { boolean: [], value: settingFlags(false) },
+  "drop-queue": { boolean: ["yes"], value: [] },
+  unsubscribe: { boolean: ["yes"], value: [] },
+  seek: { boolean: ["yes"], value: ["slot"] },
+  pause: { boolean: [], value: [] },
+  resume: { boolean: [], value: [] },
+  blocked: { boolean: [], value: [] },
+  "skip-head": { boolean: ["yes"], value: [] },
+  "dead-letter-head": { boolean: [], value: [] },
+  history: { boolean: [], value: ["from", "after", "limit"] },
+  "replay-key": { boolean: [], value: ["into", "from"] },
   send: { boolean: [], value: ["key", "dedup-key", "ttl"] },
   tick: { boolean: ["force"], value: [] },
   maintain: { boolean: ["force-rotate"], value: [] },
@@ -112,7 +140,7 @@ export async function connect(
   } catch (err) {
     if (!isMissing(err)) throw err;
   }
-  throw new KeyqError("INVALID_INPUT", 'No Postgres driver found: install one next to keyq ("npm install postgres" or "npm install pg").');
+  throw new KeyqError("DRIVER_NOT_FOUND", 'No Postgres driver found: install one next to keyq ("npm install postgres" or "npm install pg").');
 }
 
 function isMissing(err: unknown): boolean {
@@ -158,27 +186,30 @@ export function thresholds(flags: Args["flags"]): Thresholds | null {
 export async function main(argv: readonly string[], env: Record<string, string | undefined>): Promise<number> {
   const { positional, flags } = parseCommandLine(argv);
   const [command, ...args] = positional;
-  if (flags.version) return console.log(VERSION), 0;
+  const json = flags.json === true;
+  if (flags.version) return console.log(json ? JSON.stringify({ version: VERSION }) : VERSION), 0;
   if (!command || command === "help" || flags.help) {
     if (!command && !flags.help) return console.error(USAGE), 2;
-    console.log(USAGE);
+    console.log(json ? JSON.stringify({ usage: USAGE }) : USAGE);
     return 0;
   }
   const schema = String(flags.schema ?? env.KEYQ_SCHEMA ?? "keyq");
-  const json = flags.json === true;
   const out = (rows: unknown, columns?: string[]) => console.log(json ? JSON.stringify(rows, null, 2) : renderTable(rows, columns));
   if (command === "sql") {
     const { migrationSql, grantSql } = await import("../mod.ts");
+    let text: string;
     if (args[0] === "grant" || args[0] === "revoke") {
       const g = grantFlags(need(args[1], "a role name"), flags, args[0]);
-      console.log(grantSql(schema, args[0] === "revoke" ? { ...g, revoke: true } : g));
+      text = grantSql(schema, args[0] === "revoke" ? { ...g, revoke: true } : g);
     } else if (args.length > 0) throw new UsageError(`keyq sql takes nothing, or grant|revoke <role> …; not "${args[0]}".`);
-    else console.log(migrationSql(schema));
+    else text = migrationSql(schema);
+    console.log(json ? JSON.stringify({ schema, sql: text }) : text);
     return 0;
   }
   const check = command === "status" ? thresholds(flags) : null;
   const url = env.DATABASE_URL;
   if (!url) throw new UsageError("Set DATABASE_URL to the database to work on (postgres://user@host:5432/db).");
+  checkUrl(url);
   const { driver, close } = await connect(url);
   const q = keyq(driver, { schema });
   try {
@@ -203,11 +234,6 @@ export async function main(argv: readonly string[], env: Record<string, string |
       case "queues":
         out(json ? await q.listQueues() : (await q.listQueues()).map(queueSettings));
         return 0;
-      case "create-queue": {
-        const created = await q.createQueue(need(args[0], "a queue name"));
-        out(json ? created.queue : queueSettings(created.queue));
-        return 0;
-      }
       case "send": {
         const text = need(args[2], "a JSON payload");
         let payload: unknown;
@@ -240,8 +266,10 @@ export async function main(argv: readonly string[], env: Record<string, string |
         out(json ? reports : maintainRows(reports));
         return 0;
       }
-      default:
+      case "dlq":
         return await dlq(q, args, flags, out);
+      default:
+        return (await logCommand(q, command, args, flags, json, out)) ?? 2;
     }
   } finally {
     await close();
@@ -278,6 +306,19 @@ function grantRows(rows: RoleGrants[], json: boolean): unknown[] {
   }));
 }
 
+/** A DATABASE_URL that is not a postgres:// URL is named as such (exit 2), before any driver sees it. */
+export function checkUrl(url: string): void {
+  let u: URL | undefined;
+  try {
+    u = new URL(url);
+  } catch {
+    u = undefined;
+  }
+  if (!u || (u.protocol !== "postgres:" && u.protocol !== "postgresql:")) {
+    throw new UsageError(`DATABASE_URL is not a postgres:// URL (got "${url.replace(/:[^:@/]*@/, ":***@")}"); give one like postgres://user:password@host:5432/db.`);
+  }
+}
+
 function need(value: string | undefined, what: string): string {
   if (value === undefined) throw new UsageError(`Missing ${what}; see "keyq --help".`);
   return value;
@@ -297,6 +338,9 @@ async function dlq(q: Keyq, args: string[], flags: Args["flags"], out: (rows: un
       return 0;
     case "replay":
       if (args.length < 2) throw new UsageError('Missing dead letter ids: keyq dlq replay <id…>; "keyq dlq list" shows them.');
+      for (const id of args.slice(1)) {
+        if (!/^\d{1,19}$/.test(id)) throw new UsageError(`Dead letter ids are whole numbers such as 42, not "${id}"; "keyq dlq list" shows them.`);
+      }
       out({ replayed: await q.dlq.replay(args.slice(1)) });
       return 0;
     case "replay-key":
@@ -318,25 +362,30 @@ export function report(err: unknown): number {
   }
   const e = err as Error & { code?: string };
   console.error(`keyq: ${e instanceof KeyqError ? `${e.code}: ${cliMessage(e)}` : e?.message ?? String(err)}`);
-  return 1;
+  // A value the library refused came from the command line: a usage error.
+  return e instanceof KeyqError && (e.code === "INVALID_INPUT" || e.code === "INVALID_IDENTIFIER") ? 2 : 1;
 }
+
+/** JavaScript calls the library's advice names, and the CLI command doing the same. */
+const CALLS: [RegExp, (m: string[]) => string][] = [
+  [/call migrate\(\) first/, () => 'run "keyq migrate" first'],
+  [/createQueue\("([^"]*)"\)/, (m) => `"keyq create-queue ${m[1]}"`],
+  [/`?createQueue`?/, () => '"keyq create-queue <name>"'],
+  [/updateQueue\("([^"]*)", \{ (\w+) \}\)/, (m) => `"keyq update-queue ${m[1]} --${m[2]!.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} <value>"`],
+  [/listQueues\(\)/, () => '"keyq queues"'],
+  [/dlq\.list\(\)/, () => '"keyq dlq list"'],
+  [/status\(\)/, () => '"keyq status"'],
+  [/call subscribe\(\) first/, () => "subscribe it from your code first (consumer(...).subscribe())"],
+  [/pass slots: (\d+)/, (m) => `use slots: ${m[1]} in your code`],
+  [/grant\(\{ role: "([^"]*)", produce: \["([^"]*)"\] \}\)/, (m) => `keyq grant ${m[1]} --produce ${m[2]}`],
+  [/grant\(\{ role: "([^"]*)", consume: \{ ([^:]*): \["([^"]*)"\] \} \}\)/, (m) => `keyq grant ${m[1]} --consume ${m[2]}:${m[3]}`],
+  [/grant\(\{ role: "([^"]*)", operate: true \}\)/, (m) => `keyq grant ${m[1]} --operate`],
+  [/grant\(\{ role, produce, consume, operate \}\)/, () => '"keyq grant <role> --produce … | --consume … | --operate"'],
+];
 
 /** The library's advice names JavaScript calls; on the command line, name the command. */
 export function cliMessage(err: KeyqError): string {
-  const m = err.message;
-  switch (err.code) {
-    case "NOT_MIGRATED":
-      return m.replace(/call migrate\(\) first\.?/, 'run "keyq migrate" first.');
-    case "QUEUE_NOT_FOUND":
-      return m.replace(/create it with createQueue\("([^"]*)"\) first\.?|`?createQueue`? first\.?/, (_all, name) => `create it with "keyq create-queue ${name ?? "<name>"}" first.`);
-    case "PERMISSION_DENIED":
-      return m.replace(/grant\(\{ role: "([^"]*)", produce: \["([^"]*)"\] \}\)/, 'keyq grant $1 --produce $2')
-        .replace(/grant\(\{ role: "([^"]*)", consume: \{ ([^:]*): \["([^"]*)"\] \} \}\)/, "keyq grant $1 --consume $2:$3")
-        .replace(/grant\(\{ role: "([^"]*)", operate: true \}\)/, "keyq grant $1 --operate")
-        .replace("grant({ role, produce, consume, operate })", '"keyq grant <role> --produce … | --consume … | --operate"');
-    case "CONSUMER_NOT_FOUND":
-      return m.replace(/call subscribe\(\) first\.?/, "subscribe it from your code first (consumer(...).subscribe()).");
-    default:
-      return m;
-  }
+  let m = err.message;
+  for (const [re, to] of CALLS) m = m.replace(new RegExp(re.source, "g"), (...all) => to(all.slice(0, -2) as string[]));
+  return m;
 }

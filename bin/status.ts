@@ -18,7 +18,14 @@ export function queueRows(status: QueueStatus[]): Record<string, unknown>[] {
     "last tick": s.lastTick ?? "never",
     "tick age": humanSeconds(s.lastTickAge),
     "not ticked": s.eventsSinceTick,
-    table: `${s.currentTable + 1} of ${s.tables}`,
+    // The same values as --json: ring tables are numbered from 0.
+    "current table": s.currentTable,
+    tables: s.tables,
+    retention: s.retention === null ? "none" : humanSeconds(s.retention),
+    "retained since": s.retained?.since ?? "",
+    "retained events": s.retained?.events ?? "",
+    "retained bytes": s.retained?.bytes ?? "",
+    "oldest event": s.retained?.oldestEventId ?? "",
     consumers: s.consumers.length,
   }));
 }
@@ -31,6 +38,7 @@ export function cursorRows(status: QueueStatus[]): Record<string, unknown>[] {
         queue: s.queue,
         consumer: c.name,
         kind: c.kind,
+        paused: c.paused ? "PAUSED" : "",
         slot: c.kind === "ordered" ? cu.slot : "",
         "lag events": cu.lagEvents,
         "lag": humanSeconds(cu.lagSeconds),
@@ -49,8 +57,13 @@ export function queueSettings(q: QueueInfo): Record<string, unknown> {
   const out: Record<string, unknown> = { name: q.name };
   for (const [k, spec] of Object.entries(QUEUE_SETTINGS)) {
     const value = (q as unknown as Record<string, number>)[k];
-    out[k.replace(/[A-Z]/g, (c) => ` ${c.toLowerCase()}`)] = spec.kind === "duration" ? humanSeconds(value === undefined ? value : value / 1000) : value; // QueueInfo durations are milliseconds
-    if (k === "tables") out["current table"] = q.currentTable + 1;
+    out[k.replace(/[A-Z]/g, (c) => ` ${c.toLowerCase()}`)] = k === "retention" && value === null
+      ? "none"
+      : spec.kind === "duration"
+      ? humanSeconds(value === undefined ? value : value / 1000) // QueueInfo durations are milliseconds
+      : value;
+    // The same value as --json: ring tables are numbered from 0.
+    if (k === "tables") out["current table"] = q.currentTable;
   }
   out["created at"] = q.createdAt;
   return out;
@@ -61,7 +74,7 @@ export function maintainRows(reports: MaintainReport[]): Record<string, unknown>
   return reports.map((r) => ({
     queue: r.queue,
     skipped: r.skipped ? "yes (another caller is maintaining it)" : "",
-    rotated: r.rotation ? (r.rotation.rotated ? `yes, to table ${(r.rotation.table ?? 0) + 1}` : `no (${r.rotation.reason ?? ""})`) : "",
+    rotated: r.rotation ? (r.rotation.rotated ? `yes, to table ${r.rotation.table ?? 0}` : `no (${r.rotation.reason ?? ""})`) : "",
     "ticks pruned": r.ticksPruned ?? "",
     "dedup keys expired": r.dedupExpired ?? "",
   }));

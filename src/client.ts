@@ -11,6 +11,8 @@ import type { ConsumerContext } from "./batch/batch.ts";
 import { type ConsumerOptions, exclusiveOptions, type ExclusiveOptions, orderedOptions, type OrderedOptions, plainOptions } from "./kinds/options.ts";
 import { type Consumer, makeConsumer, type OrderedConsumer, withSlots } from "./kinds/consumer.ts";
 import { type DeadLetters, deadLetters } from "./ops/dlq.ts";
+import { type LogCalls, logCalls } from "./ops/positions.ts";
+import { type Controls, controls } from "./ops/controls.ts";
 import type { Driver, Executor } from "./driver.ts";
 import { KeyqError } from "./errors.ts";
 import { exclusiveKind, orderedKind, plainKind } from "./kinds/kinds.ts";
@@ -61,8 +63,12 @@ export interface KeyqOptions<E extends EventMap = EventMap> {
   logger?: Logger;
 }
 
-/** The keyq client; `E` is the typed event map given to `keyq()`. */
-export interface Keyq<E extends EventMap = Record<never, never>> {
+/**
+ * The keyq client; `E` is the typed event map given to `keyq()`. Log calls
+ * (seek, history, replayKey) and operator controls (pause, resume,
+ * settleHead, blocked, unsubscribe) are in LogCalls and Controls.
+ */
+export interface Keyq<E extends EventMap = Record<never, never>> extends LogCalls, Controls {
   /** The engine's schema. */
   readonly schema: string;
   /** The driver this client uses. */
@@ -324,5 +330,7 @@ export function keyq<E extends EventMap = Record<never, never>>(driver: Driver, 
       }
       return obs.add(observer);
     },
+    ...logCalls(driver, schema),
+    ...controls(driver, schema),
   };
 }

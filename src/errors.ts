@@ -26,7 +26,12 @@ export type KeyqErrorCode =
   | "BAD_REPLY"
   | "PREPARED_STATEMENTS_UNSUPPORTED"
   | "PERMISSION_DENIED"
-  | "ROLE_NOT_FOUND";
+  | "ROLE_NOT_FOUND"
+  | "POSITION_OUT_OF_RANGE"
+  | "EVENT_NOT_FOUND"
+  | "CONSUMER_BUSY"
+  | "KEY_NOT_BLOCKED"
+  | "DRIVER_NOT_FOUND";
 
 /**
  * The error keyq throws for bad input and engine refusals. Driver and network
@@ -89,6 +94,11 @@ export const DATABASE_ERRORS: Readonly<Record<string, DatabaseRule>> = {
   KQ020: { code: "PERMISSION_DENIED" },
   KQ021: { code: "ROLE_NOT_FOUND" },
   "42501": { code: "PERMISSION_DENIED", denied: true }, // insufficient_privilege: no EXECUTE or USAGE (docs/roles.md)
+  KQ030: { code: "POSITION_OUT_OF_RANGE" },
+  KQ031: { code: "EVENT_NOT_FOUND" },
+  KQ032: { code: "CONSUMER_BUSY" },
+  KQ033: { code: "INVALID_INPUT" },
+  KQ034: { code: "KEY_NOT_BLOCKED" },
   "3F000": { code: "NOT_MIGRATED", missing: true }, // invalid_schema_name
   "42883": { code: "NOT_MIGRATED", missing: true }, // undefined_function
 };

@@ -122,6 +122,13 @@ export interface QueueSettings {
   retryBase?: Duration;
   /** Longest retry delay (default 1 hour). */
   retryCap?: Duration;
+  /**
+   * Keep events at least this long, whatever the consumers say: rotation
+   * never truncates a ring table holding a younger event (default: none, a
+   * table is emptied once every consumer has passed it). `0` turns it off.
+   * What `from: "earliest"`, seek and key history can reach back to.
+   */
+  retention?: Duration;
 }
 
 /**
@@ -152,6 +159,8 @@ export interface QueueInfo {
   retryBase: number;
   /** Longest wait between retries, in milliseconds. */
   retryCap: number;
+  /** Milliseconds events are kept past their consumers; null: no retention (pass null or 0 to turn it off). */
+  retention: number | null;
   /** When the queue was created (ISO timestamp). */
   createdAt: string;
 }
@@ -439,6 +448,22 @@ export interface CursorStatus {
   windowOpen: boolean;
 }
 
+/** The retained range of a queue's log, in `status()`. */
+export interface RetainedRange {
+  /** The first tick of the range: `from: "earliest"` starts after it. */
+  fromTick: string;
+  /** When that tick was taken (ISO timestamp): the range starts here. */
+  since: string;
+  /** The first event of the range, in log order; null when it is empty. */
+  oldestEventId: string | null;
+  /** Its time (ISO timestamp), or null. */
+  oldestEventTime: string | null;
+  /** Events in the range, counted up to 100,000. */
+  events: number;
+  /** Bytes of the queue's ring tables (with their indexes). */
+  bytes: number;
+}
+
 /** One queue in `status()`. */
 export interface QueueStatus {
   /** The queue's name. */
@@ -455,11 +480,17 @@ export interface QueueStatus {
   lastTickAge: number | null;
   /** Events committed since the last tick (not yet in any window), counted up to 100,000. */
   eventsSinceTick: number;
+  /** Milliseconds events are kept past their consumers; null: no retention (pass null or 0 to turn it off). */
+  retention: number | null;
+  /** The retained range: what `from: "earliest"`, seek and key history can reach. */
+  retained: RetainedRange;
   /** Its consumers, each with its cursors (one per slot for Tier B). */
   consumers: {
     name: string;
     kind: "plain" | "exclusive" | "ordered";
     slots: number;
+    /** Paused by an operator: it reads nothing until resumed. */
+    paused: boolean;
     retries: number;
     deadLetters: number;
     blockedKeys: number;
@@ -493,4 +524,50 @@ export interface RoleGrants {
   produce: string[];
   consume: Record<string, string[]>;
   operate: boolean;
+}
+
+/**
+ * Where a consumer starts (`subscribe({ from })`) or is moved to (`seek`):
+ * `"latest"` (what commits after the call returns; the default), `"earliest"`
+ * (the start of the retained range), a `Date` (the newest tick at or before
+ * it), or an event id (that event first, then everything after it in log
+ * order). A point outside the retained range is `POSITION_OUT_OF_RANGE`.
+ */
+export type StartPosition = "latest" | "earliest" | Date | string;
+
+/** A resolved position: the tick it starts after, and a place inside the next window. */
+export interface LogPosition {
+  /** The tick the position starts after. */
+  tick: string;
+  /** That tick's time (ISO timestamp). */
+  tickTime: string;
+  /** When the position is inside a window: the window's end tick, else null. */
+  windowEnd: string | null;
+  /** Inside a window: delivery starts after this id (in (txid, id) order), else null. */
+  afterId: string | null;
+}
+
+/** What `seek` did. */
+export interface SeekResult {
+  /** Where the consumer (or slot) now is. */
+  position: LogPosition;
+  /** Cursors moved (every slot, or 1). */
+  slots: number;
+  /** Pending retries (and held events) of the moved slots that were dropped. */
+  retriesDropped: number;
+  /** Blocked-key markers of the moved slots that were dropped. */
+  blockedDropped: number;
+}
+
+/** One event of a key's history, in delivery order. */
+export interface HistoryEvent<P = unknown> {
+  id: string;
+  txid: string;
+  type: string;
+  key: string | null;
+  payload: P;
+  /** When the event was appended (ISO timestamp). */
+  time: string;
+  /** Its place in the log ("tick:txid:id"); pass the last one as `after` for the next page. */
+  position: string;
 }

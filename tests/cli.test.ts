@@ -94,7 +94,8 @@ describe("keyq CLI: exit codes (spawned)", () => {
       const maintained = await cli(["maintain", "files"], env);
       assert.equal(maintained.code, 0, maintained.err);
       assert.match(maintained.out, /^queue\s+skipped\s+rotated\s+ticks pruned\s+dedup keys expired$/m);
-      assert.match((await cli(["queues"], env)).out, /^files\s+3\s+1\s+5\s+1 s\s+1 h\s+1 h\s/m);
+      // "current table" is 0-based, as in --json (it showed 1 for currentTable 0).
+      assert.match((await cli(["queues"], env)).out, /^files\s+3\s+0\s+5\s+1 s\s+1 h\s+1 h\s/m);
     }, "cli");
   });
 });

@@ -23,6 +23,7 @@ const GIVEN: Record<string, [string | number, number]> = {
   tickMaxCount: [500, 500],
   tickMaxLag: ["250ms", 250],
   tickIdlePeriod: ["90s", 90_000],
+  retention: ["7d", 604_800_000],
 };
 
 /** The settings part of a reported queue, as createQueue takes it. */

@@ -236,8 +236,9 @@ describe("reliability", () => {
   test("a handler silent for longer than the server-side idle timeout, within keyq's deadline, commits", { skip }, async () => {
     await withPg(async (f) => {
       await f.q.createQueue("jobs");
-      await f.q.sendBatch("jobs", [{ type: "E", payload: 1, key: "a" }, { type: "E", payload: 2, key: "b" }]);
       const c = f.q.exclusive<number>("jobs", "s");
+      await c.subscribe(); // from "latest": subscribe before sending
+      await f.q.sendBatch("jobs", [{ type: "E", payload: 1, key: "a" }, { type: "E", payload: 2, key: "b" }]);
       const done: number[] = [];
       const r = await c.run({
         idleTimeout: 300, // a short server-side backstop
@@ -258,8 +259,9 @@ describe("reliability", () => {
   test("a batch past its deadline rolls back and rejects with BATCH_ABORTED; no further handler starts", { skip }, async () => {
     await withPg(async (f) => {
       await f.q.createQueue("jobs");
-      await f.q.sendBatch("jobs", [1, 2, 3].map((i) => ({ type: "E", payload: i, key: `k${i}` })));
       const c = f.q.exclusive<number>("jobs", "d");
+      await c.subscribe(); // from "latest": subscribe before sending
+      await f.q.sendBatch("jobs", [1, 2, 3].map((i) => ({ type: "E", payload: i, key: `k${i}` })));
       const started: number[] = [];
       let aborted = 0;
       const t0 = Date.now();
@@ -345,8 +347,9 @@ describe("reliability", () => {
     await withPg(async (f) => {
       await f.q.createQueue("jobs", { retryBase: "1h" });
       await f.raw(`create table "${f.schema}".marks (n int)`);
-      await f.q.sendBatch("jobs", [1, 2, 3].map((i) => ({ type: "E", payload: i, key: `k${i}` })));
       const c = f.q.exclusive<number>("jobs", "e");
+      await c.subscribe(); // from "latest": subscribe before sending
+      await f.q.sendBatch("jobs", [1, 2, 3].map((i) => ({ type: "E", payload: i, key: `k${i}` })));
       const started: number[] = [];
       let lateWrite: unknown;
       let release!: () => void;

@@ -10,6 +10,7 @@ describe("run and work", () => {
   test("each batch runs with its own local statement and idle timeouts", { skip }, async () => {
     await withPg(async (f) => {
       await f.q.createQueue("jobs");
+      await f.q.exclusive("jobs", "m").subscribe(); // from "latest": subscribe before sending
       await f.q.send("jobs", { type: "E", payload: 1, key: "k" });
       const seen: string[] = [];
       await f.q.exclusive("jobs", "m").run({
@@ -32,6 +33,7 @@ describe("run and work", () => {
   test("a handler stuck past statementTimeout fails its event instead of holding the key", { skip }, async () => {
     await withPg(async (f) => {
       await f.q.createQueue("jobs", { retryBase: "1h" });
+      await f.q.exclusive("jobs", "m").subscribe(); // from "latest": subscribe before sending
       await f.q.send("jobs", { type: "E", payload: 1, key: "k" });
       const r = await f.q.exclusive("jobs", "m").run({
         statementTimeout: 200,
@@ -46,8 +48,10 @@ describe("run and work", () => {
   test("run stops at maxBatches and reports round trips", { skip }, async () => {
     await withPg(async (f) => {
       await f.q.createQueue("jobs");
+      const c = f.q.exclusive("jobs", "m");
+      await c.subscribe(); // from "latest": subscribe before sending (a run's first subscribe is a round trip of its own)
       await f.q.sendBatch("jobs", Array.from({ length: 50 }, (_, i) => ({ type: "E", payload: i, key: `k${i}` })));
-      const r = await f.q.exclusive("jobs", "m").run({ maxEvents: 10, maxBatches: 2, handler: () => {} });
+      const r = await c.run({ maxEvents: 10, maxBatches: 2, handler: () => {} });
       assert.equal(r.batches, 2);
       assert.equal(r.events, 20);
       assert.ok(r.roundTrips <= 2 + 2 * 4, `round trips ${r.roundTrips}`);

@@ -21,6 +21,9 @@ export type { Received, WireEvent } from "./wire.ts";
 import type {
   BlockedKey,
   DeadLetter,
+  HistoryEvent,
+  LogPosition,
+  SeekResult,
   MaintainReport,
   QueueInfo,
   QueueStatus,
@@ -162,7 +165,12 @@ export interface SubscribeReply {
   build?: string[];
   /** Another session is building a slot index of this queue. */
   wait?: boolean;
+  /** Where a new consumer starts. */
+  position?: LogPosition;
 }
+
+/** A start position or seek target as the engine reads it. */
+export type Target = { latest: true } | { earliest: true } | { time: string } | { id: string };
 
 // ---------------------------------------------------------------- declarations
 
@@ -181,7 +189,15 @@ export interface EngineCalls {
   send: [{ queue: string; type: string; payload: unknown; key: string | null; dedupKey: string | null; ttl: number | null; trace: string | null }, SendResult];
   /** An entry per event: a bare id when it could not be deduplicated (no dedup key), else `{ id, deduped }`. */
   sendBatch: [{ queue: string; events: readonly unknown[]; trace: string | null }, (string | SendResult)[]];
-  subscribe: [QC & { kind: string; slots: number; settings: Record<string, unknown>; indexInline: boolean }, SubscribeReply];
+  subscribe: [
+    QC & { kind: string; slots: number; settings: Record<string, unknown>; indexInline: boolean; start: Target | null },
+    SubscribeReply,
+  ];
+  seek: [QC & { target: Target; slot: number | null }, SeekResult];
+  keyHistory: [{ queue: string; key: string; start: Target | null; after: string | null; limit: number }, HistoryEvent<unknown>[]];
+  replayKey: [QC & { key: string; start: Target | null }, { replayed: number; slot: number }];
+  setPaused: [QC & { paused: boolean }, { paused: boolean; changed: boolean }];
+  settleHead: [QC & { key: string; action: "skip" | "deadLetter" }, { key: string; slot: number; headId: string; action: string }];
   unsubscribe: [QC, { removed: boolean }];
   prepareExclusive: [QC & { chunkSize: number }, { tick: string | null }];
   /** A plain batch as JSON objects (SQL callers and tests; the client reads receivePlain). */
@@ -250,7 +266,38 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
     ["slots", "slots", "int"],
     ["settings", "settings", "jsonb"],
     ["indexInline", "index_inline", "boolean"],
+    ["start", "start", "jsonb"],
   ], fields({ created: "boolean", build: "array|undefined", wait: "boolean|undefined" })),
+  seek: fn("seek", [
+    ["queue", "queue", "text"],
+    ["consumer", "consumer", "text"],
+    ["target", "target", "jsonb"],
+    ["slot", "slot", "int"],
+  ], fields({ position: "object", slots: "number", retriesDropped: "number", blockedDropped: "number" })),
+  keyHistory: fn("key_history", [
+    ["queue", "queue", "text"],
+    ["key", "key", "text"],
+    ["start", "start", "jsonb"],
+    ["after", "after", "text"],
+    ["limit", "lim", "int"],
+  ], (x) => Array.isArray(x)),
+  replayKey: fn("replay_key", [
+    ["queue", "queue", "text"],
+    ["consumer", "consumer", "text"],
+    ["key", "key", "text"],
+    ["start", "start", "jsonb"],
+  ], fields({ replayed: "number", slot: "number" })),
+  setPaused: fn("set_paused", [
+    ["queue", "queue", "text"],
+    ["consumer", "consumer", "text"],
+    ["paused", "paused", "boolean"],
+  ], fields({ paused: "boolean", changed: "boolean" })),
+  settleHead: fn("settle_head", [
+    ["queue", "queue", "text"],
+    ["consumer", "consumer", "text"],
+    ["key", "key", "text"],
+    ["action", "action", "text"],
+  ], fields({ key: "string", slot: "number", headId: "string", action: "string" })),
   unsubscribe: fn("unsubscribe", [["queue", "queue", "text"], ["consumer", "consumer", "text"]]),
   prepareExclusive: fn("prepare_exclusive", [
     ["queue", "queue", "text"],
@@ -341,6 +388,9 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "table_unread", "take_retries", "tick_all", "window_count", "window_events", "window_events_slot", "window_take", "xbuckets",
   // least privilege (functions/00_roles.sql)
   "apply_grants", "authorize", "caller", "entry_functions", "permits", "role_json", "role_oid",
+  // 07_positions.sql and 05_status.sql helpers
+  "floor_after", "floor_of", "key_events", "out_of_range", "place_cursors", "position_json", "resolve_position",
+  "retained_json", "tick_now",
 ];
 
 // ---------------------------------------------------------------- typed calls
@@ -385,6 +435,11 @@ export const engine: { readonly [K in Name]: K extends Receiving ? Receive<K> : 
   sendBatch: call("sendBatch"),
   subscribe: call("subscribe"),
   unsubscribe: call("unsubscribe"),
+  seek: call("seek"),
+  keyHistory: call("keyHistory"),
+  replayKey: call("replayKey"),
+  setPaused: call("setPaused"),
+  settleHead: call("settleHead"),
   prepareExclusive: call("prepareExclusive"),
   receive: receiveCall("receive"),
   receivePlain: receiveCall("receivePlain"),

@@ -17,8 +17,26 @@ import { observeBatch } from "../observe/batches.ts";
 import { hub as newHub, type Hub } from "../observe/observer.ts";
 import { pollWaker, type Waker, waker } from "../observe/wake.ts";
 import { mapError } from "../engine/reply.ts";
-import type { BatchOptions, BatchReport, BlockedKey, RunOptions, RunReport, WorkOptions } from "../types.ts";
-import { checkName, checkText, show } from "../validate.ts";
+import * as v from "valibot";
+import { target } from "../ops/positions.ts";
+import type { Target } from "../engine/calls.ts";
+import type { BatchOptions, BatchReport, BlockedKey, RunOptions, RunReport, SeekResult, StartPosition, WorkOptions } from "../types.ts";
+import { checkName, checkText, int, parse, show } from "../validate.ts";
+
+/** Options of `subscribe`. */
+export interface SubscribeOptions {
+  /**
+   * Where a new consumer starts: `"latest"` (default: every event that
+   * commits after `subscribe` returns, whatever the ticker did), `"earliest"`
+   * (the start of the retained range), a `Date`, or an event id (that event
+   * first). Applies only when the consumer is created; `seek` moves an
+   * existing one. Outside the retained range: `POSITION_OUT_OF_RANGE`.
+   */
+  from?: StartPosition;
+}
+
+const subscribeSchema = v.strictObject({ from: v.optional(v.unknown()) });
+const seekSchema = v.strictObject({ slot: v.optional(int(0, 1023)) });
 
 /**
  * A consumer of a queue. Every kind has the same calls; what a batch reads
@@ -29,8 +47,18 @@ export interface Consumer<P = unknown> {
   readonly queue: string;
   /** The consumer's name. */
   readonly name: string;
-  /** Creates the consumer at the queue's newest tick (idempotent); true when it was new. */
-  subscribe(): Promise<boolean>;
+  /**
+   * Creates the consumer (idempotent); true when it was new. It starts at
+   * `from` (default `"latest"`: what commits after this call returns); an
+   * existing consumer is not moved (use `seek`).
+   */
+  subscribe(options?: SubscribeOptions): Promise<boolean>;
+  /**
+   * Moves the consumer (or `{ slot }` of an ordered one) to a position in one
+   * transaction; `CONSUMER_BUSY` while a batch holds it. The moved slots'
+   * pending retries and blocked keys are dropped; dead letters stay.
+   */
+  seek(to: StartPosition, options?: { slot?: number }): Promise<SeekResult>;
   /** Removes the consumer with its cursor, retries and dead letters; true when it existed. */
   unsubscribe(): Promise<boolean>;
   /** Consumes one batch in one transaction. */
@@ -83,7 +111,7 @@ async function buildConcurrently(ctx: ConsumerContext, statements: string[]): Pr
  * indexes built concurrently, or to wait for another session's build; after
  * 600 rounds, or when the server cannot build concurrently, it builds inline.
  */
-async function subscribe(ctx: ConsumerContext, name: string, k: ConsumerKind): Promise<boolean> {
+async function subscribe(ctx: ConsumerContext, name: string, k: ConsumerKind, start: Target | null): Promise<boolean> {
   let inline = false;
   for (let round = 1;; round++) {
     const r = await engine.subscribe(ctx.driver, ctx.schema, {
@@ -93,6 +121,7 @@ async function subscribe(ctx: ConsumerContext, name: string, k: ConsumerKind): P
       slots: k.slots,
       settings: k.settings,
       indexInline: inline,
+      start,
     });
     if (!r.build && !r.wait) return r.created;
     inline = !(await buildConcurrently(ctx, r.build ?? [])) || round >= 600;
@@ -130,8 +159,10 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
   checkName("queue", queue);
   checkName("consumer", name);
   let subscribed = false;
-  const sub = async (): Promise<boolean> => {
-    const created = await subscribe(ctx, name, k);
+  const sub = async (options?: SubscribeOptions): Promise<boolean> => {
+    const o = parse(subscribeSchema, options ?? {}, "subscribe options");
+    const start = o.from === undefined ? null : target("from", o.from, "subscribe");
+    const created = await subscribe(ctx, name, k, start);
     subscribed = true;
     return created;
   };
@@ -145,6 +176,11 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
     queue,
     name,
     subscribe: sub,
+    async seek(to, options) {
+      const t = target("to", to, "seek");
+      const o = parse(seekSchema, options ?? {}, "seek options");
+      return await engine.seek(ctx.driver, ctx.schema, { queue, consumer: name, target: t, slot: o.slot ?? null });
+    },
     async unsubscribe() {
       const r = await engine.unsubscribe(ctx.driver, ctx.schema, { queue, consumer: name });
       subscribed = false;

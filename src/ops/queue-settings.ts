@@ -32,6 +32,7 @@ export const QUEUE_SETTINGS: Readonly<Record<string, SettingSpec>> = {
   tickMaxCount: { kind: "count", min: 1, max: 1_000_000_000 },
   tickMaxLag: { kind: "duration", min: 0 },
   tickIdlePeriod: { kind: "duration", min: 0 },
+  retention: { kind: "duration", min: 0 },
 };
 
 /** The settings a consumer may override. */
@@ -41,7 +42,8 @@ export const CONSUMER_OVERRIDES: readonly string[] = ["maxRetries", "retryBase",
 export function settingEntries(names: readonly string[] = Object.keys(QUEUE_SETTINGS)): Record<string, v.GenericSchema> {
   return Object.fromEntries(names.map((k) => {
     const spec = QUEUE_SETTINGS[k]!;
-    return [k, v.optional(spec.kind === "count" ? int(spec.min, spec.max!) : duration)];
+    // retention reports null when off; null is taken back as off, so the report round-trips.
+    return [k, v.optional(spec.kind === "count" ? int(spec.min, spec.max!) : k === "retention" ? v.nullable(duration) : duration)];
   }));
 }
 
@@ -53,6 +55,10 @@ export function engineUnits(o: Record<string, unknown>): Record<string, number> 
   for (const [k, val] of Object.entries(o)) {
     const spec = QUEUE_SETTINGS[k];
     if (val === undefined || !spec) continue;
+    if (val === null) { // retention: none
+      out[k] = 0;
+      continue;
+    }
     out[k] = spec.kind === "duration" ? durationMs(k, val as string | number, spec.min)! / 1000 : (val as number);
   }
   return out;

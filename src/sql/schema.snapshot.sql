@@ -25,6 +25,7 @@ consumer (table)
   slots integer not null default 1
   settings jsonb not null default '{}'::jsonb
   created_at timestamp with time zone not null default now()
+  paused_at timestamp with time zone
 cursor (table, with fillfactor=50)
   consumer_id integer not null
   slot integer not null default 0
@@ -93,6 +94,9 @@ queue (table)
   retry_base interval not null default '00:00:01'::interval
   retry_cap interval not null default '01:00:00'::interval
   created_at timestamp with time zone not null default now()
+  retention interval
+  floor_tick bigint
+  left_at timestamp with time zone[]
 retry (table)
   consumer_id integer not null
   slot integer not null default 0
@@ -290,7 +294,11 @@ AS $function$
     tick_idle_period = coalesce(make_interval(secs => (s->>'tickIdlePeriod')::float8), tick_idle_period),
     max_retries      = coalesce((s->>'maxRetries')::int, max_retries),
     retry_base       = coalesce(make_interval(secs => (s->>'retryBase')::float8), retry_base),
-    retry_cap        = coalesce(make_interval(secs => (s->>'retryCap')::float8), retry_cap)
+    retry_cap        = coalesce(make_interval(secs => (s->>'retryCap')::float8), retry_cap),
+    -- retention: seconds; 0 (or JSON null) turns it off.
+    retention        = case when s ? 'retention'
+                            then nullif(make_interval(secs => coalesce((s->>'retention')::float8, 0)), '0 seconds'::interval)
+                            else retention end
   where queue_id = qid
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.authorize(need text, queue text DEFAULT NULL::text, consumer text DEFAULT NULL::text)
@@ -436,12 +444,14 @@ begin
     execute format('create table %I.%I partition of %I.%I for values in (%s)',
                    :KEYQ_SCHEMA_NAME, parent || '_' || i, :KEYQ_SCHEMA_NAME, parent, i);
   end loop;
-  insert into :KEYQ_SCHEMA.queue (queue_id, queue_name, event_seq, ntables)
-  values (qid, queue, format('%I.%I', :KEYQ_SCHEMA_NAME, parent || '_id_seq')::regclass, n);
+  insert into :KEYQ_SCHEMA.queue (queue_id, queue_name, event_seq, ntables, left_at)
+  values (qid, queue, format('%I.%I', :KEYQ_SCHEMA_NAME, parent || '_id_seq')::regclass, n,
+          array_fill(null::timestamptz, array[n::int]));
   perform :KEYQ_SCHEMA.apply_queue_settings(qid, settings);
-  -- The first tick: consumers that subscribe now see every later event.
+  -- The first tick, and the start of the retained range: no event precedes it.
   insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)
   values (qid, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), 0);
+  update :KEYQ_SCHEMA.queue set floor_tick = currval(':KEYQ_SCHEMA.tick_id_seq') where queue_id = qid;
   select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;
   return jsonb_build_object('created', true, 'queue', :KEYQ_SCHEMA.queue_json(q));
 end $function$;
@@ -673,7 +683,9 @@ AS $function$
     ('create_queue', 'operate'), ('update_queue', 'operate'), ('drop_queue', 'operate'),
     ('list_queues', 'operate'), ('unsubscribe', 'operate'), ('dlq_replay', 'operate'),
     ('dlq_replay_where', 'operate'), ('dlq_purge', 'operate'), ('tick_all', 'operate'),
-    ('rotate', 'operate'), ('list_grants', 'operate')
+    ('rotate', 'operate'), ('list_grants', 'operate'),
+    ('seek', 'operate'), ('key_history', 'operate'), ('replay_key', 'operate'), ('set_paused', 'operate'),
+    ('settle_head', 'operate')
   ) v(f, p)
   union all
   -- operate reaches every function the other grants reach.
@@ -729,6 +741,49 @@ begin
     from want w where w.h not in (select key_hash from got);
   return to_jsonb(taken);
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.floor_after(q :KEYQ_SCHEMA.queue, t smallint)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare
+  ids bigint[] := array(select tick_id from :KEYQ_SCHEMA.tick
+                         where queue_id = q.queue_id and tick_id >= coalesce(q.floor_tick, 0) order by tick_id);
+  lo int := 1;
+  hi int := cardinality(ids);
+  mid int;
+  sees boolean;
+begin
+  if not exists (select 1 from :KEYQ_SCHEMA.event e where e.queue_id = q.queue_id and e.ev_table = t) then
+    return coalesce(q.floor_tick, ids[1]);
+  end if;
+  if hi = 0 then return null; end if;
+  -- Invariant: ids[hi + 1] (if any) sees every row; find the first that does.
+  hi := hi + 1;
+  while lo < hi loop
+    mid := (lo + hi) / 2;
+    select not exists (
+        select 1 from :KEYQ_SCHEMA.event e, :KEYQ_SCHEMA.tick k
+         where k.queue_id = q.queue_id and k.tick_id = ids[mid]
+           and e.queue_id = q.queue_id and e.ev_table = t
+           and (e.ev_txid >= pg_snapshot_xmax(k.tick_snapshot)
+                or e.ev_txid = any (array(select pg_snapshot_xip(k.tick_snapshot)))))
+      into sees;
+    if sees then hi := mid; else lo := mid + 1; end if;
+  end loop;
+  return ids[lo];  -- null when lo is past the newest tick
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.floor_of(q :KEYQ_SCHEMA.queue)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select min(tick_id) from :KEYQ_SCHEMA.tick
+   where queue_id = q.queue_id and tick_id >= coalesce(q.floor_tick, 0)
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.get_consumer(queue text, consumer text)
  RETURNS :KEYQ_SCHEMA.consumer
  LANGUAGE plpgsql
@@ -818,6 +873,69 @@ AS $function$
                   current_setting('max_locks_per_transaction')::int
                   * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int) / 16)
 $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_events(q :KEYQ_SCHEMA.queue, key text, start jsonb, after text, lim integer)
+ RETURNS TABLE(w bigint, e :KEYQ_SCHEMA.event)
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare
+  pos record;
+  ids bigint[];
+  snaps pg_snapshot[];
+  s1 pg_snapshot;
+  ev :KEYQ_SCHEMA.event;
+  lo int;
+  hi int;
+  mid int;
+  a_tick bigint := split_part(after, ':', 1)::bigint;
+  a_txid xid8 := split_part(after, ':', 2)::xid8;
+  a_id bigint := split_part(after, ':', 3)::bigint;
+  found_w bigint[] := '{}';
+  found_e :KEYQ_SCHEMA.event[] := '{}';
+begin
+  pos := :KEYQ_SCHEMA.resolve_position(q, coalesce(nullif(start, 'null'::jsonb), '{"earliest": true}'));
+  select array_agg(t.tick_id order by t.tick_id), array_agg(t.tick_snapshot order by t.tick_id)
+    into ids, snaps
+    from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id > pos.tick_id;
+  select tick_snapshot into s1 from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id = pos.tick_id;
+  if ids is null then return; end if;
+  for ev in select x.* from :KEYQ_SCHEMA.event x
+             where x.queue_id = q.queue_id and x.ev_key = key and not pg_visible_in_snapshot(x.ev_txid, s1)
+               and pg_visible_in_snapshot(x.ev_txid, snaps[cardinality(snaps)])
+  loop
+    -- Binary search: the first tick that sees the event (ticks are monotonic).
+    lo := 1; hi := cardinality(ids);
+    while lo < hi loop
+      mid := (lo + hi) / 2;
+      if pg_visible_in_snapshot(ev.ev_txid, snaps[mid]) then hi := mid; else lo := mid + 1; end if;
+    end loop;
+    -- Inside the start window, only events after the position's place.
+    if pos.last_txid is not null and ids[lo] = pos.end_tick_id
+       and (ev.ev_txid, ev.ev_id) <= (pos.last_txid, pos.last_id) then
+      continue;
+    end if;
+    if after is not null and (ids[lo], ev.ev_txid, ev.ev_id) <= (a_tick, a_txid, a_id) then
+      continue;
+    end if;
+    found_w := found_w || ids[lo];
+    found_e := found_e || ev;
+  end loop;
+  return query select found_w[i], found_e[i] from generate_subscripts(found_w, 1) i
+                order by found_w[i], (found_e[i]).ev_txid, (found_e[i]).ev_id limit lim;
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_history(queue text, key text, start jsonb DEFAULT NULL::jsonb, after text DEFAULT NULL::text, lim integer DEFAULT 1000)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select :KEYQ_SCHEMA.authorize('read key history', queue);
+  select coalesce(jsonb_agg(:KEYQ_SCHEMA.event_json(h.e) || jsonb_build_object(
+           'position', h.w::text || ':' || (h.e).ev_txid::text || ':' || (h.e).ev_id::text)
+           order by h.w, (h.e).ev_txid, (h.e).ev_id), '[]')
+  from :KEYQ_SCHEMA.key_events(:KEYQ_SCHEMA.get_queue(queue), key, start, after, lim) h
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.keys_prefix(evs :KEYQ_SCHEMA.event[], budget integer)
  RETURNS integer
  LANGUAGE sql
@@ -888,6 +1006,21 @@ begin
                             'ticksPruned', :KEYQ_SCHEMA.prune_ticks(q.queue_id),
                             'dedupExpired', :KEYQ_SCHEMA.dedup_gc(q.queue_id, 5000));
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.out_of_range(q :KEYQ_SCHEMA.queue, what text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare since timestamptz;
+begin
+  select tick_time into since from :KEYQ_SCHEMA.tick
+   where queue_id = q.queue_id and tick_id = :KEYQ_SCHEMA.floor_of(q);
+  raise exception '% is outside the retained range of queue "%", which starts at %; use from: "earliest", a later point, or give the queue a longer retention (keyq update-queue % --retention …).',
+    what, q.queue_name, since, q.queue_name
+    using errcode = 'KQ030', hint = 'KEYQ:POSITION_OUT_OF_RANGE';
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.park_events(c :KEYQ_SCHEMA.consumer, s integer, events jsonb, due timestamp with time zone)
  RETURNS integer
  LANGUAGE plpgsql
@@ -941,6 +1074,29 @@ begin
                 when not exists (select 1 from pg_catalog.pg_roles r where r.oid = g.role_id) then false
                 else pg_has_role(who, g.role_id, 'USAGE') end);
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.place_cursors(c :KEYQ_SCHEMA.consumer, s integer, tick bigint, end_tick bigint, ltxid xid8, lid bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+begin
+  if c.kind = 'exclusive' then
+    delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id;
+    if end_tick is not null then
+      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
+      select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), tick, end_tick, ltxid, lid, b
+        from generate_series(0, :KEYQ_SCHEMA.xbuckets() - 1) b order by b;
+    end if;
+    update :KEYQ_SCHEMA.cursor set tick_id = tick, end_tick_id = coalesce(end_tick, tick),
+           last_txid = null, last_id = null, polled_at = now()
+     where consumer_id = c.consumer_id;
+    return;
+  end if;
+  update :KEYQ_SCHEMA.cursor set tick_id = tick, end_tick_id = end_tick, last_txid = ltxid, last_id = lid,
+         polled_at = now()
+   where consumer_id = c.consumer_id and (s is null or slot = s);
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.plan_chunks(c :KEYQ_SCHEMA.consumer, chunk_size integer)
  RETURNS integer
  LANGUAGE plpgsql
@@ -986,6 +1142,16 @@ begin
   end if;
   return n;
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.position_json(q :KEYQ_SCHEMA.queue, t_id bigint, end_tick bigint, after_id bigint)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object('tick', t_id::text,
+           'tickTime', (select t.tick_time from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id = t_id),
+           'windowEnd', end_tick::text, 'afterId', after_id::text)
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.prepare_exclusive(queue text, consumer text, chunk_size integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1005,13 +1171,17 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.prune_ticks(qid integer)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
-declare keep bigint; n int;
+declare keep bigint; n int; q :KEYQ_SCHEMA.queue;
 begin
+  select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;
   select min(cu.tick_id) into keep
     from :KEYQ_SCHEMA.cursor cu join :KEYQ_SCHEMA.consumer k using (consumer_id)
    where k.queue_id = qid;
   if keep is null then
     select max(tick_id) into keep from :KEYQ_SCHEMA.tick where queue_id = qid;
+  end if;
+  if q.retention is not null then
+    keep := least(keep, q.floor_tick);
   end if;
   delete from :KEYQ_SCHEMA.tick where queue_id = qid and tick_id < keep;
   get diagnostics n = row_count;
@@ -1029,7 +1199,8 @@ AS $function$
     'tickMaxCount', q.tick_max_count, 'tickMaxLag', extract(epoch from q.tick_max_lag),
     'tickIdlePeriod', extract(epoch from q.tick_idle_period),
     'maxRetries', q.max_retries, 'retryBase', extract(epoch from q.retry_base),
-    'retryCap', extract(epoch from q.retry_cap), 'createdAt', q.created_at)
+    'retryCap', extract(epoch from q.retry_cap),
+    'retention', extract(epoch from q.retention), 'createdAt', q.created_at)
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, lim integer)
  RETURNS jsonb
@@ -1057,6 +1228,9 @@ begin
   if c.kind <> 'plain' then
     raise exception 'Consumer "%" of queue "%" is a % consumer; read it with the matching API.', consumer, queue, c.kind
       using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
+  end if;
+  if c.paused_at is not null then  -- paused by an operator (07_positions.sql)
+    return jsonb_build_object('busy', true, 'events', '[]'::jsonb);
   end if;
   select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0
     for update skip locked;
@@ -1093,6 +1267,9 @@ begin
   if c.kind <> 'exclusive' then
     raise exception 'Consumer "%" of queue "%" is a % consumer, not exclusive; use another consumer name.', consumer, queue, c.kind
       using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
+  end if;
+  if c.paused_at is not null then  -- paused by an operator (07_positions.sql)
+    return jsonb_build_object('busy', true, 'events', '[]'::jsonb);
   end if;
   out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, least(max_events, keys_left));
   take := max_events - jsonb_array_length(out);
@@ -1174,6 +1351,9 @@ begin
       using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
   end if;
   perform :KEYQ_SCHEMA.check_slots(c, queue, slot_count);
+  if c.paused_at is not null then  -- paused by an operator (07_positions.sql)
+    return jsonb_build_object('busy', true, 'slot', null, 'events', '[]'::jsonb);
+  end if;
   todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);
   if help_after is not null then
     todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu
@@ -1227,6 +1407,9 @@ begin
     raise exception 'Consumer "%" of queue "%" is a % consumer; read it with the matching API.', consumer, queue, c.kind
       using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
   end if;
+  if c.paused_at is not null then  -- paused by an operator (07_positions.sql)
+    return '{"busy":true,"retries":[],"rows":[]}';
+  end if;
   select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0
     for update skip locked;
   if not found and wait_ms > 0 then
@@ -1279,6 +1462,127 @@ AS $function$
   update :KEYQ_SCHEMA.retry set due_at = now()
    where consumer_id = c.consumer_id and slot = s and ev_key = k and due_at = 'infinity';
 $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.replay_key(queue text, consumer text, key text, start jsonb DEFAULT NULL::jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('replay keys', queue);
+declare
+  q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+  s int := case when c.kind = 'ordered' then :KEYQ_SCHEMA.slot_of(key, c.slots) else 0 end;
+  n int;
+begin
+  insert into :KEYQ_SCHEMA.retry as r (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
+                                       retry, due_at, last_error)
+  select c.consumer_id, s, (h.e).ev_id, (h.e).ev_txid, (h.e).ev_time, (h.e).ev_type, (h.e).ev_key, (h.e).ev_data,
+         0, now() + make_interval(secs => h.i / 1e6), null
+    from (select k.w, k.e, row_number() over (order by k.w, (k.e).ev_txid, (k.e).ev_id) - 1 as i
+            from :KEYQ_SCHEMA.key_events(q, key, start, null, 2147483647) k) h
+   order by h.i
+  on conflict (consumer_id, ev_id) do update set due_at = excluded.due_at, retry = 0;
+  get diagnostics n = row_count;
+  return jsonb_build_object('replayed', n, 'slot', s);
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.resolve_position(q :KEYQ_SCHEMA.queue, target jsonb, OUT tick_id bigint, OUT end_tick_id bigint, OUT last_txid xid8, OUT last_id bigint)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare
+  fl bigint := :KEYQ_SCHEMA.floor_of(q);
+  fl_snap pg_snapshot;
+  at timestamptz;
+  x bigint;
+  e :KEYQ_SCHEMA.event;
+  newest bigint;
+begin
+  if target ? 'latest' then
+    tick_id := :KEYQ_SCHEMA.tick_now(q);
+    return;
+  end if;
+  if target ? 'earliest' then
+    tick_id := fl;
+    return;
+  end if;
+  if target ? 'time' then
+    at := (target->>'time')::timestamptz;
+    if at > clock_timestamp() then
+      raise exception 'Start time % is in the future; give a past time, or from: "latest".', at
+        using errcode = 'KQ030', hint = 'KEYQ:POSITION_OUT_OF_RANGE';
+    end if;
+    select t.tick_id into tick_id from :KEYQ_SCHEMA.tick t
+     where t.queue_id = q.queue_id and t.tick_id >= fl and t.tick_time <= at
+     order by t.tick_id desc limit 1;
+    if tick_id is null then
+      perform :KEYQ_SCHEMA.out_of_range(q, format('Start time %s', at));
+    end if;
+    return;
+  end if;
+  if target ? 'id' then
+    x := (target->>'id')::bigint;
+    select tick_snapshot into fl_snap from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id = fl;
+    -- Ids are per queue; the log has no index on the id alone, so this
+    -- reads the queue's ring tables (an operator's call, not a hot path).
+    select * into e from :KEYQ_SCHEMA.event ev where ev.queue_id = q.queue_id and ev.ev_id = x;
+    if not found then
+      if x > coalesce(pg_sequence_last_value(q.event_seq), 0) then
+        raise exception 'Queue "%" has no event %: its newest event id is % (is the id from another queue?).',
+          q.queue_name, x, coalesce(pg_sequence_last_value(q.event_seq), 0)
+          using errcode = 'KQ031', hint = 'KEYQ:EVENT_NOT_FOUND';
+      end if;
+      if exists (select 1 from :KEYQ_SCHEMA.event ev where ev.queue_id = q.queue_id and ev.ev_id > x
+                    and not pg_visible_in_snapshot(ev.ev_txid, fl_snap))
+         and not exists (select 1 from :KEYQ_SCHEMA.event ev where ev.queue_id = q.queue_id and ev.ev_id < x) then
+        perform :KEYQ_SCHEMA.out_of_range(q, format('Event %s', x));
+      end if;
+      raise exception 'Queue "%" has no event % (never committed, deduplicated, or already truncated by rotation); list events with keyq history.',
+        q.queue_name, x
+        using errcode = 'KQ031', hint = 'KEYQ:EVENT_NOT_FOUND';
+    end if;
+    if pg_visible_in_snapshot(e.ev_txid, fl_snap) then
+      perform :KEYQ_SCHEMA.out_of_range(q, format('Event %s', x));
+    end if;
+    select min(t.tick_id) into end_tick_id from :KEYQ_SCHEMA.tick t
+     where t.queue_id = q.queue_id and t.tick_id > fl and pg_visible_in_snapshot(e.ev_txid, t.tick_snapshot);
+    if end_tick_id is null then
+      end_tick_id := :KEYQ_SCHEMA.tick_now(q);
+    end if;
+    select max(t.tick_id) into tick_id from :KEYQ_SCHEMA.tick t
+     where t.queue_id = q.queue_id and t.tick_id >= fl and t.tick_id < end_tick_id;
+    last_txid := e.ev_txid;
+    last_id := e.ev_id - 1;
+    return;
+  end if;
+  raise exception 'Unknown start position %; use "latest", "earliest", a Date or an event id.', target
+    using errcode = 'KQ033', hint = 'KEYQ:INVALID_INPUT';
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.retained_json(q :KEYQ_SCHEMA.queue)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare
+  f :KEYQ_SCHEMA.tick;
+  first :KEYQ_SCHEMA.event;
+  bytes bigint;
+begin
+  select * into f from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id = :KEYQ_SCHEMA.floor_of(q);
+  select * into first from :KEYQ_SCHEMA.window_events(q.queue_id, f.tick_snapshot, pg_current_snapshot(), '0'::xid8, 0, 1);
+  select sum(pg_total_relation_size(format('%I.%I', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || i)::regclass))
+    into bytes from generate_series(0, q.ntables - 1) i;
+  return jsonb_build_object(
+    'fromTick', f.tick_id::text, 'since', f.tick_time,
+    'oldestEventId', first.ev_id::text, 'oldestEventTime', first.ev_time,
+    'events', :KEYQ_SCHEMA.window_count(q.queue_id, f.tick_snapshot, pg_current_snapshot(), 100000),
+    'bytes', bytes);
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.retry_policy(c :KEYQ_SCHEMA.consumer, OUT max_retries integer, OUT base double precision, OUT cap double precision)
  RETURNS record
  LANGUAGE sql
@@ -1359,10 +1663,17 @@ declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   nxt smallint := (q.cur_table + 1) % q.ntables;
   oldest pg_snapshot;
+  floor bigint;
   prev_timeout text := current_setting('lock_timeout');
 begin
   if not force and now() - q.rotated_at < q.rotation_period then
     return jsonb_build_object('rotated', false, 'reason', 'not due');
+  end if;
+  -- Retention is a floor for rotation, forced or not: table nxt stopped being
+  -- current at left_at, so its newest event is at least that old.
+  if q.retention is not null and q.left_at[nxt + 1] > now() - q.retention then
+    return jsonb_build_object('rotated', false, 'reason', 'retention',
+                              'until', q.left_at[nxt + 1] + q.retention);
   end if;
   begin
     perform set_config('lock_timeout', '1s', true);
@@ -1380,9 +1691,64 @@ begin
   if oldest is not null and :KEYQ_SCHEMA.table_unread(q.queue_id, nxt, oldest) then
     return jsonb_build_object('rotated', false, 'reason', 'lagging consumer');
   end if;
+  -- The retained range starts at the oldest tick that sees every row of nxt
+  -- (every event after it stays in the log). A row no tick sees yet (its
+  -- transaction committed after the newest tick) waits for the next tick.
+  floor := :KEYQ_SCHEMA.floor_after(q, nxt);
+  if floor is null then
+    return jsonb_build_object('rotated', false, 'reason', 'unticked');
+  end if;
   execute format('truncate %I.%I', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || nxt);
-  update :KEYQ_SCHEMA.queue set cur_table = nxt, rotated_at = now() where queue_id = q.queue_id;
+  update :KEYQ_SCHEMA.queue set cur_table = nxt, rotated_at = now(), floor_tick = floor,
+         left_at[q.cur_table + 1] = now()
+   where queue_id = q.queue_id;
   return jsonb_build_object('rotated', true, 'table', nxt);
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.seek(queue text, consumer text, target jsonb, slot integer DEFAULT NULL::integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('seek consumers', queue);
+declare
+  q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+  pos record;
+  n_retry int;
+  n_blocked int;
+begin
+  if slot is not null and (c.kind <> 'ordered' or slot < 0 or slot >= c.slots) then
+    raise exception 'Consumer "%" of queue "%" has no slot % (a % consumer%); seek one slot of an ordered consumer only.',
+      consumer, queue, slot, c.kind, case when c.kind = 'ordered' then format(' with slots 0..%s', c.slots - 1) else '' end
+      using errcode = 'KQ033', hint = 'KEYQ:INVALID_INPUT';
+  end if;
+  -- Rotation and tick pruning wait (they would read the cursors being moved).
+  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id));
+  if c.kind = 'exclusive' then
+    perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id));
+  end if;
+  begin
+    perform 1 from :KEYQ_SCHEMA.cursor cu where cu.consumer_id = c.consumer_id and (slot is null or cu.slot = slot)
+      for update nowait;
+    perform 1 from :KEYQ_SCHEMA.chunk k where k.consumer_id = c.consumer_id for update nowait;
+    perform 1 from :KEYQ_SCHEMA.retry r where r.consumer_id = c.consumer_id and (slot is null or r.slot = slot)
+      for update nowait;
+  exception when lock_not_available then
+    raise exception 'Consumer "%" of queue "%" is being read by a batch right now; seek it when no batch runs (pause it first: keyq pause % %).',
+      consumer, queue, queue, consumer
+      using errcode = 'KQ032', hint = 'KEYQ:CONSUMER_BUSY';
+  end;
+  pos := :KEYQ_SCHEMA.resolve_position(q, target);
+  perform :KEYQ_SCHEMA.place_cursors(c, slot, pos.tick_id, pos.end_tick_id, pos.last_txid, pos.last_id);
+  delete from :KEYQ_SCHEMA.retry r where r.consumer_id = c.consumer_id and (slot is null or r.slot = slot);
+  get diagnostics n_retry = row_count;
+  delete from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and (slot is null or b.slot = slot);
+  get diagnostics n_blocked = row_count;
+  return jsonb_build_object('position', :KEYQ_SCHEMA.position_json(q, pos.tick_id, pos.end_tick_id, pos.last_id),
+                            'slots', case when slot is null then c.slots else 1 end,
+                            'retriesDropped', n_retry, 'blockedDropped', n_blocked);
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.send(queue text, type text, payload jsonb, key text DEFAULT NULL::text, dedup_key text DEFAULT NULL::text, ttl double precision DEFAULT NULL::double precision, trace text DEFAULT NULL::text)
  RETURNS jsonb
@@ -1499,6 +1865,56 @@ begin
     from r;
   return out;
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.set_paused(queue text, consumer text, paused boolean)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('pause and resume consumers', queue);
+declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer); was boolean := c.paused_at is not null;
+begin
+  update :KEYQ_SCHEMA.consumer set paused_at = case when paused then coalesce(paused_at, now()) end
+   where consumer_id = c.consumer_id;
+  return jsonb_build_object('paused', paused, 'changed', was <> paused);
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.settle_head(queue text, consumer text, key text, action text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('settle blocked heads', queue);
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+  b :KEYQ_SCHEMA.blocked;
+  r :KEYQ_SCHEMA.retry;
+begin
+  select * into b from :KEYQ_SCHEMA.blocked x where x.consumer_id = c.consumer_id and x.ev_key = key;
+  if not found then
+    raise exception 'Key "%" is not blocked for consumer "%" of queue "%"; list blocked keys with keyq blocked % %.',
+      key, consumer, queue, queue, consumer
+      using errcode = 'KQ034', hint = 'KEYQ:KEY_NOT_BLOCKED';
+  end if;
+  begin
+    select * into r from :KEYQ_SCHEMA.retry x where x.consumer_id = c.consumer_id and x.ev_id = b.head_id
+      for update nowait;
+  exception when lock_not_available then
+    raise exception 'The head of key "%" is in a running batch of consumer "%"; try again when it ends.', key, consumer
+      using errcode = 'KQ032', hint = 'KEYQ:CONSUMER_BUSY';
+  end;
+  if found and action = 'deadLetter' then
+    insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
+                                          ev_key, ev_data, attempts, error)
+    values (c.queue_id, c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key,
+            r.ev_data, r.retry, coalesce(r.last_error, '{}'::jsonb) || '{"settledBy": "operator"}');
+  end if;
+  delete from :KEYQ_SCHEMA.retry x where x.consumer_id = c.consumer_id and x.ev_id = b.head_id;
+  perform :KEYQ_SCHEMA.release_key(c, b.slot, key);
+  return jsonb_build_object('key', key, 'slot', b.slot, 'headId', b.head_id::text, 'action', action);
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.slot_of(key text, n integer)
  RETURNS integer
  LANGUAGE sql
@@ -1534,9 +1950,11 @@ AS $function$
     'tables', q.ntables, 'currentTable', q.cur_table, 'rotatedAt', q.rotated_at,
     'lastTick', q.last_tick::text, 'lastTickAge', extract(epoch from now() - q.last_time),
     'eventsSinceTick', coalesce(q.pending, 0),
+    'retention', extract(epoch from q.retention),
+    'retained', :KEYQ_SCHEMA.retained_json((select x from :KEYQ_SCHEMA.queue x where x.queue_id = q.queue_id)),
     'consumers', coalesce((
       select jsonb_agg(jsonb_build_object(
-        'name', c.consumer_name, 'kind', c.kind, 'slots', c.slots,
+        'name', c.consumer_name, 'kind', c.kind, 'slots', c.slots, 'paused', c.paused_at is not null,
         'retries', (select count(*) from :KEYQ_SCHEMA.retry r where r.consumer_id = c.consumer_id),
         'deadLetters', (select count(*) from :KEYQ_SCHEMA.dead_letter d where d.consumer_id = c.consumer_id),
         'blockedKeys', (select count(*) from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id),
@@ -1556,7 +1974,7 @@ AS $function$
   ) order by q.queue_name), '[]')
   from qs q
 $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.subscribe(queue text, consumer text, kind text DEFAULT 'plain'::text, slots integer DEFAULT 1, settings jsonb DEFAULT '{}'::jsonb, index_inline boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.subscribe(queue text, consumer text, kind text DEFAULT 'plain'::text, slots integer DEFAULT 1, settings jsonb DEFAULT '{}'::jsonb, index_inline boolean DEFAULT false, start jsonb DEFAULT NULL::jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -1567,7 +1985,7 @@ declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer)
 declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   c :KEYQ_SCHEMA.consumer;
-  t bigint;
+  pos record;
   pending jsonb;
 begin
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('subscribe', q.queue_id));
@@ -1599,7 +2017,6 @@ begin
   -- tick pruning would otherwise delete the start tick read below, and the
   -- first window would read from a missing snapshot (nothing, silently).
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id));
-  select max(tick_id) into t from :KEYQ_SCHEMA.tick where queue_id = q.queue_id;
   if kind in ('ordered', 'exclusive') then
     -- An exclusive consumer reads its key buckets through the slot index for xbuckets().
     pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id,
@@ -1608,11 +2025,16 @@ begin
       return pending || jsonb_build_object('created', false);
     end if;
   end if;
+  -- The start position is resolved after the index work, in this transaction
+  -- (a position outside the retained range fails here, before any write).
+  pos := :KEYQ_SCHEMA.resolve_position(q, coalesce(nullif(start, 'null'::jsonb), '{"latest": true}'));
   insert into :KEYQ_SCHEMA.consumer (queue_id, consumer_name, kind, slots, settings)
   values (q.queue_id, consumer, kind, slots, settings) returning * into c;
   insert into :KEYQ_SCHEMA.cursor (consumer_id, slot, tick_id, polled_at)
-  select c.consumer_id, s, t, now() from generate_series(0, slots - 1) s;
-  return jsonb_build_object('created', true);
+  select c.consumer_id, s, pos.tick_id, now() from generate_series(0, slots - 1) s;
+  perform :KEYQ_SCHEMA.place_cursors(c, null, pos.tick_id, pos.end_tick_id, pos.last_txid, pos.last_id);
+  return jsonb_build_object('created', true,
+    'position', :KEYQ_SCHEMA.position_json(q, pos.tick_id, pos.end_tick_id, pos.last_id));
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.table_unread(qid integer, t integer, snap pg_snapshot)
  RETURNS boolean
@@ -1700,6 +2122,25 @@ begin
     out := out || jsonb_build_object(q, :KEYQ_SCHEMA.tick(q)->'tick');
   end loop;
   return out;
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.tick_now(q :KEYQ_SCHEMA.queue)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare id bigint;
+begin
+  if current_setting('transaction_isolation') <> 'read committed' then
+    raise exception 'A start position is taken in a READ COMMITTED transaction, not %.', current_setting('transaction_isolation')
+      using errcode = 'KQ010', hint = 'KEYQ:WRONG_ISOLATION';
+  end if;
+  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('tick', q.queue_id));
+  insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)
+  values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(),
+          coalesce(pg_sequence_last_value(q.event_seq), 0))
+  returning tick_id into id;
+  return id;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.unfence(queue text, consumer text, holder text)
  RETURNS jsonb

@@ -43,9 +43,12 @@ describe("keyq CLI: parsing and formatting (no database)", () => {
   test("human units: durations and queue settings in a stable order", () => {
     assert.deepEqual([0.25, 1.23, 42, 300, 5400, 172800].map(humanSeconds), ["250 ms", "1.2 s", "42 s", "5 min", "1.5 h", "2 d"]);
     assert.equal(humanSeconds(null), "");
-    const info = { name: "files", tables: 3, currentTable: 0, rotatedAt: "r", rotationPeriod: 3_600_000, tickMaxCount: 1000, tickMaxLag: 0, tickIdlePeriod: 60_000, maxRetries: 5, retryBase: 1000, retryCap: 3_600_000, createdAt: "c" };
+    const info = { name: "files", tables: 3, currentTable: 0, rotatedAt: "r", rotationPeriod: 3_600_000, tickMaxCount: 1000, tickMaxLag: 0, tickIdlePeriod: 60_000, maxRetries: 5, retryBase: 1000, retryCap: 3_600_000, retention: null, createdAt: "c" };
     const shown = queueSettings(info);
-    assert.deepEqual(Object.keys(shown), ["name", "tables", "current table", "max retries", "retry base", "retry cap", "rotation period", "tick max count", "tick max lag", "tick idle period", "created at"]);
+    assert.deepEqual(Object.keys(shown), ["name", "tables", "current table", "max retries", "retry base", "retry cap", "rotation period", "tick max count", "tick max lag", "tick idle period", "retention", "created at"]);
+    assert.equal(shown["current table"], 0, "the same value as --json (currentTable is 0-based)");
+    assert.equal(shown.retention, "none");
+    assert.equal(queueSettings({ ...info, retention: 604_800_000 }).retention, "7 d");
     assert.equal(shown["retry cap"], "1 h");
     assert.equal(shown["retry base"], "1 s");
   });
@@ -65,7 +68,8 @@ describe("keyq CLI: parsing and formatting (no database)", () => {
     const cursor = { slot: 2, lagEvents: 50, lagSeconds: 120, polledAgo: 900, stale: true, windowOpen: false };
     const status: QueueStatus[] = [{
       queue: "files", tables: 3, currentTable: 0, rotatedAt: "", lastTick: "7", lastTickAge: 400, eventsSinceTick: 0,
-      consumers: [{ name: "lifecycle", kind: "ordered", slots: 8, retries: 0, deadLetters: 3, blockedKeys: 1, cursors: [cursor] }],
+      retention: null, retained: { fromTick: "1", since: "", oldestEventId: null, oldestEventTime: null, events: 0, bytes: 0 },
+      consumers: [{ name: "lifecycle", kind: "ordered", slots: 8, paused: false, retries: 0, deadLetters: 3, blockedKeys: 1, cursors: [cursor] }],
     }];
     assert.deepEqual(checkStatus(status, { maxLag: 100 }), []);
     assert.deepEqual(checkStatus(status, DEFAULT_THRESHOLDS), [

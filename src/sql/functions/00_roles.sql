@@ -45,7 +45,9 @@ as $$
     ('create_queue', 'operate'), ('update_queue', 'operate'), ('drop_queue', 'operate'),
     ('list_queues', 'operate'), ('unsubscribe', 'operate'), ('dlq_replay', 'operate'),
     ('dlq_replay_where', 'operate'), ('dlq_purge', 'operate'), ('tick_all', 'operate'),
-    ('rotate', 'operate'), ('list_grants', 'operate')
+    ('rotate', 'operate'), ('list_grants', 'operate'),
+    ('seek', 'operate'), ('key_history', 'operate'), ('replay_key', 'operate'), ('set_paused', 'operate'),
+    ('settle_head', 'operate')
   ) v(f, p)
   union all
   -- operate reaches every function the other grants reach.

@@ -60,7 +60,8 @@ as $$
     'tickMaxCount', q.tick_max_count, 'tickMaxLag', extract(epoch from q.tick_max_lag),
     'tickIdlePeriod', extract(epoch from q.tick_idle_period),
     'maxRetries', q.max_retries, 'retryBase', extract(epoch from q.retry_base),
-    'retryCap', extract(epoch from q.retry_cap), 'createdAt', q.created_at)
+    'retryCap', extract(epoch from q.retry_cap),
+    'retention', extract(epoch from q.retention), 'createdAt', q.created_at)
 $$;
 
 -- Queues ----------------------------------------------------------------------
@@ -77,7 +78,11 @@ as $$
     tick_idle_period = coalesce(make_interval(secs => (s->>'tickIdlePeriod')::float8), tick_idle_period),
     max_retries      = coalesce((s->>'maxRetries')::int, max_retries),
     retry_base       = coalesce(make_interval(secs => (s->>'retryBase')::float8), retry_base),
-    retry_cap        = coalesce(make_interval(secs => (s->>'retryCap')::float8), retry_cap)
+    retry_cap        = coalesce(make_interval(secs => (s->>'retryCap')::float8), retry_cap),
+    -- retention: seconds; 0 (or JSON null) turns it off.
+    retention        = case when s ? 'retention'
+                            then nullif(make_interval(secs => coalesce((s->>'retention')::float8, 0)), '0 seconds'::interval)
+                            else retention end
   where queue_id = qid
 $$;
 
@@ -108,12 +113,14 @@ begin
     execute format('create table %I.%I partition of %I.%I for values in (%s)',
                    :KEYQ_SCHEMA_NAME, parent || '_' || i, :KEYQ_SCHEMA_NAME, parent, i);
   end loop;
-  insert into :KEYQ_SCHEMA.queue (queue_id, queue_name, event_seq, ntables)
-  values (qid, queue, format('%I.%I', :KEYQ_SCHEMA_NAME, parent || '_id_seq')::regclass, n);
+  insert into :KEYQ_SCHEMA.queue (queue_id, queue_name, event_seq, ntables, left_at)
+  values (qid, queue, format('%I.%I', :KEYQ_SCHEMA_NAME, parent || '_id_seq')::regclass, n,
+          array_fill(null::timestamptz, array[n::int]));
   perform :KEYQ_SCHEMA.apply_queue_settings(qid, settings);
-  -- The first tick: consumers that subscribe now see every later event.
+  -- The first tick, and the start of the retained range: no event precedes it.
   insert into :KEYQ_SCHEMA.tick (queue_id, tick_id, tick_snapshot, tick_event_seq)
   values (qid, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), 0);
+  update :KEYQ_SCHEMA.queue set floor_tick = currval(':KEYQ_SCHEMA.tick_id_seq') where queue_id = qid;
   select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;
   return jsonb_build_object('created', true, 'queue', :KEYQ_SCHEMA.queue_json(q));
 end $$;
@@ -466,9 +473,15 @@ $$;
 -- index for xbuckets()): when a ring table can
 -- only be indexed concurrently, nothing is created and the answer lists the
 -- statements the client runs (outside a transaction) before calling again.
+--
+-- start: where a new consumer begins (07_positions.sql, resolve_position):
+-- null or {"latest": true} (what commits after this call returns),
+-- {"earliest": true}, {"time": iso}, {"id": "…"}. Ignored when the consumer
+-- exists (a subscribe never moves a cursor; seek does).
 create function :KEYQ_SCHEMA.subscribe(queue text, consumer text, kind text default 'plain',
                                        slots int default 1, settings jsonb default '{}',
-                                       index_inline boolean default false) returns jsonb
+                                       index_inline boolean default false,
+                                       start jsonb default null) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -477,7 +490,7 @@ declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer)
 declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   c :KEYQ_SCHEMA.consumer;
-  t bigint;
+  pos record;
   pending jsonb;
 begin
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('subscribe', q.queue_id));
@@ -509,7 +522,6 @@ begin
   -- tick pruning would otherwise delete the start tick read below, and the
   -- first window would read from a missing snapshot (nothing, silently).
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id));
-  select max(tick_id) into t from :KEYQ_SCHEMA.tick where queue_id = q.queue_id;
   if kind in ('ordered', 'exclusive') then
     -- An exclusive consumer reads its key buckets through the slot index for xbuckets().
     pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id,
@@ -518,11 +530,16 @@ begin
       return pending || jsonb_build_object('created', false);
     end if;
   end if;
+  -- The start position is resolved after the index work, in this transaction
+  -- (a position outside the retained range fails here, before any write).
+  pos := :KEYQ_SCHEMA.resolve_position(q, coalesce(nullif(start, 'null'::jsonb), '{"latest": true}'));
   insert into :KEYQ_SCHEMA.consumer (queue_id, consumer_name, kind, slots, settings)
   values (q.queue_id, consumer, kind, slots, settings) returning * into c;
   insert into :KEYQ_SCHEMA.cursor (consumer_id, slot, tick_id, polled_at)
-  select c.consumer_id, s, t, now() from generate_series(0, slots - 1) s;
-  return jsonb_build_object('created', true);
+  select c.consumer_id, s, pos.tick_id, now() from generate_series(0, slots - 1) s;
+  perform :KEYQ_SCHEMA.place_cursors(c, null, pos.tick_id, pos.end_tick_id, pos.last_txid, pos.last_id);
+  return jsonb_build_object('created', true,
+    'position', :KEYQ_SCHEMA.position_json(q, pos.tick_id, pos.end_tick_id, pos.last_id));
 end $$;
 
 create function :KEYQ_SCHEMA.unsubscribe(queue text, consumer text) returns jsonb
@@ -571,10 +588,17 @@ declare
   q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue);
   nxt smallint := (q.cur_table + 1) % q.ntables;
   oldest pg_snapshot;
+  floor bigint;
   prev_timeout text := current_setting('lock_timeout');
 begin
   if not force and now() - q.rotated_at < q.rotation_period then
     return jsonb_build_object('rotated', false, 'reason', 'not due');
+  end if;
+  -- Retention is a floor for rotation, forced or not: table nxt stopped being
+  -- current at left_at, so its newest event is at least that old.
+  if q.retention is not null and q.left_at[nxt + 1] > now() - q.retention then
+    return jsonb_build_object('rotated', false, 'reason', 'retention',
+                              'until', q.left_at[nxt + 1] + q.retention);
   end if;
   begin
     perform set_config('lock_timeout', '1s', true);
@@ -592,25 +616,76 @@ begin
   if oldest is not null and :KEYQ_SCHEMA.table_unread(q.queue_id, nxt, oldest) then
     return jsonb_build_object('rotated', false, 'reason', 'lagging consumer');
   end if;
+  -- The retained range starts at the oldest tick that sees every row of nxt
+  -- (every event after it stays in the log). A row no tick sees yet (its
+  -- transaction committed after the newest tick) waits for the next tick.
+  floor := :KEYQ_SCHEMA.floor_after(q, nxt);
+  if floor is null then
+    return jsonb_build_object('rotated', false, 'reason', 'unticked');
+  end if;
   execute format('truncate %I.%I', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || nxt);
-  update :KEYQ_SCHEMA.queue set cur_table = nxt, rotated_at = now() where queue_id = q.queue_id;
+  update :KEYQ_SCHEMA.queue set cur_table = nxt, rotated_at = now(), floor_tick = floor,
+         left_at[q.cur_table + 1] = now()
+   where queue_id = q.queue_id;
   return jsonb_build_object('rotated', true, 'table', nxt);
 end $$;
 
+-- The oldest tick (from the queue's floor on) whose snapshot sees every row
+-- of ring table t: ticks are monotonic, so a binary search over them, one
+-- index probe each. Null when even the newest tick misses a row.
+create function :KEYQ_SCHEMA.floor_after(q :KEYQ_SCHEMA.queue, t smallint) returns bigint
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  ids bigint[] := array(select tick_id from :KEYQ_SCHEMA.tick
+                         where queue_id = q.queue_id and tick_id >= coalesce(q.floor_tick, 0) order by tick_id);
+  lo int := 1;
+  hi int := cardinality(ids);
+  mid int;
+  sees boolean;
+begin
+  if not exists (select 1 from :KEYQ_SCHEMA.event e where e.queue_id = q.queue_id and e.ev_table = t) then
+    return coalesce(q.floor_tick, ids[1]);
+  end if;
+  if hi = 0 then return null; end if;
+  -- Invariant: ids[hi + 1] (if any) sees every row; find the first that does.
+  hi := hi + 1;
+  while lo < hi loop
+    mid := (lo + hi) / 2;
+    select not exists (
+        select 1 from :KEYQ_SCHEMA.event e, :KEYQ_SCHEMA.tick k
+         where k.queue_id = q.queue_id and k.tick_id = ids[mid]
+           and e.queue_id = q.queue_id and e.ev_table = t
+           and (e.ev_txid >= pg_snapshot_xmax(k.tick_snapshot)
+                or e.ev_txid = any (array(select pg_snapshot_xip(k.tick_snapshot)))))
+      into sees;
+    if sees then hi := mid; else lo := mid + 1; end if;
+  end loop;
+  return ids[lo];  -- null when lo is past the newest tick
+end $$;
+
 -- Drops ticks no cursor needs any more (all but the newest one before the
--- oldest cursor position, so a new subscriber still has a start).
+-- oldest cursor position, so a new subscriber still has a start). With a
+-- retention, every tick of the retained range (from the floor on) stays:
+-- they are the start positions of from/seek.
 create function :KEYQ_SCHEMA.prune_ticks(qid int) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
-declare keep bigint; n int;
+declare keep bigint; n int; q :KEYQ_SCHEMA.queue;
 begin
+  select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;
   select min(cu.tick_id) into keep
     from :KEYQ_SCHEMA.cursor cu join :KEYQ_SCHEMA.consumer k using (consumer_id)
    where k.queue_id = qid;
   if keep is null then
     select max(tick_id) into keep from :KEYQ_SCHEMA.tick where queue_id = qid;
+  end if;
+  if q.retention is not null then
+    keep := least(keep, q.floor_tick);
   end if;
   delete from :KEYQ_SCHEMA.tick where queue_id = qid and tick_id < keep;
   get diagnostics n = row_count;

@@ -119,6 +119,9 @@ begin
     raise exception 'Consumer "%" of queue "%" is a % consumer; read it with the matching API.', consumer, queue, c.kind
       using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
   end if;
+  if c.paused_at is not null then  -- paused by an operator (07_positions.sql)
+    return jsonb_build_object('busy', true, 'events', '[]'::jsonb);
+  end if;
   select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0
     for update skip locked;
   if not found then
@@ -154,6 +157,9 @@ begin
   if c.kind <> 'plain' then
     raise exception 'Consumer "%" of queue "%" is a % consumer; read it with the matching API.', consumer, queue, c.kind
       using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
+  end if;
+  if c.paused_at is not null then  -- paused by an operator (07_positions.sql)
+    return '{"busy":true,"retries":[],"rows":[]}';
   end if;
   select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0
     for update skip locked;

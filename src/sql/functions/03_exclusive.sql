@@ -163,6 +163,9 @@ begin
     raise exception 'Consumer "%" of queue "%" is a % consumer, not exclusive; use another consumer name.', consumer, queue, c.kind
       using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
   end if;
+  if c.paused_at is not null then  -- paused by an operator (07_positions.sql)
+    return jsonb_build_object('busy', true, 'events', '[]'::jsonb);
+  end if;
   out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, least(max_events, keys_left));
   take := max_events - jsonb_array_length(out);
   keys_left := keys_left - (select count(distinct e->>'key') from jsonb_array_elements(out) e)::int;

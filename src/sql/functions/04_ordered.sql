@@ -238,6 +238,9 @@ begin
       using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
   end if;
   perform :KEYQ_SCHEMA.check_slots(c, queue, slot_count);
+  if c.paused_at is not null then  -- paused by an operator (07_positions.sql)
+    return jsonb_build_object('busy', true, 'slot', null, 'events', '[]'::jsonb);
+  end if;
   todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);
   if help_after is not null then
     todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu

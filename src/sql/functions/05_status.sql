@@ -8,6 +8,30 @@
 -- through the (ev_txid, ev_id) index once per distinct cursor tick, at most
 -- 100,000 each so a status call stays cheap behind any backlog.
 -- A slot not polled for stale_after seconds is flagged: it pins rotation.
+-- The retained range of a queue: its first tick (the floor, where
+-- from: "earliest" starts) and that tick's time, the first event after it,
+-- the events after it (counted up to 100,000) and the ring tables' bytes.
+create function :KEYQ_SCHEMA.retained_json(q :KEYQ_SCHEMA.queue) returns jsonb
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  f :KEYQ_SCHEMA.tick;
+  first :KEYQ_SCHEMA.event;
+  bytes bigint;
+begin
+  select * into f from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id = :KEYQ_SCHEMA.floor_of(q);
+  select * into first from :KEYQ_SCHEMA.window_events(q.queue_id, f.tick_snapshot, pg_current_snapshot(), '0'::xid8, 0, 1);
+  select sum(pg_total_relation_size(format('%I.%I', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || i)::regclass))
+    into bytes from generate_series(0, q.ntables - 1) i;
+  return jsonb_build_object(
+    'fromTick', f.tick_id::text, 'since', f.tick_time,
+    'oldestEventId', first.ev_id::text, 'oldestEventTime', first.ev_time,
+    'events', :KEYQ_SCHEMA.window_count(q.queue_id, f.tick_snapshot, pg_current_snapshot(), 100000),
+    'bytes', bytes);
+end $$;
+
 create function :KEYQ_SCHEMA.status(queue text default null, stale_after float8 default 300) returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -35,9 +59,11 @@ as $$
     'tables', q.ntables, 'currentTable', q.cur_table, 'rotatedAt', q.rotated_at,
     'lastTick', q.last_tick::text, 'lastTickAge', extract(epoch from now() - q.last_time),
     'eventsSinceTick', coalesce(q.pending, 0),
+    'retention', extract(epoch from q.retention),
+    'retained', :KEYQ_SCHEMA.retained_json((select x from :KEYQ_SCHEMA.queue x where x.queue_id = q.queue_id)),
     'consumers', coalesce((
       select jsonb_agg(jsonb_build_object(
-        'name', c.consumer_name, 'kind', c.kind, 'slots', c.slots,
+        'name', c.consumer_name, 'kind', c.kind, 'slots', c.slots, 'paused', c.paused_at is not null,
         'retries', (select count(*) from :KEYQ_SCHEMA.retry r where r.consumer_id = c.consumer_id),
         'deadLetters', (select count(*) from :KEYQ_SCHEMA.dead_letter d where d.consumer_id = c.consumer_id),
         'blockedKeys', (select count(*) from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id),
