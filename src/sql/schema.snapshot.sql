@@ -301,6 +301,30 @@ begin
       using errcode = 'KQ004', hint = 'KEYQ:SLOT_COUNT_MISMATCH';
   end if;
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.chunk_events(c :KEYQ_SCHEMA.consumer, ch :KEYQ_SCHEMA.chunk, lim integer)
+ RETURNS :KEYQ_SCHEMA.event[]
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  return (select coalesce(array_agg(w order by w.ev_txid, w.ev_id), '{}')
+    from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
+           (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
+           (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
+           ch.after_txid, ch.after_id, lim, :KEYQ_SCHEMA.consumer_buckets(c), ch.bucket) w);
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.claim_chunk(c :KEYQ_SCHEMA.consumer, skip bigint[])
+ RETURNS :KEYQ_SCHEMA.chunk
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from :KEYQ_SCHEMA.chunk k
+   where k.consumer_id = c.consumer_id and k.chunk_id <> all (skip)
+   order by exists (select 1 from :KEYQ_SCHEMA.chunk o
+                     where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id < k.chunk_id),
+            k.chunk_id
+   limit 1 for update skip locked
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.claim_dedup(q :KEYQ_SCHEMA.queue, k text, ttl double precision, OUT id bigint, OUT deduped boolean)
  RETURNS record
  LANGUAGE plpgsql
@@ -321,6 +345,12 @@ begin
     -- The live row expired and was collected between the two statements: claim again.
   end loop;
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.consumer_buckets(c :KEYQ_SCHEMA.consumer)
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select coalesce((c.settings->>'buckets')::int, :KEYQ_SCHEMA.xbuckets()) $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.consumer_slot_of(queue text, consumer text, key text, n integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -663,6 +693,16 @@ AS $function$
                   current_setting('max_locks_per_transaction')::int
                   * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int) / 16)
 $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_seed(c :KEYQ_SCHEMA.consumer, i integer)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select case when c.settings ? 'lockScope' then :KEYQ_SCHEMA.lock_key('xscope:' || (c.settings->>'lockScope'), i)
+              when i = 0 then :KEYQ_SCHEMA.lock_key('xkey', c.consumer_id)
+              else :KEYQ_SCHEMA.lock_key('xkey' || i, c.consumer_id) end
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.keys_prefix(evs :KEYQ_SCHEMA.event[], budget integer)
  RETURNS integer
  LANGUAGE sql
@@ -698,7 +738,8 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.lock_keys(c :KEYQ_SCHEMA.consumer, event
 AS $function$
   select coalesce(jsonb_agg(x.e || jsonb_build_object('locked',
            x.e->>'key' is null
-           or pg_try_advisory_xact_lock(hashtextextended(x.e->>'key', :KEYQ_SCHEMA.lock_key('xkey', c.consumer_id))))
+           or exists (select 1 from generate_series(0, coalesce((c.settings->>'perKey')::int, 1) - 1) i
+                       where pg_try_advisory_xact_lock(hashtextextended(x.e->>'key', :KEYQ_SCHEMA.key_seed(c, i)))))
            order by x.ord), '[]')
   from (select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord) order by ord) x
 $function$;
@@ -773,7 +814,7 @@ begin
     )
     insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
     select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b
-      from generate_series(0, :KEYQ_SCHEMA.xbuckets() - 1) b
+      from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b
      where b not in (select bucket from grown)
      order by b;
     get diagnostics n = row_count;
@@ -830,6 +871,30 @@ AS $function$
     'maxRetries', q.max_retries, 'retryBase', extract(epoch from q.retry_base),
     'retryCap', extract(epoch from q.retry_cap), 'createdAt', q.created_at)
 $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.read_chunk_part(c :KEYQ_SCHEMA.consumer, ch :KEYQ_SCHEMA.chunk, take integer, keys_left integer)
+ RETURNS :KEYQ_SCHEMA.event[]
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare
+  evs :KEYQ_SCHEMA.event[] := :KEYQ_SCHEMA.chunk_events(c, ch, take);
+  got int := cardinality(evs);
+  n int := :KEYQ_SCHEMA.keys_prefix(evs, keys_left);
+  last :KEYQ_SCHEMA.event;
+begin
+  evs := evs[1:n];
+  if got < take and n = got then
+    delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+  elsif n > 0 then
+    -- The rest stays in the chunk for a later batch (nothing skipped,
+    -- reordered or charged a retry).
+    last := evs[n];
+    update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id
+     where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+  end if;
+  return evs;
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, lim integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -877,12 +942,12 @@ declare
   got_all :KEYQ_SCHEMA.event[] := '{}';
   take int;
   got int;
-  n int;
-  last :KEYQ_SCHEMA.event;
   out jsonb;
   keys_left int := :KEYQ_SCHEMA.key_budget();
-  nb int := :KEYQ_SCHEMA.xbuckets();
   claims int := 0;
+  given_back bigint[] := '{}';
+  more boolean := true;
+  id bigint;
   locked jsonb;
 begin
   if c.kind <> 'exclusive' then
@@ -892,45 +957,45 @@ begin
   out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, least(max_events, keys_left));
   take := max_events - jsonb_array_length(out);
   keys_left := keys_left - (select count(distinct e->>'key') from jsonb_array_elements(out) e)::int;
-  -- Bounded: at most two rounds over the buckets per call.
-  while take > 0 and keys_left > 0 and claims < 2 * nb loop
+  -- Bounded: at most 32 claims per call (each in a subtransaction: fewer
+  -- than the 64 subtransaction ids a backend keeps in shared memory) and 4
+  -- chunks given back.
+  while more and take > 0 and keys_left > 0 and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32)
+        and cardinality(given_back) < 4 loop
     claims := claims + 1;
-    -- A bucket with an older chunk (another batch holds it, or its keys
-    -- wait there) comes last: its newer chunk would collide with that batch
-    -- on any key held across the two windows. Taken only when nothing else
-    -- is free, so no chunk waits on a stuck batch.
-    select * into ch from :KEYQ_SCHEMA.chunk k
-     where k.consumer_id = c.consumer_id
-     order by exists (select 1 from :KEYQ_SCHEMA.chunk o
-                       where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id < k.chunk_id),
-              k.chunk_id
-     limit 1 for update skip locked;
-    exit when not found;
-    select array_agg(w order by w.ev_txid, w.ev_id) into evs
-      from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
-             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
-             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
-             ch.after_txid, ch.after_id, take, nb, ch.bucket) w;
-    got := coalesce(cardinality(evs), 0);
-    n := :KEYQ_SCHEMA.keys_prefix(coalesce(evs, '{}'), keys_left);
-    evs := evs[1:n];
-    if got < take and n = got then
-      -- Read to its end: nothing of this chunk is left.
-      delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
-    elsif n > 0 then
-      last := evs[n];
-      update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id
-       where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
-    end if;
-    if n > 0 then
-      got_all := got_all || evs;
-      keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(evs) e)::int;
-    end if;
-    -- Full, or out of key budget: the rest stays in the chunk for a later
-    -- batch (nothing skipped, reordered or charged a retry).
-    exit when got = take or n < got;
-    take := take - n;
+    begin
+      ch := :KEYQ_SCHEMA.claim_chunk(c, given_back);
+      if ch.chunk_id is null then
+        more := false;
+      else
+        evs := :KEYQ_SCHEMA.chunk_events(c, ch, take + 1);
+        got := cardinality(evs);
+        if got > take or :KEYQ_SCHEMA.keys_prefix(evs, keys_left) < got then
+          given_back := given_back || ch.chunk_id;
+          raise exception 'chunk % does not fit', ch.chunk_id using errcode = 'P0KQ1';
+        end if;
+        delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+        if got > 0 then
+          got_all := got_all || evs;
+          keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(evs) e)::int;
+          take := take - got;
+        end if;
+      end if;
+    exception when sqlstate 'P0KQ1' then
+      null; -- given back: the claim's row lock went with the subtransaction
+    end;
   end loop;
+  -- Nothing fitted (a bucket of the window holds more than this batch
+  -- takes): read one given back in part; its rest waits for this batch.
+  if cardinality(got_all) = 0 and take > 0 and keys_left > 0 then
+    foreach id in array given_back loop
+      select * into ch from :KEYQ_SCHEMA.chunk k
+       where k.consumer_id = c.consumer_id and k.chunk_id = id for update skip locked;
+      continue when not found;
+      got_all := :KEYQ_SCHEMA.read_chunk_part(c, ch, take, keys_left);
+      exit;
+    end loop;
+  end if;
   -- Several chunks' events in log order, as one chunk's would be.
   out := out || coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(e) order by e.ev_txid, e.ev_id) from unnest(got_all) e), '[]');
   locked := :KEYQ_SCHEMA.lock_keys(c, out);
@@ -1256,6 +1321,18 @@ begin
       raise exception 'Consumer "%" of queue "%" is a % consumer, not %; use another consumer name.', consumer, queue, c.kind, kind
         using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
     end if;
+    -- Key buckets, perKey and lockScope of an exclusive consumer are fixed
+    -- when it is created, like a slot count: refused, not overwritten.
+    if kind = 'exclusive' and (
+         coalesce(c.settings->'buckets', to_jsonb(:KEYQ_SCHEMA.xbuckets())) <> coalesce(settings->'buckets', to_jsonb(:KEYQ_SCHEMA.xbuckets()))
+         or coalesce(c.settings->'perKey', '1') <> coalesce(settings->'perKey', '1')
+         or c.settings->'lockScope' is distinct from settings->'lockScope') then
+      raise exception 'Consumer "%" of queue "%" was created with buckets %, perKey % and lockScope %, persisted when it was created, not buckets %, perKey % and lockScope %; pass the same options or use another consumer name.',
+        consumer, queue, coalesce(c.settings->>'buckets', :KEYQ_SCHEMA.xbuckets()::text), coalesce(c.settings->>'perKey', '1'),
+        coalesce(c.settings->>'lockScope', '(the consumer)'), coalesce(settings->>'buckets', :KEYQ_SCHEMA.xbuckets()::text),
+        coalesce(settings->>'perKey', '1'), coalesce(settings->>'lockScope', '(the consumer)')
+        using errcode = 'KQ011', hint = 'KEYQ:CONSUMER_OPTION_MISMATCH';
+    end if;
     if c.settings is distinct from settings then
       update :KEYQ_SCHEMA.consumer k set settings = subscribe.settings where k.consumer_id = c.consumer_id;
     end if;
@@ -1265,7 +1342,7 @@ begin
     end if;
     if kind = 'exclusive' then
       -- A consumer created before Tier A read through the slot index gets it now.
-      pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, :KEYQ_SCHEMA.xbuckets(), index_inline);
+      pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, :KEYQ_SCHEMA.consumer_buckets(c), index_inline);
       if pending is not null then
         return pending || jsonb_build_object('created', false);
       end if;
@@ -1278,9 +1355,10 @@ begin
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id));
   select max(tick_id) into t from :KEYQ_SCHEMA.tick where queue_id = q.queue_id;
   if kind in ('ordered', 'exclusive') then
-    -- An exclusive consumer reads its key buckets through the slot index for xbuckets().
+    -- An exclusive consumer reads its key buckets through the slot index for its bucket count.
     pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id,
-                 case kind when 'ordered' then slots else :KEYQ_SCHEMA.xbuckets() end, index_inline);
+                 case kind when 'ordered' then slots
+                   else coalesce((settings->>'buckets')::int, :KEYQ_SCHEMA.xbuckets()) end, index_inline);
     if pending is not null then
       return pending || jsonb_build_object('created', false);
     end if;

@@ -377,7 +377,7 @@ $$;
 -- Consumers -------------------------------------------------------------------
 
 -- An ordered consumer needs the slot index for its N (an exclusive one the
--- index for xbuckets()): when a ring table can
+-- index for its bucket count): when a ring table can
 -- only be indexed concurrently, nothing is created and the answer lists the
 -- statements the client runs (outside a transaction) before calling again.
 create function :KEYQ_SCHEMA.subscribe(queue text, consumer text, kind text default 'plain',
@@ -400,6 +400,18 @@ begin
       raise exception 'Consumer "%" of queue "%" is a % consumer, not %; use another consumer name.', consumer, queue, c.kind, kind
         using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
     end if;
+    -- Key buckets, perKey and lockScope of an exclusive consumer are fixed
+    -- when it is created, like a slot count: refused, not overwritten.
+    if kind = 'exclusive' and (
+         coalesce(c.settings->'buckets', to_jsonb(:KEYQ_SCHEMA.xbuckets())) <> coalesce(settings->'buckets', to_jsonb(:KEYQ_SCHEMA.xbuckets()))
+         or coalesce(c.settings->'perKey', '1') <> coalesce(settings->'perKey', '1')
+         or c.settings->'lockScope' is distinct from settings->'lockScope') then
+      raise exception 'Consumer "%" of queue "%" was created with buckets %, perKey % and lockScope %, persisted when it was created, not buckets %, perKey % and lockScope %; pass the same options or use another consumer name.',
+        consumer, queue, coalesce(c.settings->>'buckets', :KEYQ_SCHEMA.xbuckets()::text), coalesce(c.settings->>'perKey', '1'),
+        coalesce(c.settings->>'lockScope', '(the consumer)'), coalesce(settings->>'buckets', :KEYQ_SCHEMA.xbuckets()::text),
+        coalesce(settings->>'perKey', '1'), coalesce(settings->>'lockScope', '(the consumer)')
+        using errcode = 'KQ011', hint = 'KEYQ:CONSUMER_OPTION_MISMATCH';
+    end if;
     if c.settings is distinct from settings then
       update :KEYQ_SCHEMA.consumer k set settings = subscribe.settings where k.consumer_id = c.consumer_id;
     end if;
@@ -409,7 +421,7 @@ begin
     end if;
     if kind = 'exclusive' then
       -- A consumer created before Tier A read through the slot index gets it now.
-      pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, :KEYQ_SCHEMA.xbuckets(), index_inline);
+      pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, :KEYQ_SCHEMA.consumer_buckets(c), index_inline);
       if pending is not null then
         return pending || jsonb_build_object('created', false);
       end if;
@@ -422,9 +434,10 @@ begin
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id));
   select max(tick_id) into t from :KEYQ_SCHEMA.tick where queue_id = q.queue_id;
   if kind in ('ordered', 'exclusive') then
-    -- An exclusive consumer reads its key buckets through the slot index for xbuckets().
+    -- An exclusive consumer reads its key buckets through the slot index for its bucket count.
     pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id,
-                 case kind when 'ordered' then slots else :KEYQ_SCHEMA.xbuckets() end, index_inline);
+                 case kind when 'ordered' then slots
+                   else coalesce((settings->>'buckets')::int, :KEYQ_SCHEMA.xbuckets()) end, index_inline);
     if pending is not null then
       return pending || jsonb_build_object('created', false);
     end if;
