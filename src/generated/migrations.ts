@@ -2490,13 +2490,14 @@ end $$;
 -- reads them and try-locks every key of the batch in the same statement
 -- (the backstop of the guarantee, and what separates retried events).
 --
--- A batch holds only what it reads: a chunk is claimed inside a
--- subtransaction, and one that does not fit whole in what the batch still
--- takes is given back by rolling that subtransaction back, which releases
--- its row lock at once (other workers take it while this batch runs). Only
--- when no claimable chunk fits at all does a batch read one in part (a
--- bucket of the window bigger than the batch); then the chunk's rest waits
--- for it. Deleting or advancing a claimed chunk row commits with the batch;
+-- A batch holds only what it reads: after its first chunk, a batch claims
+-- each further chunk inside a subtransaction, and one that does not fit
+-- whole in what the batch still takes is given back by rolling that
+-- subtransaction back, which releases its row lock at once (other workers
+-- take it while this batch runs). Only a batch's first chunk may be read in
+-- part, when that bucket of the window holds more events than the batch
+-- takes; then that chunk's rest waits for it (size "buckets" so that a
+-- bucket of a window fits in a batch). Deleting or advancing a claimed chunk row commits with the batch;
 -- a rollback or a killed backend puts it back at once. The chunk table (with
 -- its bucket column since migration 010) is in src/sql/migrations/.
 
@@ -2699,13 +2700,13 @@ begin
 end $$;
 
 -- One batch of an exclusive consumer: due retries first, then chunks
--- claimed without waiting (oldest of each bucket first, in plan order), each
--- taken only when it fits whole in what the batch still takes (max_events
--- and the key budget). A chunk that does not fit is given back at once: its
--- claim is rolled back with the subtransaction it was made in, so its row
--- lock is gone and other workers take it while this batch runs. When no
--- claimable chunk fits at all, the first one given back is read in part.
--- Per-key try-locks for all of them. A chunk read whole is deleted and the
+-- claimed without waiting (oldest of each bucket first, in plan order). The
+-- first chunk is read up to max_events and the key budget (in part when it
+-- holds more: its rest stays in it); every further chunk is taken only when
+-- it fits whole in what the batch still takes, and given back at once
+-- otherwise: it was claimed in a subtransaction, whose rollback releases the
+-- row lock, so other workers take it while this batch runs. Per-key
+-- try-locks for all of them. A chunk read to its end is deleted and the
 -- next one taken in the same call, so empty buckets cost no batch of their
 -- own.
 create function :KEYQ_SCHEMA.receive_exclusive(queue text, consumer text, max_events int) returns jsonb
@@ -2725,7 +2726,6 @@ declare
   claims int := 0;
   given_back bigint[] := '{}';
   more boolean := true;
-  id bigint;
   locked jsonb;
 begin
   if c.kind <> 'exclusive' then
@@ -2735,11 +2735,26 @@ begin
   out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, least(max_events, keys_left));
   take := max_events - jsonb_array_length(out);
   keys_left := keys_left - (select count(distinct e->>'key') from jsonb_array_elements(out) e)::int;
-  -- Bounded: at most 32 claims per call (each in a subtransaction: fewer
-  -- than the 64 subtransaction ids a backend keeps in shared memory) and 4
-  -- chunks given back.
+  -- The first chunk: read whole, or in part when it holds more than the
+  -- batch. Empty chunks (buckets with no event in their window) are deleted
+  -- on the way. Bounded, with the loop below: at most 32 claims per call.
+  while more and take > 0 and keys_left > 0 and cardinality(got_all) = 0
+        and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32) loop
+    claims := claims + 1;
+    ch := :KEYQ_SCHEMA.claim_chunk(c, '{}');
+    exit when ch.chunk_id is null;
+    got_all := :KEYQ_SCHEMA.read_chunk_part(c, ch, take, keys_left);
+    got := cardinality(got_all);
+    -- Read to its end (deleted): the batch may go on to further chunks.
+    more := not exists (select 1 from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id);
+    take := take - got;
+    keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(got_all) e)::int;
+  end loop;
+  -- Further chunks: whole or not at all, each claimed in a subtransaction
+  -- (32 claims stay below the 64 subtransaction ids a backend keeps in
+  -- shared memory); at most 2 chunks given back per call.
   while more and take > 0 and keys_left > 0 and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32)
-        and cardinality(given_back) < 4 loop
+        and cardinality(given_back) < 2 loop
     claims := claims + 1;
     begin
       ch := :KEYQ_SCHEMA.claim_chunk(c, given_back);
@@ -2753,27 +2768,14 @@ begin
           raise exception 'chunk % does not fit', ch.chunk_id using errcode = 'P0KQ1';
         end if;
         delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
-        if got > 0 then
-          got_all := got_all || evs;
-          keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(evs) e)::int;
-          take := take - got;
-        end if;
+        got_all := got_all || evs;
+        keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(evs) e)::int;
+        take := take - got;
       end if;
     exception when sqlstate 'P0KQ1' then
       null; -- given back: the claim's row lock went with the subtransaction
     end;
   end loop;
-  -- Nothing fitted (a bucket of the window holds more than this batch
-  -- takes): read one given back in part; its rest waits for this batch.
-  if cardinality(got_all) = 0 and take > 0 and keys_left > 0 then
-    foreach id in array given_back loop
-      select * into ch from :KEYQ_SCHEMA.chunk k
-       where k.consumer_id = c.consumer_id and k.chunk_id = id for update skip locked;
-      continue when not found;
-      got_all := :KEYQ_SCHEMA.read_chunk_part(c, ch, take, keys_left);
-      exit;
-    end loop;
-  end if;
   -- Several chunks' events in log order, as one chunk's would be.
   out := out || coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(e) order by e.ev_txid, e.ev_id) from unnest(got_all) e), '[]');
   locked := :KEYQ_SCHEMA.lock_keys(c, out);
@@ -3223,7 +3225,7 @@ $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "6e421a52a88c08529c2061f89ae0ce4bcaaa1f2ac1e0ebd3a5122d489bcab4b3";
+export const functionsHash: string = "27d9a17b508f56dc8a20be5e343d1a987c8bf5806bbde6b75e33a3cbdd0dd632";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";

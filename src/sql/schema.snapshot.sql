@@ -947,7 +947,6 @@ declare
   claims int := 0;
   given_back bigint[] := '{}';
   more boolean := true;
-  id bigint;
   locked jsonb;
 begin
   if c.kind <> 'exclusive' then
@@ -957,11 +956,26 @@ begin
   out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, least(max_events, keys_left));
   take := max_events - jsonb_array_length(out);
   keys_left := keys_left - (select count(distinct e->>'key') from jsonb_array_elements(out) e)::int;
-  -- Bounded: at most 32 claims per call (each in a subtransaction: fewer
-  -- than the 64 subtransaction ids a backend keeps in shared memory) and 4
-  -- chunks given back.
+  -- The first chunk: read whole, or in part when it holds more than the
+  -- batch. Empty chunks (buckets with no event in their window) are deleted
+  -- on the way. Bounded, with the loop below: at most 32 claims per call.
+  while more and take > 0 and keys_left > 0 and cardinality(got_all) = 0
+        and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32) loop
+    claims := claims + 1;
+    ch := :KEYQ_SCHEMA.claim_chunk(c, '{}');
+    exit when ch.chunk_id is null;
+    got_all := :KEYQ_SCHEMA.read_chunk_part(c, ch, take, keys_left);
+    got := cardinality(got_all);
+    -- Read to its end (deleted): the batch may go on to further chunks.
+    more := not exists (select 1 from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id);
+    take := take - got;
+    keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(got_all) e)::int;
+  end loop;
+  -- Further chunks: whole or not at all, each claimed in a subtransaction
+  -- (32 claims stay below the 64 subtransaction ids a backend keeps in
+  -- shared memory); at most 2 chunks given back per call.
   while more and take > 0 and keys_left > 0 and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32)
-        and cardinality(given_back) < 4 loop
+        and cardinality(given_back) < 2 loop
     claims := claims + 1;
     begin
       ch := :KEYQ_SCHEMA.claim_chunk(c, given_back);
@@ -975,27 +989,14 @@ begin
           raise exception 'chunk % does not fit', ch.chunk_id using errcode = 'P0KQ1';
         end if;
         delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
-        if got > 0 then
-          got_all := got_all || evs;
-          keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(evs) e)::int;
-          take := take - got;
-        end if;
+        got_all := got_all || evs;
+        keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(evs) e)::int;
+        take := take - got;
       end if;
     exception when sqlstate 'P0KQ1' then
       null; -- given back: the claim's row lock went with the subtransaction
     end;
   end loop;
-  -- Nothing fitted (a bucket of the window holds more than this batch
-  -- takes): read one given back in part; its rest waits for this batch.
-  if cardinality(got_all) = 0 and take > 0 and keys_left > 0 then
-    foreach id in array given_back loop
-      select * into ch from :KEYQ_SCHEMA.chunk k
-       where k.consumer_id = c.consumer_id and k.chunk_id = id for update skip locked;
-      continue when not found;
-      got_all := :KEYQ_SCHEMA.read_chunk_part(c, ch, take, keys_left);
-      exit;
-    end loop;
-  end if;
   -- Several chunks' events in log order, as one chunk's would be.
   out := out || coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(e) order by e.ev_txid, e.ev_id) from unnest(got_all) e), '[]');
   locked := :KEYQ_SCHEMA.lock_keys(c, out);
