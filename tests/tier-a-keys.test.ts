@@ -185,6 +185,27 @@ describe("Tier A: k handlers per key, lock scopes", () => {
     });
   });
 
+  test("perKey: 3 takes one advisory lock per distinct key of a batch (the shared lock table is not used more)", { skip }, async () => {
+    await withPg({ max: 2 }, async (f) => {
+      await f.q.createQueue("jobs");
+      const c = f.q.exclusive("jobs", "m", { perKey: 3 });
+      await c.subscribe();
+      await f.q.sendBatch("jobs", Array.from({ length: 30 }, (_, i) => ({ type: "E", payload: i, key: `k${i % 10}` })));
+      await f.q.tick("jobs");
+      const seen: { events: number; keys: number; locks: number }[] = [];
+      await c.run({
+        maxEvents: 30,
+        handleBatch: async (evs, { tx }) => {
+          const [l] = await tx.query("select count(*)::int as n from pg_locks where locktype = 'advisory' and pid = pg_backend_pid()");
+          seen.push({ events: evs.length, keys: new Set(evs.map((e) => e.key)).size, locks: Number(l!.n) });
+        },
+      });
+      console.log(`perKey 3: ${JSON.stringify(seen)}`);
+      assert.equal(seen.reduce((n, b) => n + b.events, 0), 30);
+      for (const b of seen) assert.equal(b.locks, b.keys, "one advisory lock per distinct key");
+    });
+  });
+
   test("lockScope: two consumers of one scope never overlap on a key (without it they do)", { skip }, async () => {
     await withPg({ max: 2 }, async (f, defer) => {
       const ws = Array.from({ length: 8 }, (_, i) => worker(f.url, f.schema, i));

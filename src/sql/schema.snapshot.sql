@@ -736,12 +736,17 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.lock_keys(c :KEYQ_SCHEMA.consumer, event
  LANGUAGE sql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select coalesce(jsonb_agg(x.e || jsonb_build_object('locked',
-           x.e->>'key' is null
-           or exists (select 1 from generate_series(0, coalesce((c.settings->>'perKey')::int, 1) - 1) i
-                       where pg_try_advisory_xact_lock(hashtextextended(x.e->>'key', :KEYQ_SCHEMA.key_seed(c, i)))))
-           order by x.ord), '[]')
-  from (select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord) order by ord) x
+  with ev as (
+    select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord)
+  ), keys as materialized (
+    select k.key, case when k.held then true
+                       else exists (select 1 from generate_series(0, coalesce((c.settings->>'perKey')::int, 1) - 1) i
+                                     where pg_try_advisory_xact_lock(hashtextextended(k.key, :KEYQ_SCHEMA.key_seed(c, i)))) end as ok
+      from (select e->>'key' as key, bool_or(coalesce((e->>'locked')::boolean, false)) as held
+              from ev where e->>'key' is not null group by e->>'key') k
+  )
+  select coalesce(jsonb_agg(ev.e || jsonb_build_object('locked', ev.e->>'key' is null or keys.ok) order by ev.ord), '[]')
+    from ev left join keys on keys.key = ev.e->>'key'
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.maintain(queue text, force_rotate boolean DEFAULT false)
  RETURNS jsonb
@@ -1008,7 +1013,7 @@ begin
   for attempt in 1..2 loop
     exit when not exists (select 1 from jsonb_array_elements(locked) e where not (e->>'locked')::boolean);
     perform pg_sleep(0.001 * attempt * attempt);
-    locked := :KEYQ_SCHEMA.lock_keys(c, out);
+    locked := :KEYQ_SCHEMA.lock_keys(c, locked);
   end loop;
   return jsonb_build_object('busy', false, 'events', locked);
 end $function$;
