@@ -261,6 +261,7 @@ describe("Tier A: k handlers per key, lock scopes", () => {
         [{ lockScope: 7 }, "lockScope"],
         [{ buckets: 12 }, "buckets"],
         [{ buckets: 8 }, "buckets"],
+        [{ buckets: 512 }, "buckets"],
         [{ perKey: 2, fenced: true }, "fenced"],
       ];
       for (const [o, field] of bad) {

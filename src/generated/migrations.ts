@@ -2510,7 +2510,7 @@ set search_path = pg_catalog, pg_temp
 as $$ select 16 $$;
 
 -- The key bucket count of exclusive consumer c: persisted in its settings
--- when it was created ("buckets", a power of two from 16 to 1024).
+-- when it was created ("buckets", a power of two from 16 to 256).
 create function :KEYQ_SCHEMA.consumer_buckets(c :KEYQ_SCHEMA.consumer) returns int
 language sql immutable
 set search_path = pg_catalog, pg_temp
@@ -3231,7 +3231,7 @@ $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "c4f66fb179cc7168de170955f20d9f69bee10ae33eb4bed9618da709844e5e0e";
+export const functionsHash: string = "b783880b86982bd8e8cb4fcf39216d076b3e04465e5ec3c78673dfe7af81fb71";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";

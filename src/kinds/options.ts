@@ -83,9 +83,10 @@ export interface ExclusiveOptions extends ConsumerOptions {
   lockScope?: string;
   /**
    * Key buckets of each window: how many batches one window feeds at once,
-   * so at least the number of workers you run (a power of two, 16–1024,
-   * default 16). A batch takes only whole buckets it can read (a bucket of a
-   * window bigger than the batch is read in parts). Fixed when the consumer
+   * so at least the number of workers you run (a power of two, 16–256,
+   * default 16), and enough that a bucket of a window fits in a batch: a
+   * batch's first bucket is read in parts when it holds more than
+   * `maxEvents`, and its rest waits for that batch. Fixed when the consumer
    * is created; a new count builds one more index on the queue's log.
    */
   buckets?: number;
@@ -105,8 +106,8 @@ const exclusiveSchema = v.strictObject({
     v.maxBytes(63, 'expected 1–63 letters, digits, "_", ".", ":" or "-", starting with a letter'),
   )),
   buckets: v.optional(v.pipe(
-    int(16, 1024),
-    v.check((n) => (n & (n - 1)) === 0, "expected a power of two from 16 to 1024"),
+    int(16, 256),
+    v.check((n) => (n & (n - 1)) === 0, "expected a power of two from 16 to 256"),
   )),
 });
 

@@ -36,7 +36,7 @@ set search_path = pg_catalog, pg_temp
 as $$ select 16 $$;
 
 -- The key bucket count of exclusive consumer c: persisted in its settings
--- when it was created ("buckets", a power of two from 16 to 1024).
+-- when it was created ("buckets", a power of two from 16 to 256).
 create function :KEYQ_SCHEMA.consumer_buckets(c :KEYQ_SCHEMA.consumer) returns int
 language sql immutable
 set search_path = pg_catalog, pg_temp
