@@ -284,9 +284,10 @@ begin
   end loop;
   -- Further chunks: whole or not at all, each claimed in a subtransaction
   -- (32 claims stay below the 64 subtransaction ids a backend keeps in
-  -- shared memory); at most 2 chunks given back per call.
+  -- shared memory); the first chunk that does not fit ends the call (each
+  -- one given back was read for nothing: rows read per event stay low).
   while more and take > 0 and keys_left > 0 and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32)
-        and cardinality(given_back) < 2 loop
+        and cardinality(given_back) = 0 loop
     claims := claims + 1;
     begin
       ch := :KEYQ_SCHEMA.claim_chunk(c, given_back);
