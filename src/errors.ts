@@ -16,6 +16,7 @@ export type KeyqErrorCode =
   | "CONSUMER_NOT_FOUND"
   | "CONSUMER_KIND_MISMATCH"
   | "SLOT_COUNT_MISMATCH"
+  | "CONSUMER_OPTION_MISMATCH"
   | "DEAD_LETTER_NOT_FOUND"
   | "NOT_MIGRATED"
   | "SCHEMA_TOO_NEW"
@@ -90,6 +91,7 @@ export const DATABASE_ERRORS: Readonly<Record<string, DatabaseRule>> = {
   KQ003: { code: "CONSUMER_KIND_MISMATCH" },
   KQ004: { code: "SLOT_COUNT_MISMATCH" },
   KQ005: { code: "DEAD_LETTER_NOT_FOUND" },
+  KQ011: { code: "CONSUMER_OPTION_MISMATCH" },
   KQ010: { code: "WRONG_ISOLATION" },
   KQ020: { code: "PERMISSION_DENIED" },
   KQ021: { code: "ROLE_NOT_FOUND" },

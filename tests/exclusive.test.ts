@@ -96,7 +96,7 @@ describe("Tier A: exclusive consumer", () => {
     });
   });
 
-  test("non-blocking: while one worker is stuck inside a batch, others consume other chunks", { skip }, async () => {
+  test("non-blocking: while one worker is stuck inside a batch, others consume everything outside it", { skip }, async () => {
     await withPg({ max: 2 }, async (f, defer) => {
       const [a, b] = [worker(f.url, f.schema, 0), worker(f.url, f.schema, 1)];
       defer(async () => {
@@ -108,30 +108,21 @@ describe("Tier A: exclusive consumer", () => {
       await f.q.sendBatch("jobs", Array.from({ length: 300 }, (_, i) => ({ type: "E", payload: i, key: `k${i}` })));
       const stuck = gate();
       const inside = gate();
-      let aKey: string | undefined;
       const aRun = a.q.exclusive("jobs", "m").run({
-        maxEvents: 20,
+        maxEvents: 40,
         maxBatches: 1,
-        handler: async (ev) => {
-          aKey ??= ev.key!;
+        handler: async () => {
           inside.open();
           await stuck.wait;
         },
       });
       await inside.wait;
-      // Chunks are cut by key bucket: A's claimed chunk holds its bucket's other events too.
-      const [held] = await f.raw(
-        `select count(*)::int as n from "${f.schema}".event e where "${f.schema}".slot_of(e.ev_key, "${f.schema}".xbuckets())
-           = "${f.schema}".slot_of($1, "${f.schema}".xbuckets())`,
-        [aKey ?? null],
-      );
-      const heldN = Number(held!.n);
-      assert.ok(heldN >= 20 && heldN < 100, `A's chunk: ${heldN} events`);
+      // A batch holds only what it reads: every event outside A's batch flows.
       const r = await b.q.exclusive("jobs", "m").run({ maxEvents: 20, budgetMs: 30_000, handler: () => {} });
-      assert.equal(r.events, 300 - heldN, `the other worker consumed every other chunk while A was stuck (${r.events})`);
       stuck.open();
       const ra = await aRun;
-      assert.equal(ra.events, 20);
+      assert.ok(ra.events > 0 && ra.events <= 40, `A's batch: ${ra.events} events`);
+      assert.equal(r.events, 300 - ra.events, `the other worker consumed every event outside A's batch while A was stuck (${r.events})`);
     });
   });
 

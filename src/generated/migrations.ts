@@ -2320,7 +2320,7 @@ $$;
 -- Consumers -------------------------------------------------------------------
 
 -- An ordered consumer needs the slot index for its N (an exclusive one the
--- index for xbuckets()): when a ring table can
+-- index for its bucket count): when a ring table can
 -- only be indexed concurrently, nothing is created and the answer lists the
 -- statements the client runs (outside a transaction) before calling again.
 --
@@ -2350,6 +2350,18 @@ begin
       raise exception 'Consumer "%" of queue "%" is a % consumer, not %; use another consumer name.', consumer, queue, c.kind, kind
         using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
     end if;
+    -- Key buckets, perKey and lockScope of an exclusive consumer are fixed
+    -- when it is created, like a slot count: refused, not overwritten.
+    if kind = 'exclusive' and (
+         coalesce(c.settings->'buckets', to_jsonb(:KEYQ_SCHEMA.xbuckets())) <> coalesce(settings->'buckets', to_jsonb(:KEYQ_SCHEMA.xbuckets()))
+         or coalesce(c.settings->'perKey', '1') <> coalesce(settings->'perKey', '1')
+         or c.settings->'lockScope' is distinct from settings->'lockScope') then
+      raise exception 'Consumer "%" of queue "%" was created with buckets %, perKey % and lockScope %, persisted when it was created, not buckets %, perKey % and lockScope %; pass the same options or use another consumer name.',
+        consumer, queue, coalesce(c.settings->>'buckets', :KEYQ_SCHEMA.xbuckets()::text), coalesce(c.settings->>'perKey', '1'),
+        coalesce(c.settings->>'lockScope', '(the consumer)'), coalesce(settings->>'buckets', :KEYQ_SCHEMA.xbuckets()::text),
+        coalesce(settings->>'perKey', '1'), coalesce(settings->>'lockScope', '(the consumer)')
+        using errcode = 'KQ011', hint = 'KEYQ:CONSUMER_OPTION_MISMATCH';
+    end if;
     if c.settings is distinct from settings then
       update :KEYQ_SCHEMA.consumer k set settings = subscribe.settings where k.consumer_id = c.consumer_id;
     end if;
@@ -2359,7 +2371,7 @@ begin
     end if;
     if kind = 'exclusive' then
       -- A consumer created before Tier A read through the slot index gets it now.
-      pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, :KEYQ_SCHEMA.xbuckets(), index_inline);
+      pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, :KEYQ_SCHEMA.consumer_buckets(c), index_inline);
       if pending is not null then
         return pending || jsonb_build_object('created', false);
       end if;
@@ -2373,9 +2385,10 @@ begin
   -- first window would read from a missing snapshot (nothing, silently).
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id));
   if kind in ('ordered', 'exclusive') then
-    -- An exclusive consumer reads its key buckets through the slot index for xbuckets().
+    -- An exclusive consumer reads its key buckets through the slot index for its bucket count.
     pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id,
-                 case kind when 'ordered' then slots else :KEYQ_SCHEMA.xbuckets() end, index_inline);
+                 case kind when 'ordered' then slots
+                   else coalesce((settings->>'buckets')::int, :KEYQ_SCHEMA.xbuckets()) end, index_inline);
     if pending is not null then
       return pending || jsonb_build_object('created', false);
     end if;
@@ -2496,7 +2509,9 @@ declare
   mid int;
   sees boolean;
 begin
-  if not exists (select 1 from :KEYQ_SCHEMA.event e where e.queue_id = q.queue_id and e.ev_table = t) then
+  -- The ring table by name (see has_pending), never the parent.
+  execute format('select exists (select 1 from %I.%I)', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || t) into sees;
+  if not sees then
     return coalesce(q.floor_tick, ids[1]);
   end if;
   if hi = 0 then return null; end if;
@@ -2504,13 +2519,9 @@ begin
   hi := hi + 1;
   while lo < hi loop
     mid := (lo + hi) / 2;
-    select not exists (
-        select 1 from :KEYQ_SCHEMA.event e, :KEYQ_SCHEMA.tick k
-         where k.queue_id = q.queue_id and k.tick_id = ids[mid]
-           and e.queue_id = q.queue_id and e.ev_table = t
-           and (e.ev_txid >= pg_snapshot_xmax(k.tick_snapshot)
-                or e.ev_txid = any (array(select pg_snapshot_xip(k.tick_snapshot)))))
-      into sees;
+    select not :KEYQ_SCHEMA.table_unread(q.queue_id, t, k.tick_snapshot)
+      into sees
+      from :KEYQ_SCHEMA.tick k where k.queue_id = q.queue_id and k.tick_id = ids[mid];
     if sees then hi := mid; else lo := mid + 1; end if;
   end loop;
   return ids[lo];  -- null when lo is past the newest tick
@@ -3003,12 +3014,15 @@ end $$;
   {
     name: "03_exclusive",
     sql: `-- keyq engine, part 3: Tier A, the exclusive consumer. Many workers share one
--- consumer; at most one of them processes a key at any instant; no order.
+-- consumer; at most perKey (default 1) of them process a key at any instant;
+-- no order.
 --
 -- Work is cut by key, not by position: a planner (run in the ticker's short
 -- transaction, never in a batch) gives each new window range one chunk per
--- key bucket (xbuckets() buckets of slot_of(key, xbuckets()), read through
--- the same slot index as Tier B), so one key lies in one chunk per window.
+-- key bucket (consumer_buckets(c) buckets of slot_of(key, buckets), read
+-- through the slot index for that count), so one key lies in one chunk per
+-- window. The bucket count is persisted per consumer (option "buckets",
+-- default 16): the number of batches one window can feed at once.
 -- The planner reads no event: a batch reads its chunk's rows once, through
 -- the slot index. A batch claims chunks with SKIP LOCKED (never waiting on
 -- another worker), the oldest chunk of a bucket first, so a key's later
@@ -3016,17 +3030,32 @@ end $$;
 -- free (a key held across windows is the only source of contention); it
 -- reads them and try-locks every key of the batch in the same statement
 -- (the backstop of the guarantee, and what separates retried events).
--- Deleting or advancing a claimed chunk row commits with the batch; a
--- rollback or a killed backend puts it back at once. The chunk table (with
+--
+-- A batch holds only what it reads: after its first chunk, a batch claims
+-- each further chunk inside a subtransaction, and one that does not fit
+-- whole in what the batch still takes is given back by rolling that
+-- subtransaction back, which releases its row lock at once (other workers
+-- take it while this batch runs). Only a batch's first chunk may be read in
+-- part, when that bucket of the window holds more events than the batch
+-- takes; then that chunk's rest waits for it (size "buckets" so that a
+-- bucket of a window fits in a batch). Deleting or advancing a claimed chunk row commits with the batch;
+-- a rollback or a killed backend puts it back at once. The chunk table (with
 -- its bucket column since migration 010) is in src/sql/migrations/.
 
--- Key buckets of every exclusive consumer: the parallelism of one window
--- (one worker per bucket at a time) and the N of the slot index it reads
--- through (shared with Tier B consumers of N = 16).
+-- The default key bucket count of an exclusive consumer: the parallelism of
+-- one window (one worker per bucket at a time) and the N of the slot index
+-- it reads through (shared with Tier B consumers of N = 16).
 create function :KEYQ_SCHEMA.xbuckets() returns int
 language sql immutable
 set search_path = pg_catalog, pg_temp
 as $$ select 16 $$;
+
+-- The key bucket count of exclusive consumer c: persisted in its settings
+-- when it was created ("buckets", a power of two from 16 to 256).
+create function :KEYQ_SCHEMA.consumer_buckets(c :KEYQ_SCHEMA.consumer) returns int
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$ select coalesce((c.settings->>'buckets')::int, :KEYQ_SCHEMA.xbuckets()) $$;
 
 -- Gives the window range after the consumer's planned frontier one chunk
 -- per bucket, without reading an event: a bucket whose newest chunk is
@@ -3064,7 +3093,7 @@ begin
     )
     insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
     select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b
-      from generate_series(0, :KEYQ_SCHEMA.xbuckets() - 1) b
+      from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b
      where b not in (select bucket from grown)
      order by b;
     get diagnostics n = row_count;
@@ -3093,18 +3122,41 @@ begin
   return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size));
 end $$;
 
--- Adds "locked" to each event: true when this transaction now holds the key
--- (or the event has no key). One statement for the whole batch; the lock is
--- namespaced by schema and consumer, and re-entrant inside the transaction.
+-- The seed of key lock i (i < perKey) of exclusive consumer c: the 64-bit
+-- lock of key K is hashtextextended(K, seed), namespaced by schema and scope.
+-- The scope is the consumer (lock 0 keeps the seed of keyq 0.1, so older
+-- workers still exclude newer ones) or the consumer's lockScope name, which
+-- consumers of one queue or several share.
+create function :KEYQ_SCHEMA.key_seed(c :KEYQ_SCHEMA.consumer, i int) returns bigint
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select case when c.settings ? 'lockScope' then :KEYQ_SCHEMA.lock_key('xscope:' || (c.settings->>'lockScope'), i)
+              when i = 0 then :KEYQ_SCHEMA.lock_key('xkey', c.consumer_id)
+              else :KEYQ_SCHEMA.lock_key('xkey' || i, c.consumer_id) end
+$$;
+
+-- Adds "locked" to each event: true when this transaction now holds one of
+-- the key's perKey locks (or the event has no key). Each distinct key is
+-- tried once, lock 0 first and lock i only when locks 0..i-1 are held by
+-- others, so a batch holds one lock per distinct key whatever perKey is.
+-- Events already marked locked (a second look) keep their lock: their key
+-- is not tried again. One statement for the whole batch.
 create function :KEYQ_SCHEMA.lock_keys(c :KEYQ_SCHEMA.consumer, events jsonb) returns jsonb
 language sql volatile
 set search_path = pg_catalog, pg_temp
 as $$
-  select coalesce(jsonb_agg(x.e || jsonb_build_object('locked',
-           x.e->>'key' is null
-           or pg_try_advisory_xact_lock(hashtextextended(x.e->>'key', :KEYQ_SCHEMA.lock_key('xkey', c.consumer_id))))
-           order by x.ord), '[]')
-  from (select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord) order by ord) x
+  with ev as (
+    select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord)
+  ), keys as materialized (
+    select k.key, case when k.held then true
+                       else exists (select 1 from generate_series(0, coalesce((c.settings->>'perKey')::int, 1) - 1) i
+                                     where pg_try_advisory_xact_lock(hashtextextended(k.key, :KEYQ_SCHEMA.key_seed(c, i)))) end as ok
+      from (select e->>'key' as key, bool_or(coalesce((e->>'locked')::boolean, false)) as held
+              from ev where e->>'key' is not null group by e->>'key') k
+  )
+  select coalesce(jsonb_agg(ev.e || jsonb_build_object('locked', ev.e->>'key' is null or keys.ok) order by ev.ord), '[]')
+    from ev left join keys on keys.key = ev.e->>'key'
 $$;
 
 -- Distinct keys one batch may lock. Advisory locks live in the server's
@@ -3137,11 +3189,74 @@ as $$
    where keys <= budget
 $$;
 
+-- The events of chunk ch after its position, at most lim, in log order.
+-- (plpgsql: window_events_slot is created after this file.)
+create function :KEYQ_SCHEMA.chunk_events(c :KEYQ_SCHEMA.consumer, ch :KEYQ_SCHEMA.chunk, lim int) returns :KEYQ_SCHEMA.event[]
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return (select coalesce(array_agg(w order by w.ev_txid, w.ev_id), '{}')
+    from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
+           (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
+           (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
+           ch.after_txid, ch.after_id, lim, :KEYQ_SCHEMA.consumer_buckets(c), ch.bucket) w);
+end $$;
+
+-- Claims the next chunk of c without waiting: a bucket with an older chunk
+-- (another batch holds it, or its keys wait there) comes last, since its
+-- newer chunk would collide with that batch on any key held across the two
+-- windows; taken only when nothing else is free, so no chunk waits on a
+-- stuck batch. Chunks in skip (given back by this batch) are not claimed.
+create function :KEYQ_SCHEMA.claim_chunk(c :KEYQ_SCHEMA.consumer, skip bigint[]) returns :KEYQ_SCHEMA.chunk
+language sql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  select * from :KEYQ_SCHEMA.chunk k
+   where k.consumer_id = c.consumer_id and k.chunk_id <> all (skip)
+   order by exists (select 1 from :KEYQ_SCHEMA.chunk o
+                     where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id < k.chunk_id),
+            k.chunk_id
+   limit 1 for update skip locked
+$$;
+
+-- Reads claimed chunk ch in part (at most take events and keys_left keys),
+-- advancing its position, or deleting it when read to its end.
+create function :KEYQ_SCHEMA.read_chunk_part(c :KEYQ_SCHEMA.consumer, ch :KEYQ_SCHEMA.chunk, take int, keys_left int)
+returns :KEYQ_SCHEMA.event[]
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  evs :KEYQ_SCHEMA.event[] := :KEYQ_SCHEMA.chunk_events(c, ch, take);
+  got int := cardinality(evs);
+  n int := :KEYQ_SCHEMA.keys_prefix(evs, keys_left);
+  last :KEYQ_SCHEMA.event;
+begin
+  evs := evs[1:n];
+  if got < take and n = got then
+    delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+  elsif n > 0 then
+    -- The rest stays in the chunk for a later batch (nothing skipped,
+    -- reordered or charged a retry).
+    last := evs[n];
+    update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id
+     where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+  end if;
+  return evs;
+end $$;
+
 -- One batch of an exclusive consumer: due retries first, then chunks
--- claimed without waiting (oldest of each bucket first, in plan order) until
--- max_events or the key budget; per-key try-locks for all of them. A chunk
--- read to its end is deleted and the next one taken in the same call, so
--- empty buckets cost no batch of their own.
+-- claimed without waiting (oldest of each bucket first, in plan order). The
+-- first chunk is read up to max_events and the key budget (in part when it
+-- holds more: its rest stays in it); every further chunk is taken only when
+-- it fits whole in what the batch still takes, and given back at once
+-- otherwise: it was claimed in a subtransaction, whose rollback releases the
+-- row lock, so other workers take it while this batch runs. Per-key
+-- try-locks for all of them. A chunk read to its end is deleted and the
+-- next one taken in the same call, so empty buckets cost no batch of their
+-- own.
 create function :KEYQ_SCHEMA.receive_exclusive(queue text, consumer text, max_events int) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -3155,12 +3270,11 @@ declare
   got_all :KEYQ_SCHEMA.event[] := '{}';
   take int;
   got int;
-  n int;
-  last :KEYQ_SCHEMA.event;
   out jsonb;
   keys_left int := :KEYQ_SCHEMA.key_budget();
-  nb int := :KEYQ_SCHEMA.xbuckets();
   claims int := 0;
+  given_back bigint[] := '{}';
+  more boolean := true;
   locked jsonb;
 begin
   if c.kind <> 'exclusive' then
@@ -3173,44 +3287,47 @@ begin
   out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, least(max_events, keys_left));
   take := max_events - jsonb_array_length(out);
   keys_left := keys_left - (select count(distinct e->>'key') from jsonb_array_elements(out) e)::int;
-  -- Bounded: at most two rounds over the buckets per call.
-  while take > 0 and keys_left > 0 and claims < 2 * nb loop
+  -- The first chunk: read whole, or in part when it holds more than the
+  -- batch. Empty chunks (buckets with no event in their window) are deleted
+  -- on the way. Bounded, with the loop below: at most 32 claims per call.
+  while more and take > 0 and keys_left > 0 and cardinality(got_all) = 0
+        and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32) loop
     claims := claims + 1;
-    -- A bucket with an older chunk (another batch holds it, or its keys
-    -- wait there) comes last: its newer chunk would collide with that batch
-    -- on any key held across the two windows. Taken only when nothing else
-    -- is free, so no chunk waits on a stuck batch.
-    select * into ch from :KEYQ_SCHEMA.chunk k
-     where k.consumer_id = c.consumer_id
-     order by exists (select 1 from :KEYQ_SCHEMA.chunk o
-                       where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id < k.chunk_id),
-              k.chunk_id
-     limit 1 for update skip locked;
-    exit when not found;
-    select array_agg(w order by w.ev_txid, w.ev_id) into evs
-      from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
-             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
-             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
-             ch.after_txid, ch.after_id, take, nb, ch.bucket) w;
-    got := coalesce(cardinality(evs), 0);
-    n := :KEYQ_SCHEMA.keys_prefix(coalesce(evs, '{}'), keys_left);
-    evs := evs[1:n];
-    if got < take and n = got then
-      -- Read to its end: nothing of this chunk is left.
-      delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
-    elsif n > 0 then
-      last := evs[n];
-      update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id
-       where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
-    end if;
-    if n > 0 then
-      got_all := got_all || evs;
-      keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(evs) e)::int;
-    end if;
-    -- Full, or out of key budget: the rest stays in the chunk for a later
-    -- batch (nothing skipped, reordered or charged a retry).
-    exit when got = take or n < got;
-    take := take - n;
+    ch := :KEYQ_SCHEMA.claim_chunk(c, '{}');
+    exit when ch.chunk_id is null;
+    got_all := :KEYQ_SCHEMA.read_chunk_part(c, ch, take, keys_left);
+    got := cardinality(got_all);
+    -- Read to its end (deleted): the batch may go on to further chunks.
+    more := not exists (select 1 from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id);
+    take := take - got;
+    keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(got_all) e)::int;
+  end loop;
+  -- Further chunks: whole or not at all, each claimed in a subtransaction
+  -- (32 claims stay below the 64 subtransaction ids a backend keeps in
+  -- shared memory); the first chunk that does not fit ends the call (each
+  -- one given back was read for nothing: rows read per event stay low).
+  while more and take > 0 and keys_left > 0 and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32)
+        and cardinality(given_back) = 0 loop
+    claims := claims + 1;
+    begin
+      ch := :KEYQ_SCHEMA.claim_chunk(c, given_back);
+      if ch.chunk_id is null then
+        more := false;
+      else
+        evs := :KEYQ_SCHEMA.chunk_events(c, ch, take + 1);
+        got := cardinality(evs);
+        if got > take or :KEYQ_SCHEMA.keys_prefix(evs, keys_left) < got then
+          given_back := given_back || ch.chunk_id;
+          raise exception 'chunk % does not fit', ch.chunk_id using errcode = 'P0KQ1';
+        end if;
+        delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+        got_all := got_all || evs;
+        keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(evs) e)::int;
+        take := take - got;
+      end if;
+    exception when sqlstate 'P0KQ1' then
+      null; -- given back: the claim's row lock went with the subtransaction
+    end;
   end loop;
   -- Several chunks' events in log order, as one chunk's would be.
   out := out || coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(e) order by e.ev_txid, e.ev_id) from unnest(got_all) e), '[]');
@@ -3223,7 +3340,7 @@ begin
   for attempt in 1..2 loop
     exit when not exists (select 1 from jsonb_array_elements(locked) e where not (e->>'locked')::boolean);
     perform pg_sleep(0.001 * attempt * attempt);
-    locked := :KEYQ_SCHEMA.lock_keys(c, out);
+    locked := :KEYQ_SCHEMA.lock_keys(c, locked);
   end loop;
   return jsonb_build_object('busy', false, 'events', locked);
 end $$;
@@ -3771,6 +3888,7 @@ declare
   x bigint;
   e :KEYQ_SCHEMA.event;
   newest bigint;
+  passed boolean;
 begin
   if target ? 'latest' then
     tick_id := :KEYQ_SCHEMA.tick_now(q);
@@ -3799,16 +3917,20 @@ begin
     select tick_snapshot into fl_snap from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id = fl;
     -- Ids are per queue; the log has no index on the id alone, so this
     -- reads the queue's ring tables (an operator's call, not a hot path).
-    select * into e from :KEYQ_SCHEMA.event ev where ev.queue_id = q.queue_id and ev.ev_id = x;
-    if not found then
+    -- The queue's own partition by name, never the parent (see has_pending).
+    execute format('select * from %I.%I where ev_id = $1', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id) into e using x;
+    if e.ev_id is null then
       if x > coalesce(pg_sequence_last_value(q.event_seq), 0) then
         raise exception 'Queue "%" has no event %: its newest event id is % (is the id from another queue?).',
           q.queue_name, x, coalesce(pg_sequence_last_value(q.event_seq), 0)
           using errcode = 'KQ031', hint = 'KEYQ:EVENT_NOT_FOUND';
       end if;
-      if exists (select 1 from :KEYQ_SCHEMA.event ev where ev.queue_id = q.queue_id and ev.ev_id > x
-                    and not pg_visible_in_snapshot(ev.ev_txid, fl_snap))
-         and not exists (select 1 from :KEYQ_SCHEMA.event ev where ev.queue_id = q.queue_id and ev.ev_id < x) then
+      execute format($q$select exists (select 1 from %1$I.%2$I ev where ev.ev_id > $1
+                                          and not pg_catalog.pg_visible_in_snapshot(ev.ev_txid, $2))
+                         and not exists (select 1 from %1$I.%2$I ev where ev.ev_id < $1) $q$,
+                     :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id)
+        into passed using x, fl_snap;
+      if passed then
         perform :KEYQ_SCHEMA.out_of_range(q, format('Event %s', x));
       end if;
       raise exception 'Queue "%" has no event % (never committed, deduplicated, or already truncated by rotation); list events with keyq history.',
@@ -3955,9 +4077,10 @@ begin
     from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id > pos.tick_id;
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id = pos.tick_id;
   if ids is null then return; end if;
-  for ev in select x.* from :KEYQ_SCHEMA.event x
-             where x.queue_id = q.queue_id and x.ev_key = key and not pg_visible_in_snapshot(x.ev_txid, s1)
-               and pg_visible_in_snapshot(x.ev_txid, snaps[cardinality(snaps)])
+  for ev in execute format($q$select x.* from %I.%I x
+             where x.ev_key = $1 and not pg_catalog.pg_visible_in_snapshot(x.ev_txid, $2)
+               and pg_catalog.pg_visible_in_snapshot(x.ev_txid, $3) $q$, :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id)
+             using key, s1, snaps[cardinality(snaps)]
   loop
     -- Binary search: the first tick that sees the event (ticks are monotonic).
     lo := 1; hi := cardinality(ids);
@@ -4081,7 +4204,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "5ec66f5b6ad168dce15dec5a2a15867b441f1f3d9539a381dc3cd57706e252a3";
+export const functionsHash: string = "9e9a15129c660dea2a8f1c40666bd215e6b825a66055defe00a5ee3dee2e59e2";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -4091,4 +4214,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 5;
+export const functionsSerial: number = 7;

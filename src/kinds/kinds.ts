@@ -132,8 +132,10 @@ export interface ExclusiveSettings {
 }
 
 /**
- * Tier A: any worker takes any chunk of any window, at most one worker holds
- * a key at a time. Contended keys are dropped (`idempotent`) or deferred
+ * Tier A: any worker takes any chunk of any window, at most `perKey` workers
+ * (persisted with the consumer, one by default) hold a key at a time, in
+ * the consumer's own lock scope or a shared `lockScope`; the engine reads
+ * both from the consumer row. Contended keys are dropped (`idempotent`) or deferred
  * without spending a retry; keys another fenced batch still leases are
  * always deferred.
  */

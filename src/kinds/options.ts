@@ -9,7 +9,8 @@ import * as v from "valibot";
 import type { ExclusiveSettings, OrderedSettings } from "./kinds.ts";
 import { CONSUMER_OVERRIDES, engineUnits, settingEntries } from "../ops/queue-settings.ts";
 import type { Duration } from "../types.ts";
-import { duration, durationMs, int, parse } from "../validate.ts";
+import { duration, durationMs, int, OBJECT_NAME, parse } from "../validate.ts";
+import { KeyqError } from "../errors.ts";
 
 /** Per-consumer overrides of the queue's retry policy. */
 export interface ConsumerOptions {
@@ -64,6 +65,31 @@ export interface ExclusiveOptions extends ConsumerOptions {
    * least 2 connections. Default false.
    */
   fenced?: boolean;
+  /**
+   * At most this many handlers of one key run at once (1–64, default 1).
+   * Exactly k under contention: the key has k transaction-scoped locks and a
+   * batch takes the first free one; a batch that finds all k held defers
+   * (or, `idempotent`, drops) the key's events. Fixed when the consumer is
+   * created (`CONSUMER_OPTION_MISMATCH` on a later call with another value).
+   */
+  perKey?: number;
+  /**
+   * Share key locks with every exclusive consumer of this scope name, of
+   * this queue or others: a key is then held by at most `perKey` batches of
+   * all of them together. Default: the consumer's own scope. Letters,
+   * digits, "_", ".", ":" or "-", starting with a letter, up to 63 bytes.
+   * Fixed when the consumer is created.
+   */
+  lockScope?: string;
+  /**
+   * Key buckets of each window: how many batches one window feeds at once,
+   * so at least the number of workers you run (a power of two, 16–256,
+   * default 16), and enough that a bucket of a window fits in a batch: a
+   * batch's first bucket is read in parts when it holds more than
+   * `maxEvents`, and its rest waits for that batch. Fixed when the consumer
+   * is created; a new count builds one more index on the queue's log.
+   */
+  buckets?: number;
 }
 
 const consumerSchema = v.strictObject(settingEntries(CONSUMER_OVERRIDES));
@@ -73,6 +99,16 @@ const exclusiveSchema = v.strictObject({
   idempotent: v.optional(v.boolean("expected true or false")),
   deferDelay: v.optional(duration),
   fenced: v.optional(v.boolean("expected true or false")),
+  perKey: v.optional(int(1, 64)),
+  lockScope: v.optional(v.pipe(
+    v.string('expected a name like "tenant-work"'),
+    v.regex(OBJECT_NAME, 'expected 1–63 letters, digits, "_", ".", ":" or "-", starting with a letter'),
+    v.maxBytes(63, 'expected 1–63 letters, digits, "_", ".", ":" or "-", starting with a letter'),
+  )),
+  buckets: v.optional(v.pipe(
+    int(16, 256),
+    v.check((n) => (n & (n - 1)) === 0, "expected a power of two from 16 to 256"),
+  )),
 });
 
 const orderedSchema = v.strictObject({
@@ -93,11 +129,30 @@ export function plainOptions(options: unknown): Record<string, unknown> {
   return overrides(parse(consumerSchema, options ?? {}, "consumer options"));
 }
 
-/** An exclusive consumer's options: overrides and its contention policy. */
+/**
+ * An exclusive consumer's options: overrides, the persisted key settings
+ * (only those that differ from the defaults, so a consumer created before
+ * they existed keeps matching), and its contention policy.
+ */
 export function exclusiveOptions(options: unknown): { settings: Record<string, unknown>; kind: ExclusiveSettings } {
   const o = parse(exclusiveSchema, options ?? {}, "consumer options");
   const deferMs = durationMs("deferDelay", o.deferDelay ?? 1000, 1)!;
-  return { settings: overrides(o), kind: { idempotent: o.idempotent ?? false, deferDelayS: deferMs / 1000, fenced: o.fenced ?? false } };
+  if (o.fenced && ((o.perKey ?? 1) > 1 || o.lockScope !== undefined)) {
+    throw new KeyqError(
+      "INVALID_INPUT",
+      `Option "fenced" leases keys to one batch of this consumer only, so it cannot be combined with ${o.lockScope !== undefined ? `lockScope "${o.lockScope}"` : `perKey ${o.perKey}`}; remove fenced or that option.`,
+      { field: "fenced" },
+    );
+  }
+  const keys = {
+    ...(o.perKey !== undefined && o.perKey !== 1 ? { perKey: o.perKey } : {}),
+    ...(o.lockScope !== undefined ? { lockScope: o.lockScope } : {}),
+    ...(o.buckets !== undefined && o.buckets !== 16 ? { buckets: o.buckets } : {}),
+  };
+  return {
+    settings: { ...overrides(o), ...keys },
+    kind: { idempotent: o.idempotent ?? false, deferDelayS: deferMs / 1000, fenced: o.fenced ?? false },
+  };
 }
 
 /** An ordered consumer's options: overrides (with the failure policy) and its slots. */

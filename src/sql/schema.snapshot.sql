@@ -378,6 +378,30 @@ begin
       using errcode = 'KQ004', hint = 'KEYQ:SLOT_COUNT_MISMATCH';
   end if;
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.chunk_events(c :KEYQ_SCHEMA.consumer, ch :KEYQ_SCHEMA.chunk, lim integer)
+ RETURNS :KEYQ_SCHEMA.event[]
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  return (select coalesce(array_agg(w order by w.ev_txid, w.ev_id), '{}')
+    from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
+           (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
+           (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
+           ch.after_txid, ch.after_id, lim, :KEYQ_SCHEMA.consumer_buckets(c), ch.bucket) w);
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.claim_chunk(c :KEYQ_SCHEMA.consumer, skip bigint[])
+ RETURNS :KEYQ_SCHEMA.chunk
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from :KEYQ_SCHEMA.chunk k
+   where k.consumer_id = c.consumer_id and k.chunk_id <> all (skip)
+   order by exists (select 1 from :KEYQ_SCHEMA.chunk o
+                     where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id < k.chunk_id),
+            k.chunk_id
+   limit 1 for update skip locked
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.claim_dedup(q :KEYQ_SCHEMA.queue, k text, ttl double precision, new_id bigint DEFAULT NULL::bigint, OUT id bigint, OUT deduped boolean)
  RETURNS record
  LANGUAGE plpgsql
@@ -398,6 +422,12 @@ begin
     -- The live row expired and was collected between the two statements: claim again.
   end loop;
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.consumer_buckets(c :KEYQ_SCHEMA.consumer)
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select coalesce((c.settings->>'buckets')::int, :KEYQ_SCHEMA.xbuckets()) $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.consumer_slot_of(queue text, consumer text, key text, n integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -756,7 +786,9 @@ declare
   mid int;
   sees boolean;
 begin
-  if not exists (select 1 from :KEYQ_SCHEMA.event e where e.queue_id = q.queue_id and e.ev_table = t) then
+  -- The ring table by name (see has_pending), never the parent.
+  execute format('select exists (select 1 from %I.%I)', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || t) into sees;
+  if not sees then
     return coalesce(q.floor_tick, ids[1]);
   end if;
   if hi = 0 then return null; end if;
@@ -764,13 +796,9 @@ begin
   hi := hi + 1;
   while lo < hi loop
     mid := (lo + hi) / 2;
-    select not exists (
-        select 1 from :KEYQ_SCHEMA.event e, :KEYQ_SCHEMA.tick k
-         where k.queue_id = q.queue_id and k.tick_id = ids[mid]
-           and e.queue_id = q.queue_id and e.ev_table = t
-           and (e.ev_txid >= pg_snapshot_xmax(k.tick_snapshot)
-                or e.ev_txid = any (array(select pg_snapshot_xip(k.tick_snapshot)))))
-      into sees;
+    select not :KEYQ_SCHEMA.table_unread(q.queue_id, t, k.tick_snapshot)
+      into sees
+      from :KEYQ_SCHEMA.tick k where k.queue_id = q.queue_id and k.tick_id = ids[mid];
     if sees then hi := mid; else lo := mid + 1; end if;
   end loop;
   return ids[lo];  -- null when lo is past the newest tick
@@ -900,9 +928,10 @@ begin
     from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id > pos.tick_id;
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id = pos.tick_id;
   if ids is null then return; end if;
-  for ev in select x.* from :KEYQ_SCHEMA.event x
-             where x.queue_id = q.queue_id and x.ev_key = key and not pg_visible_in_snapshot(x.ev_txid, s1)
-               and pg_visible_in_snapshot(x.ev_txid, snaps[cardinality(snaps)])
+  for ev in execute format($q$select x.* from %I.%I x
+             where x.ev_key = $1 and not pg_catalog.pg_visible_in_snapshot(x.ev_txid, $2)
+               and pg_catalog.pg_visible_in_snapshot(x.ev_txid, $3) $q$, :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id)
+             using key, s1, snaps[cardinality(snaps)]
   loop
     -- Binary search: the first tick that sees the event (ticks are monotonic).
     lo := 1; hi := cardinality(ids);
@@ -935,6 +964,16 @@ AS $function$
            'position', h.w::text || ':' || (h.e).ev_txid::text || ':' || (h.e).ev_id::text)
            order by h.w, (h.e).ev_txid, (h.e).ev_id), '[]')
   from :KEYQ_SCHEMA.key_events(:KEYQ_SCHEMA.get_queue(queue), key, start, after, lim) h
+$function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_seed(c :KEYQ_SCHEMA.consumer, i integer)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select case when c.settings ? 'lockScope' then :KEYQ_SCHEMA.lock_key('xscope:' || (c.settings->>'lockScope'), i)
+              when i = 0 then :KEYQ_SCHEMA.lock_key('xkey', c.consumer_id)
+              else :KEYQ_SCHEMA.lock_key('xkey' || i, c.consumer_id) end
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.keys_prefix(evs :KEYQ_SCHEMA.event[], budget integer)
  RETURNS integer
@@ -982,11 +1021,17 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.lock_keys(c :KEYQ_SCHEMA.consumer, event
  LANGUAGE sql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select coalesce(jsonb_agg(x.e || jsonb_build_object('locked',
-           x.e->>'key' is null
-           or pg_try_advisory_xact_lock(hashtextextended(x.e->>'key', :KEYQ_SCHEMA.lock_key('xkey', c.consumer_id))))
-           order by x.ord), '[]')
-  from (select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord) order by ord) x
+  with ev as (
+    select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord)
+  ), keys as materialized (
+    select k.key, case when k.held then true
+                       else exists (select 1 from generate_series(0, coalesce((c.settings->>'perKey')::int, 1) - 1) i
+                                     where pg_try_advisory_xact_lock(hashtextextended(k.key, :KEYQ_SCHEMA.key_seed(c, i)))) end as ok
+      from (select e->>'key' as key, bool_or(coalesce((e->>'locked')::boolean, false)) as held
+              from ev where e->>'key' is not null group by e->>'key') k
+  )
+  select coalesce(jsonb_agg(ev.e || jsonb_build_object('locked', ev.e->>'key' is null or keys.ok) order by ev.ord), '[]')
+    from ev left join keys on keys.key = ev.e->>'key'
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.maintain(queue text, force_rotate boolean DEFAULT false)
  RETURNS jsonb
@@ -1128,7 +1173,7 @@ begin
     )
     insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
     select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b
-      from generate_series(0, :KEYQ_SCHEMA.xbuckets() - 1) b
+      from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b
      where b not in (select bucket from grown)
      order by b;
     get diagnostics n = row_count;
@@ -1202,6 +1247,30 @@ AS $function$
     'retryCap', extract(epoch from q.retry_cap),
     'retention', extract(epoch from q.retention), 'createdAt', q.created_at)
 $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.read_chunk_part(c :KEYQ_SCHEMA.consumer, ch :KEYQ_SCHEMA.chunk, take integer, keys_left integer)
+ RETURNS :KEYQ_SCHEMA.event[]
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare
+  evs :KEYQ_SCHEMA.event[] := :KEYQ_SCHEMA.chunk_events(c, ch, take);
+  got int := cardinality(evs);
+  n int := :KEYQ_SCHEMA.keys_prefix(evs, keys_left);
+  last :KEYQ_SCHEMA.event;
+begin
+  evs := evs[1:n];
+  if got < take and n = got then
+    delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+  elsif n > 0 then
+    -- The rest stays in the chunk for a later batch (nothing skipped,
+    -- reordered or charged a retry).
+    last := evs[n];
+    update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id
+     where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+  end if;
+  return evs;
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, lim integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1256,12 +1325,11 @@ declare
   got_all :KEYQ_SCHEMA.event[] := '{}';
   take int;
   got int;
-  n int;
-  last :KEYQ_SCHEMA.event;
   out jsonb;
   keys_left int := :KEYQ_SCHEMA.key_budget();
-  nb int := :KEYQ_SCHEMA.xbuckets();
   claims int := 0;
+  given_back bigint[] := '{}';
+  more boolean := true;
   locked jsonb;
 begin
   if c.kind <> 'exclusive' then
@@ -1274,44 +1342,47 @@ begin
   out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, least(max_events, keys_left));
   take := max_events - jsonb_array_length(out);
   keys_left := keys_left - (select count(distinct e->>'key') from jsonb_array_elements(out) e)::int;
-  -- Bounded: at most two rounds over the buckets per call.
-  while take > 0 and keys_left > 0 and claims < 2 * nb loop
+  -- The first chunk: read whole, or in part when it holds more than the
+  -- batch. Empty chunks (buckets with no event in their window) are deleted
+  -- on the way. Bounded, with the loop below: at most 32 claims per call.
+  while more and take > 0 and keys_left > 0 and cardinality(got_all) = 0
+        and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32) loop
     claims := claims + 1;
-    -- A bucket with an older chunk (another batch holds it, or its keys
-    -- wait there) comes last: its newer chunk would collide with that batch
-    -- on any key held across the two windows. Taken only when nothing else
-    -- is free, so no chunk waits on a stuck batch.
-    select * into ch from :KEYQ_SCHEMA.chunk k
-     where k.consumer_id = c.consumer_id
-     order by exists (select 1 from :KEYQ_SCHEMA.chunk o
-                       where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id < k.chunk_id),
-              k.chunk_id
-     limit 1 for update skip locked;
-    exit when not found;
-    select array_agg(w order by w.ev_txid, w.ev_id) into evs
-      from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
-             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
-             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
-             ch.after_txid, ch.after_id, take, nb, ch.bucket) w;
-    got := coalesce(cardinality(evs), 0);
-    n := :KEYQ_SCHEMA.keys_prefix(coalesce(evs, '{}'), keys_left);
-    evs := evs[1:n];
-    if got < take and n = got then
-      -- Read to its end: nothing of this chunk is left.
-      delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
-    elsif n > 0 then
-      last := evs[n];
-      update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id
-       where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
-    end if;
-    if n > 0 then
-      got_all := got_all || evs;
-      keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(evs) e)::int;
-    end if;
-    -- Full, or out of key budget: the rest stays in the chunk for a later
-    -- batch (nothing skipped, reordered or charged a retry).
-    exit when got = take or n < got;
-    take := take - n;
+    ch := :KEYQ_SCHEMA.claim_chunk(c, '{}');
+    exit when ch.chunk_id is null;
+    got_all := :KEYQ_SCHEMA.read_chunk_part(c, ch, take, keys_left);
+    got := cardinality(got_all);
+    -- Read to its end (deleted): the batch may go on to further chunks.
+    more := not exists (select 1 from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id);
+    take := take - got;
+    keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(got_all) e)::int;
+  end loop;
+  -- Further chunks: whole or not at all, each claimed in a subtransaction
+  -- (32 claims stay below the 64 subtransaction ids a backend keeps in
+  -- shared memory); the first chunk that does not fit ends the call (each
+  -- one given back was read for nothing: rows read per event stay low).
+  while more and take > 0 and keys_left > 0 and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32)
+        and cardinality(given_back) = 0 loop
+    claims := claims + 1;
+    begin
+      ch := :KEYQ_SCHEMA.claim_chunk(c, given_back);
+      if ch.chunk_id is null then
+        more := false;
+      else
+        evs := :KEYQ_SCHEMA.chunk_events(c, ch, take + 1);
+        got := cardinality(evs);
+        if got > take or :KEYQ_SCHEMA.keys_prefix(evs, keys_left) < got then
+          given_back := given_back || ch.chunk_id;
+          raise exception 'chunk % does not fit', ch.chunk_id using errcode = 'P0KQ1';
+        end if;
+        delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+        got_all := got_all || evs;
+        keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(evs) e)::int;
+        take := take - got;
+      end if;
+    exception when sqlstate 'P0KQ1' then
+      null; -- given back: the claim's row lock went with the subtransaction
+    end;
   end loop;
   -- Several chunks' events in log order, as one chunk's would be.
   out := out || coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(e) order by e.ev_txid, e.ev_id) from unnest(got_all) e), '[]');
@@ -1324,7 +1395,7 @@ begin
   for attempt in 1..2 loop
     exit when not exists (select 1 from jsonb_array_elements(locked) e where not (e->>'locked')::boolean);
     perform pg_sleep(0.001 * attempt * attempt);
-    locked := :KEYQ_SCHEMA.lock_keys(c, out);
+    locked := :KEYQ_SCHEMA.lock_keys(c, locked);
   end loop;
   return jsonb_build_object('busy', false, 'events', locked);
 end $function$;
@@ -1500,6 +1571,7 @@ declare
   x bigint;
   e :KEYQ_SCHEMA.event;
   newest bigint;
+  passed boolean;
 begin
   if target ? 'latest' then
     tick_id := :KEYQ_SCHEMA.tick_now(q);
@@ -1528,16 +1600,20 @@ begin
     select tick_snapshot into fl_snap from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id = fl;
     -- Ids are per queue; the log has no index on the id alone, so this
     -- reads the queue's ring tables (an operator's call, not a hot path).
-    select * into e from :KEYQ_SCHEMA.event ev where ev.queue_id = q.queue_id and ev.ev_id = x;
-    if not found then
+    -- The queue's own partition by name, never the parent (see has_pending).
+    execute format('select * from %I.%I where ev_id = $1', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id) into e using x;
+    if e.ev_id is null then
       if x > coalesce(pg_sequence_last_value(q.event_seq), 0) then
         raise exception 'Queue "%" has no event %: its newest event id is % (is the id from another queue?).',
           q.queue_name, x, coalesce(pg_sequence_last_value(q.event_seq), 0)
           using errcode = 'KQ031', hint = 'KEYQ:EVENT_NOT_FOUND';
       end if;
-      if exists (select 1 from :KEYQ_SCHEMA.event ev where ev.queue_id = q.queue_id and ev.ev_id > x
-                    and not pg_visible_in_snapshot(ev.ev_txid, fl_snap))
-         and not exists (select 1 from :KEYQ_SCHEMA.event ev where ev.queue_id = q.queue_id and ev.ev_id < x) then
+      execute format($q$select exists (select 1 from %1$I.%2$I ev where ev.ev_id > $1
+                                          and not pg_catalog.pg_visible_in_snapshot(ev.ev_txid, $2))
+                         and not exists (select 1 from %1$I.%2$I ev where ev.ev_id < $1) $q$,
+                     :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id)
+        into passed using x, fl_snap;
+      if passed then
         perform :KEYQ_SCHEMA.out_of_range(q, format('Event %s', x));
       end if;
       raise exception 'Queue "%" has no event % (never committed, deduplicated, or already truncated by rotation); list events with keyq history.',
@@ -1995,6 +2071,18 @@ begin
       raise exception 'Consumer "%" of queue "%" is a % consumer, not %; use another consumer name.', consumer, queue, c.kind, kind
         using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
     end if;
+    -- Key buckets, perKey and lockScope of an exclusive consumer are fixed
+    -- when it is created, like a slot count: refused, not overwritten.
+    if kind = 'exclusive' and (
+         coalesce(c.settings->'buckets', to_jsonb(:KEYQ_SCHEMA.xbuckets())) <> coalesce(settings->'buckets', to_jsonb(:KEYQ_SCHEMA.xbuckets()))
+         or coalesce(c.settings->'perKey', '1') <> coalesce(settings->'perKey', '1')
+         or c.settings->'lockScope' is distinct from settings->'lockScope') then
+      raise exception 'Consumer "%" of queue "%" was created with buckets %, perKey % and lockScope %, persisted when it was created, not buckets %, perKey % and lockScope %; pass the same options or use another consumer name.',
+        consumer, queue, coalesce(c.settings->>'buckets', :KEYQ_SCHEMA.xbuckets()::text), coalesce(c.settings->>'perKey', '1'),
+        coalesce(c.settings->>'lockScope', '(the consumer)'), coalesce(settings->>'buckets', :KEYQ_SCHEMA.xbuckets()::text),
+        coalesce(settings->>'perKey', '1'), coalesce(settings->>'lockScope', '(the consumer)')
+        using errcode = 'KQ011', hint = 'KEYQ:CONSUMER_OPTION_MISMATCH';
+    end if;
     if c.settings is distinct from settings then
       update :KEYQ_SCHEMA.consumer k set settings = subscribe.settings where k.consumer_id = c.consumer_id;
     end if;
@@ -2004,7 +2092,7 @@ begin
     end if;
     if kind = 'exclusive' then
       -- A consumer created before Tier A read through the slot index gets it now.
-      pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, :KEYQ_SCHEMA.xbuckets(), index_inline);
+      pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, :KEYQ_SCHEMA.consumer_buckets(c), index_inline);
       if pending is not null then
         return pending || jsonb_build_object('created', false);
       end if;
@@ -2018,9 +2106,10 @@ begin
   -- first window would read from a missing snapshot (nothing, silently).
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id));
   if kind in ('ordered', 'exclusive') then
-    -- An exclusive consumer reads its key buckets through the slot index for xbuckets().
+    -- An exclusive consumer reads its key buckets through the slot index for its bucket count.
     pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id,
-                 case kind when 'ordered' then slots else :KEYQ_SCHEMA.xbuckets() end, index_inline);
+                 case kind when 'ordered' then slots
+                   else coalesce((settings->>'buckets')::int, :KEYQ_SCHEMA.xbuckets()) end, index_inline);
     if pending is not null then
       return pending || jsonb_build_object('created', false);
     end if;

@@ -470,7 +470,7 @@ $$;
 -- Consumers -------------------------------------------------------------------
 
 -- An ordered consumer needs the slot index for its N (an exclusive one the
--- index for xbuckets()): when a ring table can
+-- index for its bucket count): when a ring table can
 -- only be indexed concurrently, nothing is created and the answer lists the
 -- statements the client runs (outside a transaction) before calling again.
 --
@@ -500,6 +500,18 @@ begin
       raise exception 'Consumer "%" of queue "%" is a % consumer, not %; use another consumer name.', consumer, queue, c.kind, kind
         using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
     end if;
+    -- Key buckets, perKey and lockScope of an exclusive consumer are fixed
+    -- when it is created, like a slot count: refused, not overwritten.
+    if kind = 'exclusive' and (
+         coalesce(c.settings->'buckets', to_jsonb(:KEYQ_SCHEMA.xbuckets())) <> coalesce(settings->'buckets', to_jsonb(:KEYQ_SCHEMA.xbuckets()))
+         or coalesce(c.settings->'perKey', '1') <> coalesce(settings->'perKey', '1')
+         or c.settings->'lockScope' is distinct from settings->'lockScope') then
+      raise exception 'Consumer "%" of queue "%" was created with buckets %, perKey % and lockScope %, persisted when it was created, not buckets %, perKey % and lockScope %; pass the same options or use another consumer name.',
+        consumer, queue, coalesce(c.settings->>'buckets', :KEYQ_SCHEMA.xbuckets()::text), coalesce(c.settings->>'perKey', '1'),
+        coalesce(c.settings->>'lockScope', '(the consumer)'), coalesce(settings->>'buckets', :KEYQ_SCHEMA.xbuckets()::text),
+        coalesce(settings->>'perKey', '1'), coalesce(settings->>'lockScope', '(the consumer)')
+        using errcode = 'KQ011', hint = 'KEYQ:CONSUMER_OPTION_MISMATCH';
+    end if;
     if c.settings is distinct from settings then
       update :KEYQ_SCHEMA.consumer k set settings = subscribe.settings where k.consumer_id = c.consumer_id;
     end if;
@@ -509,7 +521,7 @@ begin
     end if;
     if kind = 'exclusive' then
       -- A consumer created before Tier A read through the slot index gets it now.
-      pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, :KEYQ_SCHEMA.xbuckets(), index_inline);
+      pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id, :KEYQ_SCHEMA.consumer_buckets(c), index_inline);
       if pending is not null then
         return pending || jsonb_build_object('created', false);
       end if;
@@ -523,9 +535,10 @@ begin
   -- first window would read from a missing snapshot (nothing, silently).
   perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('maintain', q.queue_id));
   if kind in ('ordered', 'exclusive') then
-    -- An exclusive consumer reads its key buckets through the slot index for xbuckets().
+    -- An exclusive consumer reads its key buckets through the slot index for its bucket count.
     pending := :KEYQ_SCHEMA.ensure_slot_index(q.queue_id,
-                 case kind when 'ordered' then slots else :KEYQ_SCHEMA.xbuckets() end, index_inline);
+                 case kind when 'ordered' then slots
+                   else coalesce((settings->>'buckets')::int, :KEYQ_SCHEMA.xbuckets()) end, index_inline);
     if pending is not null then
       return pending || jsonb_build_object('created', false);
     end if;
@@ -646,7 +659,9 @@ declare
   mid int;
   sees boolean;
 begin
-  if not exists (select 1 from :KEYQ_SCHEMA.event e where e.queue_id = q.queue_id and e.ev_table = t) then
+  -- The ring table by name (see has_pending), never the parent.
+  execute format('select exists (select 1 from %I.%I)', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || t) into sees;
+  if not sees then
     return coalesce(q.floor_tick, ids[1]);
   end if;
   if hi = 0 then return null; end if;
@@ -654,13 +669,9 @@ begin
   hi := hi + 1;
   while lo < hi loop
     mid := (lo + hi) / 2;
-    select not exists (
-        select 1 from :KEYQ_SCHEMA.event e, :KEYQ_SCHEMA.tick k
-         where k.queue_id = q.queue_id and k.tick_id = ids[mid]
-           and e.queue_id = q.queue_id and e.ev_table = t
-           and (e.ev_txid >= pg_snapshot_xmax(k.tick_snapshot)
-                or e.ev_txid = any (array(select pg_snapshot_xip(k.tick_snapshot)))))
-      into sees;
+    select not :KEYQ_SCHEMA.table_unread(q.queue_id, t, k.tick_snapshot)
+      into sees
+      from :KEYQ_SCHEMA.tick k where k.queue_id = q.queue_id and k.tick_id = ids[mid];
     if sees then hi := mid; else lo := mid + 1; end if;
   end loop;
   return ids[lo];  -- null when lo is past the newest tick

@@ -1,10 +1,13 @@
 -- keyq engine, part 3: Tier A, the exclusive consumer. Many workers share one
--- consumer; at most one of them processes a key at any instant; no order.
+-- consumer; at most perKey (default 1) of them process a key at any instant;
+-- no order.
 --
 -- Work is cut by key, not by position: a planner (run in the ticker's short
 -- transaction, never in a batch) gives each new window range one chunk per
--- key bucket (xbuckets() buckets of slot_of(key, xbuckets()), read through
--- the same slot index as Tier B), so one key lies in one chunk per window.
+-- key bucket (consumer_buckets(c) buckets of slot_of(key, buckets), read
+-- through the slot index for that count), so one key lies in one chunk per
+-- window. The bucket count is persisted per consumer (option "buckets",
+-- default 16): the number of batches one window can feed at once.
 -- The planner reads no event: a batch reads its chunk's rows once, through
 -- the slot index. A batch claims chunks with SKIP LOCKED (never waiting on
 -- another worker), the oldest chunk of a bucket first, so a key's later
@@ -12,17 +15,32 @@
 -- free (a key held across windows is the only source of contention); it
 -- reads them and try-locks every key of the batch in the same statement
 -- (the backstop of the guarantee, and what separates retried events).
--- Deleting or advancing a claimed chunk row commits with the batch; a
--- rollback or a killed backend puts it back at once. The chunk table (with
+--
+-- A batch holds only what it reads: after its first chunk, a batch claims
+-- each further chunk inside a subtransaction, and one that does not fit
+-- whole in what the batch still takes is given back by rolling that
+-- subtransaction back, which releases its row lock at once (other workers
+-- take it while this batch runs). Only a batch's first chunk may be read in
+-- part, when that bucket of the window holds more events than the batch
+-- takes; then that chunk's rest waits for it (size "buckets" so that a
+-- bucket of a window fits in a batch). Deleting or advancing a claimed chunk row commits with the batch;
+-- a rollback or a killed backend puts it back at once. The chunk table (with
 -- its bucket column since migration 010) is in src/sql/migrations/.
 
--- Key buckets of every exclusive consumer: the parallelism of one window
--- (one worker per bucket at a time) and the N of the slot index it reads
--- through (shared with Tier B consumers of N = 16).
+-- The default key bucket count of an exclusive consumer: the parallelism of
+-- one window (one worker per bucket at a time) and the N of the slot index
+-- it reads through (shared with Tier B consumers of N = 16).
 create function :KEYQ_SCHEMA.xbuckets() returns int
 language sql immutable
 set search_path = pg_catalog, pg_temp
 as $$ select 16 $$;
+
+-- The key bucket count of exclusive consumer c: persisted in its settings
+-- when it was created ("buckets", a power of two from 16 to 256).
+create function :KEYQ_SCHEMA.consumer_buckets(c :KEYQ_SCHEMA.consumer) returns int
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$ select coalesce((c.settings->>'buckets')::int, :KEYQ_SCHEMA.xbuckets()) $$;
 
 -- Gives the window range after the consumer's planned frontier one chunk
 -- per bucket, without reading an event: a bucket whose newest chunk is
@@ -60,7 +78,7 @@ begin
     )
     insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
     select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b
-      from generate_series(0, :KEYQ_SCHEMA.xbuckets() - 1) b
+      from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b
      where b not in (select bucket from grown)
      order by b;
     get diagnostics n = row_count;
@@ -89,18 +107,41 @@ begin
   return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size));
 end $$;
 
--- Adds "locked" to each event: true when this transaction now holds the key
--- (or the event has no key). One statement for the whole batch; the lock is
--- namespaced by schema and consumer, and re-entrant inside the transaction.
+-- The seed of key lock i (i < perKey) of exclusive consumer c: the 64-bit
+-- lock of key K is hashtextextended(K, seed), namespaced by schema and scope.
+-- The scope is the consumer (lock 0 keeps the seed of keyq 0.1, so older
+-- workers still exclude newer ones) or the consumer's lockScope name, which
+-- consumers of one queue or several share.
+create function :KEYQ_SCHEMA.key_seed(c :KEYQ_SCHEMA.consumer, i int) returns bigint
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select case when c.settings ? 'lockScope' then :KEYQ_SCHEMA.lock_key('xscope:' || (c.settings->>'lockScope'), i)
+              when i = 0 then :KEYQ_SCHEMA.lock_key('xkey', c.consumer_id)
+              else :KEYQ_SCHEMA.lock_key('xkey' || i, c.consumer_id) end
+$$;
+
+-- Adds "locked" to each event: true when this transaction now holds one of
+-- the key's perKey locks (or the event has no key). Each distinct key is
+-- tried once, lock 0 first and lock i only when locks 0..i-1 are held by
+-- others, so a batch holds one lock per distinct key whatever perKey is.
+-- Events already marked locked (a second look) keep their lock: their key
+-- is not tried again. One statement for the whole batch.
 create function :KEYQ_SCHEMA.lock_keys(c :KEYQ_SCHEMA.consumer, events jsonb) returns jsonb
 language sql volatile
 set search_path = pg_catalog, pg_temp
 as $$
-  select coalesce(jsonb_agg(x.e || jsonb_build_object('locked',
-           x.e->>'key' is null
-           or pg_try_advisory_xact_lock(hashtextextended(x.e->>'key', :KEYQ_SCHEMA.lock_key('xkey', c.consumer_id))))
-           order by x.ord), '[]')
-  from (select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord) order by ord) x
+  with ev as (
+    select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord)
+  ), keys as materialized (
+    select k.key, case when k.held then true
+                       else exists (select 1 from generate_series(0, coalesce((c.settings->>'perKey')::int, 1) - 1) i
+                                     where pg_try_advisory_xact_lock(hashtextextended(k.key, :KEYQ_SCHEMA.key_seed(c, i)))) end as ok
+      from (select e->>'key' as key, bool_or(coalesce((e->>'locked')::boolean, false)) as held
+              from ev where e->>'key' is not null group by e->>'key') k
+  )
+  select coalesce(jsonb_agg(ev.e || jsonb_build_object('locked', ev.e->>'key' is null or keys.ok) order by ev.ord), '[]')
+    from ev left join keys on keys.key = ev.e->>'key'
 $$;
 
 -- Distinct keys one batch may lock. Advisory locks live in the server's
@@ -133,11 +174,74 @@ as $$
    where keys <= budget
 $$;
 
+-- The events of chunk ch after its position, at most lim, in log order.
+-- (plpgsql: window_events_slot is created after this file.)
+create function :KEYQ_SCHEMA.chunk_events(c :KEYQ_SCHEMA.consumer, ch :KEYQ_SCHEMA.chunk, lim int) returns :KEYQ_SCHEMA.event[]
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return (select coalesce(array_agg(w order by w.ev_txid, w.ev_id), '{}')
+    from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
+           (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
+           (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
+           ch.after_txid, ch.after_id, lim, :KEYQ_SCHEMA.consumer_buckets(c), ch.bucket) w);
+end $$;
+
+-- Claims the next chunk of c without waiting: a bucket with an older chunk
+-- (another batch holds it, or its keys wait there) comes last, since its
+-- newer chunk would collide with that batch on any key held across the two
+-- windows; taken only when nothing else is free, so no chunk waits on a
+-- stuck batch. Chunks in skip (given back by this batch) are not claimed.
+create function :KEYQ_SCHEMA.claim_chunk(c :KEYQ_SCHEMA.consumer, skip bigint[]) returns :KEYQ_SCHEMA.chunk
+language sql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  select * from :KEYQ_SCHEMA.chunk k
+   where k.consumer_id = c.consumer_id and k.chunk_id <> all (skip)
+   order by exists (select 1 from :KEYQ_SCHEMA.chunk o
+                     where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id < k.chunk_id),
+            k.chunk_id
+   limit 1 for update skip locked
+$$;
+
+-- Reads claimed chunk ch in part (at most take events and keys_left keys),
+-- advancing its position, or deleting it when read to its end.
+create function :KEYQ_SCHEMA.read_chunk_part(c :KEYQ_SCHEMA.consumer, ch :KEYQ_SCHEMA.chunk, take int, keys_left int)
+returns :KEYQ_SCHEMA.event[]
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  evs :KEYQ_SCHEMA.event[] := :KEYQ_SCHEMA.chunk_events(c, ch, take);
+  got int := cardinality(evs);
+  n int := :KEYQ_SCHEMA.keys_prefix(evs, keys_left);
+  last :KEYQ_SCHEMA.event;
+begin
+  evs := evs[1:n];
+  if got < take and n = got then
+    delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+  elsif n > 0 then
+    -- The rest stays in the chunk for a later batch (nothing skipped,
+    -- reordered or charged a retry).
+    last := evs[n];
+    update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id
+     where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+  end if;
+  return evs;
+end $$;
+
 -- One batch of an exclusive consumer: due retries first, then chunks
--- claimed without waiting (oldest of each bucket first, in plan order) until
--- max_events or the key budget; per-key try-locks for all of them. A chunk
--- read to its end is deleted and the next one taken in the same call, so
--- empty buckets cost no batch of their own.
+-- claimed without waiting (oldest of each bucket first, in plan order). The
+-- first chunk is read up to max_events and the key budget (in part when it
+-- holds more: its rest stays in it); every further chunk is taken only when
+-- it fits whole in what the batch still takes, and given back at once
+-- otherwise: it was claimed in a subtransaction, whose rollback releases the
+-- row lock, so other workers take it while this batch runs. Per-key
+-- try-locks for all of them. A chunk read to its end is deleted and the
+-- next one taken in the same call, so empty buckets cost no batch of their
+-- own.
 create function :KEYQ_SCHEMA.receive_exclusive(queue text, consumer text, max_events int) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -151,12 +255,11 @@ declare
   got_all :KEYQ_SCHEMA.event[] := '{}';
   take int;
   got int;
-  n int;
-  last :KEYQ_SCHEMA.event;
   out jsonb;
   keys_left int := :KEYQ_SCHEMA.key_budget();
-  nb int := :KEYQ_SCHEMA.xbuckets();
   claims int := 0;
+  given_back bigint[] := '{}';
+  more boolean := true;
   locked jsonb;
 begin
   if c.kind <> 'exclusive' then
@@ -169,44 +272,47 @@ begin
   out := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, least(max_events, keys_left));
   take := max_events - jsonb_array_length(out);
   keys_left := keys_left - (select count(distinct e->>'key') from jsonb_array_elements(out) e)::int;
-  -- Bounded: at most two rounds over the buckets per call.
-  while take > 0 and keys_left > 0 and claims < 2 * nb loop
+  -- The first chunk: read whole, or in part when it holds more than the
+  -- batch. Empty chunks (buckets with no event in their window) are deleted
+  -- on the way. Bounded, with the loop below: at most 32 claims per call.
+  while more and take > 0 and keys_left > 0 and cardinality(got_all) = 0
+        and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32) loop
     claims := claims + 1;
-    -- A bucket with an older chunk (another batch holds it, or its keys
-    -- wait there) comes last: its newer chunk would collide with that batch
-    -- on any key held across the two windows. Taken only when nothing else
-    -- is free, so no chunk waits on a stuck batch.
-    select * into ch from :KEYQ_SCHEMA.chunk k
-     where k.consumer_id = c.consumer_id
-     order by exists (select 1 from :KEYQ_SCHEMA.chunk o
-                       where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id < k.chunk_id),
-              k.chunk_id
-     limit 1 for update skip locked;
-    exit when not found;
-    select array_agg(w order by w.ev_txid, w.ev_id) into evs
-      from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
-             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
-             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
-             ch.after_txid, ch.after_id, take, nb, ch.bucket) w;
-    got := coalesce(cardinality(evs), 0);
-    n := :KEYQ_SCHEMA.keys_prefix(coalesce(evs, '{}'), keys_left);
-    evs := evs[1:n];
-    if got < take and n = got then
-      -- Read to its end: nothing of this chunk is left.
-      delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
-    elsif n > 0 then
-      last := evs[n];
-      update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id
-       where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
-    end if;
-    if n > 0 then
-      got_all := got_all || evs;
-      keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(evs) e)::int;
-    end if;
-    -- Full, or out of key budget: the rest stays in the chunk for a later
-    -- batch (nothing skipped, reordered or charged a retry).
-    exit when got = take or n < got;
-    take := take - n;
+    ch := :KEYQ_SCHEMA.claim_chunk(c, '{}');
+    exit when ch.chunk_id is null;
+    got_all := :KEYQ_SCHEMA.read_chunk_part(c, ch, take, keys_left);
+    got := cardinality(got_all);
+    -- Read to its end (deleted): the batch may go on to further chunks.
+    more := not exists (select 1 from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id);
+    take := take - got;
+    keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(got_all) e)::int;
+  end loop;
+  -- Further chunks: whole or not at all, each claimed in a subtransaction
+  -- (32 claims stay below the 64 subtransaction ids a backend keeps in
+  -- shared memory); the first chunk that does not fit ends the call (each
+  -- one given back was read for nothing: rows read per event stay low).
+  while more and take > 0 and keys_left > 0 and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32)
+        and cardinality(given_back) = 0 loop
+    claims := claims + 1;
+    begin
+      ch := :KEYQ_SCHEMA.claim_chunk(c, given_back);
+      if ch.chunk_id is null then
+        more := false;
+      else
+        evs := :KEYQ_SCHEMA.chunk_events(c, ch, take + 1);
+        got := cardinality(evs);
+        if got > take or :KEYQ_SCHEMA.keys_prefix(evs, keys_left) < got then
+          given_back := given_back || ch.chunk_id;
+          raise exception 'chunk % does not fit', ch.chunk_id using errcode = 'P0KQ1';
+        end if;
+        delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+        got_all := got_all || evs;
+        keys_left := keys_left - (select count(distinct (e).ev_key) from unnest(evs) e)::int;
+        take := take - got;
+      end if;
+    exception when sqlstate 'P0KQ1' then
+      null; -- given back: the claim's row lock went with the subtransaction
+    end;
   end loop;
   -- Several chunks' events in log order, as one chunk's would be.
   out := out || coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(e) order by e.ev_txid, e.ev_id) from unnest(got_all) e), '[]');
@@ -219,7 +325,7 @@ begin
   for attempt in 1..2 loop
     exit when not exists (select 1 from jsonb_array_elements(locked) e where not (e->>'locked')::boolean);
     perform pg_sleep(0.001 * attempt * attempt);
-    locked := :KEYQ_SCHEMA.lock_keys(c, out);
+    locked := :KEYQ_SCHEMA.lock_keys(c, locked);
   end loop;
   return jsonb_build_object('busy', false, 'events', locked);
 end $$;

@@ -72,6 +72,7 @@ declare
   x bigint;
   e :KEYQ_SCHEMA.event;
   newest bigint;
+  passed boolean;
 begin
   if target ? 'latest' then
     tick_id := :KEYQ_SCHEMA.tick_now(q);
@@ -100,16 +101,20 @@ begin
     select tick_snapshot into fl_snap from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id = fl;
     -- Ids are per queue; the log has no index on the id alone, so this
     -- reads the queue's ring tables (an operator's call, not a hot path).
-    select * into e from :KEYQ_SCHEMA.event ev where ev.queue_id = q.queue_id and ev.ev_id = x;
-    if not found then
+    -- The queue's own partition by name, never the parent (see has_pending).
+    execute format('select * from %I.%I where ev_id = $1', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id) into e using x;
+    if e.ev_id is null then
       if x > coalesce(pg_sequence_last_value(q.event_seq), 0) then
         raise exception 'Queue "%" has no event %: its newest event id is % (is the id from another queue?).',
           q.queue_name, x, coalesce(pg_sequence_last_value(q.event_seq), 0)
           using errcode = 'KQ031', hint = 'KEYQ:EVENT_NOT_FOUND';
       end if;
-      if exists (select 1 from :KEYQ_SCHEMA.event ev where ev.queue_id = q.queue_id and ev.ev_id > x
-                    and not pg_visible_in_snapshot(ev.ev_txid, fl_snap))
-         and not exists (select 1 from :KEYQ_SCHEMA.event ev where ev.queue_id = q.queue_id and ev.ev_id < x) then
+      execute format($q$select exists (select 1 from %1$I.%2$I ev where ev.ev_id > $1
+                                          and not pg_catalog.pg_visible_in_snapshot(ev.ev_txid, $2))
+                         and not exists (select 1 from %1$I.%2$I ev where ev.ev_id < $1) $q$,
+                     :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id)
+        into passed using x, fl_snap;
+      if passed then
         perform :KEYQ_SCHEMA.out_of_range(q, format('Event %s', x));
       end if;
       raise exception 'Queue "%" has no event % (never committed, deduplicated, or already truncated by rotation); list events with keyq history.',
@@ -256,9 +261,10 @@ begin
     from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id > pos.tick_id;
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id = pos.tick_id;
   if ids is null then return; end if;
-  for ev in select x.* from :KEYQ_SCHEMA.event x
-             where x.queue_id = q.queue_id and x.ev_key = key and not pg_visible_in_snapshot(x.ev_txid, s1)
-               and pg_visible_in_snapshot(x.ev_txid, snaps[cardinality(snaps)])
+  for ev in execute format($q$select x.* from %I.%I x
+             where x.ev_key = $1 and not pg_catalog.pg_visible_in_snapshot(x.ev_txid, $2)
+               and pg_catalog.pg_visible_in_snapshot(x.ev_txid, $3) $q$, :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id)
+             using key, s1, snaps[cardinality(snaps)]
   loop
     -- Binary search: the first tick that sees the event (ticks are monotonic).
     lo := 1; hi := cardinality(ids);
