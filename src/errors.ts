@@ -22,7 +22,8 @@ export type KeyqErrorCode =
   | "WRONG_ISOLATION"
   | "BATCH_ABORTED"
   | "BAD_REPLY"
-  | "PREPARED_STATEMENTS_UNSUPPORTED";
+  | "PREPARED_STATEMENTS_UNSUPPORTED"
+  | "HANDLER_SWALLOWED_FAILURE";
 
 /**
  * The error keyq throws for bad input and engine refusals. Driver and network

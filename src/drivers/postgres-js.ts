@@ -22,7 +22,7 @@ export interface PostgresJsTxLike {
 /** A postgres.js transaction `tx`: queries plus nested savepoint scopes. */
 export interface PostgresJsTransactionLike extends PostgresJsTxLike {
   /** `tx.savepoint(name, fn)`: SAVEPOINT "s<n>_<name>", ROLLBACK TO it when `fn` throws. */
-  savepoint(name: string, fn: (sp: PostgresJsTxLike) => Promise<unknown>): PromiseLike<unknown>;
+  savepoint(name: string, fn: (sp: PostgresJsTransactionLike) => Promise<unknown>): PromiseLike<unknown>;
 }
 
 /** The part of a postgres.js `sql` instance the adapter uses. */
@@ -171,19 +171,19 @@ function kill(st: TxState, err: unknown): void {
  * the adapter release each one, so a long batch does not pile up
  * subtransactions.
  */
-function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: boolean): Executor {
-  let made = 0;
+function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: boolean, made: { n: number } = { n: 0 }): Executor {
   return {
     signal: st.ctl.signal,
     query: (text, params) => guarded(st, tx, text, params, prepare),
     async savepoint<T>(fn: (sp: Executor) => Promise<T>): Promise<T> {
       if (st.dead) throw deadError(st.ctl.signal.reason);
-      const name = `s${made++}_keyq`;
+      const name = `s${made.n++}_keyq`;
       let failed = false;
       try {
         return (await tx.savepoint("keyq", async (sp) => {
           try {
-            return await fn({ query: (text, params) => guarded(st, sp, text, params, prepare) });
+            // A scope nests: its own savepoints share the transaction's counter of names.
+            return await fn(wrapTransaction(sp, st, prepare, made));
           } catch (err) {
             failed = true;
             if (st.dead) await never; // no ROLLBACK TO on a dead connection
@@ -276,7 +276,10 @@ export function fromPostgresJs(sql: PostgresJsLike): Driver {
           try {
             const out = await fn(wrapTransaction(tx, st, prepare));
             // Not awaited: it goes out in the same write as postgres.js's COMMIT (no round trip of its own).
-            if (verify && !st.dead) xid = run(tx, "select pg_current_xact_id_if_assigned()::text as x");
+            if (verify && !st.dead) {
+              xid = run(tx, "select pg_current_xact_id_if_assigned()::text as x");
+              xid.catch(() => {}); // observed now: it may fail before begin() settles (its error is the transaction's)
+            }
             return st.dead ? await never : out;
           } catch (err) {
             if (st.dead) return await never;

@@ -122,9 +122,10 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
     subscribed = true;
     return created;
   };
-  const run = async (s: BatchSettings): Promise<RunReport> => {
+  // run(): each batch ends by the budget plus a grace (batch.ts); work()'s runs are slices, not limits.
+  const run = async (s: BatchSettings, bounded: boolean): Promise<RunReport> => {
     if (!subscribed) await sub();
-    return await runLoop(s, () => k.prepare(s), () => ctx.maintain(queue), (until) => runBatch(ctx, s, k, until));
+    return await runLoop(s, () => k.prepare(s), () => ctx.maintain(queue), (until) => runBatch(ctx, s, k, until, bounded));
   };
   return {
     queue,
@@ -136,10 +137,10 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
       return r.removed;
     },
     batch: async (options) => await runBatch(ctx, consumeSettings(ctx, k, options, "batch options"), k),
-    run: async (options) => await run(consumeSettings(ctx, k, options, "run options")),
+    run: async (options) => await run(consumeSettings(ctx, k, options, "run options"), true),
     async work(options) {
       const s = consumeSettings(ctx, k, options, "work options");
-      return await workLoop(s, () => run(s));
+      return await workLoop(s, () => run(s, false));
     },
   };
 }
