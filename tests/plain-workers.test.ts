@@ -120,8 +120,8 @@ describe("batch reports", () => {
       await f.q.send("jobs", { type: "E", payload: 9 });
       const run = await c.run({ handler: async (_ev, tx) => void (await tx.query("select 1")) });
       assert.equal(run.events, 1);
-      // tick + maintain, one batch (3 + 1 query), the final empty look (3).
-      assert.equal(run.statements, 2 + 4 + 3, `run statements ${run.statements}`);
+      // tick + maintain, one batch (3 + 1 query + its event's SAVEPOINT and RELEASE), the final empty look (3).
+      assert.equal(run.statements, 2 + 6 + 3, `run statements ${run.statements}`);
       assert.equal(run.roundTrips, run.statements);
       await f.q.sendBatch("jobs", [{ type: "E", payload: 10 }, { type: "E", payload: 11 }]);
       await f.q.tick("jobs", { force: true });
@@ -134,9 +134,9 @@ describe("batch reports", () => {
       });
       assert.equal(failing.events, 2);
       assert.equal(failing.retried, 1);
-      // The fast attempt (BEGIN, receive, 2 queries, ROLLBACK), then the rerun with savepoints:
-      // BEGIN, receive, SAVEPOINT + query + RELEASE, the failed event not called again, ack, COMMIT.
-      assert.equal(failing.statements, 3 + 2 + 3 + 3 + 1, `statements ${failing.statements}`);
+      // One attempt: BEGIN, receive, COMMIT; each event SAVEPOINT + query + RELEASE (the failed
+      // one ROLLBACK TO its savepoint instead); the ack. No rerun: no handler is called twice.
+      assert.equal(failing.statements, 3 + 3 + 3 + 1, `statements ${failing.statements}`);
     } finally {
       await f.close();
     }

@@ -178,14 +178,12 @@ function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: bo
     async savepoint<T>(fn: (sp: Executor) => Promise<T>): Promise<T> {
       if (st.dead) throw deadError(st.ctl.signal.reason);
       const name = `s${made.n++}_keyq`;
-      let failed = false;
       try {
         return (await tx.savepoint("keyq", async (sp) => {
           try {
             // A scope nests: its own savepoints share the transaction's counter of names.
             return await fn(wrapTransaction(sp, st, prepare, made));
           } catch (err) {
-            failed = true;
             if (st.dead) await never; // no ROLLBACK TO on a dead connection
             throw err;
           }
@@ -194,10 +192,12 @@ function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: bo
         noteAstray(st, prepare, err); // its own SAVEPOINT statement went astray
         throw err;
       } finally {
+        // Not awaited: it goes out in the same write as the transaction's next
+        // statement (no round trip of its own). A failure shows there: postgres.js
+        // then refuses to commit the transaction.
         if (!st.dead) {
-          await Promise.resolve(tx.unsafe(`release savepoint "${name}"`)).catch((err) => {
+          Promise.resolve(tx.unsafe(`release savepoint "${name}"`)).catch((err) => {
             if (gone(err)) kill(st, err);
-            if (!failed) throw new Error(`keyq: could not release savepoint ${name}`);
           });
         }
       }
