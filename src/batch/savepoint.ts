@@ -7,13 +7,16 @@
  * the batch goes on; the other events' handlers are never called again.
  *
  * Two ways, by what the driver offers:
- * - plain SAVEPOINT statements: the event's SAVEPOINT is sent together with
- *   the handler's first statement (in the same text when that statement has
- *   no parameters, else right before it, pipelined by drivers that pipeline),
- *   and the previous event's RELEASE rides in the same text as the next
- *   SAVEPOINT; COMMIT releases the last one.
+ * - plain SAVEPOINT statements: the event's SAVEPOINT is sent with the
+ *   handler's first statement (in the same text when that statement has no
+ *   parameters; else right before it, without waiting for it, though none of
+ *   pg, Neon and Bun.SQL pipelines the two: one round trip more), and the
+ *   previous event's RELEASE rides in the same text as the next SAVEPOINT;
+ *   COMMIT releases the last one.
  * - `tx.savepoint(fn)` of the driver (postgres.js, which refuses to commit
- *   a transaction in which any statement failed outside such a scope).
+ *   a transaction in which any statement failed outside such a scope): its
+ *   SAVEPOINT is a round trip of its own, its RELEASE rides with the next
+ *   statement (drivers/postgres-js.ts).
  *
  * A statement that failed while the handler returned normally is a
  * swallowed failure: the event fails (see machine.ts). Handlers that expect
