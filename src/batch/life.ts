@@ -186,10 +186,12 @@ function guarded(exec: Executor, refuse: () => KeyqError | undefined, lost: (err
       throw err;
     }
   };
-  if (!exec.savepoint) return { query };
+  const flag = exec.savepointStatements ? { savepointStatements: true } : {};
+  if (!exec.savepoint) return { query, ...flag };
   const savepoint = exec.savepoint.bind(exec);
   return {
     query,
+    ...flag,
     savepoint: <T>(fn: (sp: Executor) => Promise<T>): Promise<T> => {
       const no = refuse();
       if (no) return Promise.reject(no);

@@ -9,14 +9,14 @@
  * Two ways, by what the driver offers:
  * - plain SAVEPOINT statements: the event's SAVEPOINT is sent with the
  *   handler's first statement (in the same text when that statement has no
- *   parameters; else right before it, without waiting for it, though none of
- *   pg, Neon and Bun.SQL pipelines the two: one round trip more), and the
+ *   parameters; else right before it, without waiting for it: postgres.js
+ *   pipelines the two, pg, Neon and Bun.SQL do not: one round trip more), and the
  *   previous event's RELEASE rides in the same text as the next SAVEPOINT;
  *   COMMIT releases the last one.
- * - `tx.savepoint(fn)` of the driver (postgres.js, which refuses to commit
- *   a transaction in which any statement failed outside such a scope): its
- *   SAVEPOINT is a round trip of its own, its RELEASE rides with the next
- *   statement (drivers/postgres-js.ts).
+ * - `tx.savepoint(fn)` of the driver, for a driver that refuses to commit a
+ *   transaction in which any statement failed outside such a scope and does
+ *   not say `savepointStatements` (postgres.js does: its adapter commits such
+ *   a transaction itself): its SAVEPOINT is a round trip of its own.
  *
  * A statement that failed while the handler returned normally is a
  * swallowed failure: the event fails (see machine.ts). Handlers that expect
@@ -48,7 +48,7 @@ export interface EventScope {
 
 /** Wraps the batch transaction `tx` in lazily opened per-event savepoints. */
 export function eventScope(tx: Executor): EventScope {
-  return tx.savepoint ? driverScope(tx.savepoint.bind(tx)) : statementScope(tx);
+  return tx.savepoint && !tx.savepointStatements ? driverScope(tx.savepoint.bind(tx)) : statementScope(tx);
 }
 
 /** Records the first failure of `query`'s statements in `seen`. */

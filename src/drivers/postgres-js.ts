@@ -100,6 +100,8 @@ interface TxState {
   astray?: unknown;
   /** The driver's choice of texts to name. */
   named: Names;
+  /** A statement of the transaction's own scope failed: postgres.js will refuse to commit it. */
+  failed?: boolean;
 }
 
 /**
@@ -171,10 +173,18 @@ function kill(st: TxState, err: unknown): void {
  * the adapter release each one, so a long batch does not pile up
  * subtransactions.
  */
-function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: boolean, made: { n: number } = { n: 0 }): Executor {
+function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: boolean, made: { n: number } = { n: 0 }, top = true): Executor {
   return {
     signal: st.ctl.signal,
-    query: (text, params) => guarded(st, tx, text, params, prepare),
+    // The transaction's own scope: SAVEPOINT statements work (see transaction()).
+    ...(top ? { savepointStatements: true } : {}),
+    query: top
+      ? (text, params) =>
+        guarded(st, tx, text, params, prepare).catch((err: unknown) => {
+          st.failed = true;
+          throw err;
+        })
+      : (text, params) => guarded(st, tx, text, params, prepare),
     async savepoint<T>(fn: (sp: Executor) => Promise<T>): Promise<T> {
       if (st.dead) throw deadError(st.ctl.signal.reason);
       const name = `s${made.n++}_keyq`;
@@ -182,7 +192,7 @@ function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: bo
         return (await tx.savepoint("keyq", async (sp) => {
           try {
             // A scope nests: its own savepoints share the transaction's counter of names.
-            return await fn(wrapTransaction(sp, st, prepare, made));
+            return await fn(wrapTransaction(sp, st, prepare, made, false));
           } catch (err) {
             if (st.dead) await never; // no ROLLBACK TO on a dead connection
             throw err;
@@ -203,6 +213,23 @@ function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: bo
       }
     },
   };
+}
+
+/**
+ * COMMIT sent by the adapter, then BEGIN (in the same write), so that the
+ * ROLLBACK postgres.js sends after a statement failed finds an empty
+ * transaction to end. A COMMIT that answers ROLLBACK (the transaction was
+ * aborted after all) is an error: nothing was committed.
+ */
+async function commitItself(tx: PostgresJsTxLike): Promise<void> {
+  const commit = tx.unsafe("commit").simple();
+  const begin = tx.unsafe("begin").simple();
+  Promise.resolve(begin).catch(() => {});
+  const r = (await commit) as { command?: string };
+  await begin;
+  if (r.command !== "COMMIT") {
+    throw Object.assign(new Error(`keyq: the transaction's COMMIT answered ${String(r.command)}: it was aborted and rolled back.`), { code: "25P02" });
+  }
 }
 
 /** Never settles: handed to postgres.js so it sends no COMMIT/ROLLBACK on a dead connection. */
@@ -271,10 +298,18 @@ export function fromPostgresJs(sql: PostgresJsLike): Driver {
       const verify = prepare && verified < PROBATION;
       let xid: Promise<Row[]> | undefined;
       let out: T;
+      let committed: { out: T } | undefined;
       try {
         out = (await sql.begin(async (tx) => {
           try {
             const out = await fn(wrapTransaction(tx, st, prepare));
+            if (st.failed && !st.dead) {
+              // A statement failed and was rolled back to a savepoint: the transaction is
+              // fine, but postgres.js would roll it back, so it is committed here.
+              await commitItself(tx);
+              committed = { out };
+              return out; // postgres.js then rolls back the empty transaction commitItself began
+            }
             // Not awaited: it goes out in the same write as postgres.js's COMMIT (no round trip of its own).
             if (verify && !st.dead) {
               xid = run(tx, "select pg_current_xact_id_if_assigned()::text as x");
@@ -289,6 +324,7 @@ export function fromPostgresJs(sql: PostgresJsLike): Driver {
       } catch (err) {
         xid?.catch(() => {}); // settles with the transaction; its error is the transaction's
         if (st.astray) throw astrayError(st.astray);
+        if (committed) return committed.out;
         if (gone(err)) kill(st, err);
         throw err;
       }
