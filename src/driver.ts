@@ -55,6 +55,14 @@ export interface Executor {
    */
   savepoint?<T>(fn: (sp: Executor) => Promise<T>): Promise<T>;
   /**
+   * Optional, inside a transaction: true when plain SAVEPOINT and ROLLBACK
+   * TO statements keep the transaction committable after a failed
+   * statement (the adapter commits such a transaction itself). keyq then
+   * uses them for its per-event savepoints rather than `savepoint`: they
+   * travel with the next statement instead of costing a round trip.
+   */
+  readonly savepointStatements?: boolean;
+  /**
    * Optional, inside a transaction: aborts when the driver learns that the
    * transaction's connection is lost (pg emits `error` on the client,
    * postgres.js ends `begin()`), so keyq stops the batch at once instead of

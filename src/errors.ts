@@ -32,7 +32,8 @@ export type KeyqErrorCode =
   | "EVENT_NOT_FOUND"
   | "CONSUMER_BUSY"
   | "KEY_NOT_BLOCKED"
-  | "DRIVER_NOT_FOUND";
+  | "DRIVER_NOT_FOUND"
+  | "HANDLER_SWALLOWED_FAILURE";
 
 /**
  * The error keyq throws for bad input and engine refusals. Driver and network

@@ -181,10 +181,41 @@ export interface HandlerContext {
 }
 
 /**
- * Handles one event inside the batch transaction `tx`. Throwing fails this
- * event only: its writes through `tx` roll back, it is retried with backoff,
- * and the other events' writes commit (the batch runs again with a savepoint
- * per event, calling the handlers before it a second time, not this one).
+ * The `tx` a handler gets: the batch transaction, plus savepoints for
+ * statements the handler expects to fail.
+ *
+ * @example
+ * ```ts
+ * import type { HandlerTx } from "keyq";
+ * async function insertOnce(tx: HandlerTx, id: string): Promise<boolean> {
+ *   try {
+ *     await tx.savepoint((sp) => sp.query("insert into seen (id) values ($1)", [id]));
+ *     return true;
+ *   } catch (err) {
+ *     if ((err as { code?: string }).code === "23505") return false; // a duplicate: undone, tx still usable
+ *     throw err;
+ *   }
+ * }
+ * ```
+ */
+export interface HandlerTx extends Executor {
+  /**
+   * Runs `fn` in a savepoint: when `fn` throws, or a statement in it failed,
+   * its writes are undone, `savepoint` rejects with that error and `tx`
+   * stays usable. A statement that fails outside it fails the event, even
+   * when the handler catches the error (`HANDLER_SWALLOWED_FAILURE`).
+   */
+  savepoint<T>(fn: (sp: Executor) => Promise<T>): Promise<T>;
+}
+
+/**
+ * Handles one event inside the batch transaction `tx`, in a savepoint of
+ * its own (opened with its first statement through `tx`). Throwing fails
+ * this event only: its writes through `tx` roll back, it is retried with
+ * backoff, and the other events' writes commit; no other handler is called
+ * again. A statement that failed while the handler returned normally fails
+ * the event too (`KeyqError` "HANDLER_SWALLOWED_FAILURE"): run statements
+ * you expect to fail in `tx.savepoint(fn)`.
  *
  * @example
  * ```ts
@@ -194,12 +225,12 @@ export interface HandlerContext {
  * };
  * ```
  */
-export type EventHandler<P = unknown> = (event: KeyqEvent<P>, tx: Executor, ctx: HandlerContext) => Promise<void> | void;
+export type EventHandler<P = unknown> = (event: KeyqEvent<P>, tx: HandlerTx, ctx: HandlerContext) => Promise<void> | void;
 
 /** What a batch handler gets besides the events. */
 export interface BatchContext extends HandlerContext {
-  /** The batch transaction. */
-  tx: Executor;
+  /** The batch transaction; a statement that fails outside `tx.savepoint(fn)` fails the whole batch. */
+  tx: HandlerTx;
   /** Marks one event failed (retried with backoff, or dead-lettered). */
   fail(event: KeyqEvent<unknown>, error: unknown): void;
 }
@@ -246,8 +277,9 @@ export interface BatchOptions<P = unknown> {
   statementTimeout?: Duration;
   /**
    * The server-side backstop `idle_in_transaction_session_timeout` of the
-   * batch: keyq sets it to the larger of this and the batch deadline plus a
-   * margin, so a handler that is silent within the deadline is never cut off.
+   * batch. Unset, keyq sets it just past each batch's deadline, so a handler
+   * that is silent within the deadline is never cut off. Given, it is used
+   * as is, and refused (`INVALID_INPUT`) when shorter than `batchTimeout`.
    */
   idleTimeout?: Duration;
   /** Tier B static assignment: this worker's index, 0 ≤ worker < workers. */
@@ -291,8 +323,10 @@ export interface RunOptions<P = unknown> extends BatchOptions<P> {
    * Stop starting events after this long (default 10 s; milliseconds or
    * text like `"30s"`): the batch in
    * progress (once it has handled one event) commits what finished and its
-   * other events come again (in order); `run()` returns within the budget
-   * plus the one handler call in progress.
+   * other events come again (in order). Every batch of `run()` ends by the
+   * budget plus a grace of 2 s (or `batchTimeout`, whichever is sooner): a
+   * handler call still running then is abandoned, the batch rolls back and
+   * `run()` rejects with `BATCH_ABORTED` (`details.by` "budget").
    */
   budgetMs?: Duration;
   /** Stop after this many batches (default unlimited). */

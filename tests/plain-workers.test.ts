@@ -102,8 +102,8 @@ describe("batch reports", () => {
       assert.equal(noop.roundTrips, noop.statements);
       const writing = await c.batch({ maxEvents: 2, handler: async (_ev, tx) => void (await tx.query("select 1")) });
       assert.equal(writing.events, 2);
-      // No handler failed: no savepoint, only the handlers' own queries.
-      assert.equal(writing.statements, 3 + 2, `statements ${writing.statements}`);
+      // The handlers' own queries, and each event's SAVEPOINT (the first event's RELEASE rides in the second's text).
+      assert.equal(writing.statements, 3 + 2 + 2, `statements ${writing.statements}`);
       const batchOf = await c.batch({ handleBatch: async (evs, { tx }) => void (await tx.query("select $1::int", [String(evs.length)])) });
       assert.equal(batchOf.events, 1);
       assert.equal(batchOf.statements, 3 + 1, "handleBatch's query through tx is counted");
@@ -120,8 +120,8 @@ describe("batch reports", () => {
       await f.q.send("jobs", { type: "E", payload: 9 });
       const run = await c.run({ handler: async (_ev, tx) => void (await tx.query("select 1")) });
       assert.equal(run.events, 1);
-      // tick + maintain, one batch (3 + 1 query), the final empty look (3).
-      assert.equal(run.statements, 2 + 4 + 3, `run statements ${run.statements}`);
+      // tick + maintain, one batch (3 + 1 query + its event's SAVEPOINT), the final empty look (3).
+      assert.equal(run.statements, 2 + 5 + 3, `run statements ${run.statements}`);
       assert.equal(run.roundTrips, run.statements);
       await f.q.sendBatch("jobs", [{ type: "E", payload: 10 }, { type: "E", payload: 11 }]);
       await f.q.tick("jobs", { force: true });
@@ -134,9 +134,9 @@ describe("batch reports", () => {
       });
       assert.equal(failing.events, 2);
       assert.equal(failing.retried, 1);
-      // The fast attempt (BEGIN, receive, 2 queries, ROLLBACK), then the rerun with savepoints:
-      // BEGIN, receive, SAVEPOINT + query + RELEASE, the failed event not called again, ack, COMMIT.
-      assert.equal(failing.statements, 3 + 2 + 3 + 3 + 1, `statements ${failing.statements}`);
+      // One attempt: BEGIN, receive, COMMIT; each event SAVEPOINT + query (the failed one then
+      // ROLLBACK TO its savepoint); the ack. No rerun: no handler is called twice.
+      assert.equal(failing.statements, 3 + 2 + 3 + 1, `statements ${failing.statements}`);
     } finally {
       await f.close();
     }

@@ -239,18 +239,27 @@ describe("reliability", () => {
       const c = f.q.exclusive<number>("jobs", "s");
       await c.subscribe(); // from "latest": subscribe before sending
       await f.q.sendBatch("jobs", [{ type: "E", payload: 1, key: "a" }, { type: "E", payload: 2, key: "b" }]);
+      // An idleTimeout shorter than the deadline is refused, not silently raised.
+      await assert.rejects(
+        c.run({ idleTimeout: 300, batchTimeout: 5000, handler: () => {} }),
+        (e) => e instanceof KeyqError && e.code === "INVALID_INPUT" && e.details.field === "idleTimeout" && /shorter than "batchTimeout"/.test(e.message),
+      );
       const done: number[] = [];
+      const idle: string[] = [];
       const r = await c.run({
-        idleTimeout: 300, // a short server-side backstop
-        batchTimeout: 5000,
+        idleTimeout: 1500, // honoured as given: the server's backstop, no shorter than the deadline
+        batchTimeout: 1500,
         handler: async (ev, tx) => {
-          await sleep(1200); // silent: no query for four times the backstop
-          await tx.query("select 1");
+          await sleep(1200); // silent: no query for most of the deadline
+          const [row] = await tx.query("select current_setting('idle_in_transaction_session_timeout') as i");
+          idle.push(String(row!.i));
           done.push(ev.payload);
         },
+        maxEvents: 1,
       });
       assert.equal(r.events, 2);
-      assert.deepEqual(done, [1, 2]);
+      assert.deepEqual(done.sort(), [1, 2]);
+      assert.deepEqual(idle, ["1500ms", "1500ms"]);
       const again = await c.run({ handler: () => assert.fail("committed events must not come again") });
       assert.equal(again.events, 0);
     });
@@ -369,10 +378,9 @@ describe("reliability", () => {
         },
       });
       await lateDone;
-      // Handlers run without savepoints until one fails: the timed-out batch rolls back and
-      // runs again with savepoints, so event 1's handler runs twice (its first writes rolled
-      // back), event 2's is not called again.
-      assert.deepEqual(started, [1, 2, 1, 3]);
+      // Each event runs in its own savepoint: the timed-out event rolls back alone, and no
+      // handler is called a second time (event 1's writes commit from its one call).
+      assert.deepEqual(started, [1, 2, 3]);
       assert.equal(r.batches, 2, "event 3 was released by the timed-out batch and came in the next one");
       assert.equal(r.retried, 1, "the hung event failed");
       assert.equal(r.events, 3);

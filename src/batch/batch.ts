@@ -1,10 +1,11 @@
 /**
- * One batch = one transaction: receive (claim + fetch + key locks in one
- * statement), run the handler (no savepoints until a handler fails: then the
- * batch runs again with per-event savepoints, see savepoint.ts), record
- * failures and deferrals, commit. The runner is shared; what differs between consumer
- * kinds (how a batch is read, which events are contended, how outcomes are
- * recorded) is the kind's own `BatchKind` strategy (kinds.ts).
+ * One batch = one transaction, one attempt: receive (claim + fetch + key
+ * locks in one statement), run the handlers (one call per event, each in its
+ * own lazily opened savepoint, see savepoint.ts), record failures and
+ * deferrals, commit. Its phases and their transitions are machine.ts's. The
+ * runner is shared; what differs between consumer kinds (how a batch is
+ * read, which events are contended, how outcomes are recorded) is the
+ * kind's own `BatchKind` strategy (kinds.ts).
  *
  * @module
  */
@@ -14,11 +15,12 @@ import type { Driver, Executor } from "../driver.ts";
 import type { AckOutcome, AckReply, EventRef, LocalTimeouts, Received, WireEvent } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
 import { classify } from "../faults.ts";
-import { batchScope, type BatchRun, failures, type Failures, type Handled, handleAll, handleEach, readyEvents } from "./handler.ts";
+import { type BatchRun, failures, type Failures, type Handled, handleAll, handleEach, readyEvents } from "./handler.ts";
 import { type BatchLife, batchLife } from "./life.ts";
+import { BUDGET_GRACE_MS, deadline, move, type Phase, type Step } from "./machine.ts";
 import type { PayloadSchema } from "../payload.ts";
 import { counting } from "./report.ts";
-import { isRerun } from "./savepoint.ts";
+import { eventScope } from "./savepoint.ts";
 import { mapError } from "../engine/reply.ts";
 import type { BatchReport } from "../types.ts";
 
@@ -70,11 +72,10 @@ export interface BatchKind {
   /**
    * Claims and reads one batch in `tx` (one statement that also sets
    * `local`); `until` is the run's budget (epoch ms), for a kind that waits.
-   * On a rerun `again` is what the rolled-back attempt read: the kind reads
-   * the same place first (Tier B: the same slot), so the rerun meets the
-   * failed event again.
+   * {@link BUSY} when another worker holds what it needs: the batch rolls
+   * back and reports `busy`.
    */
-  receive(tx: Executor, s: BatchSettings, local: LocalTimeouts, until: number, again?: Received): Promise<Received>;
+  receive(tx: Executor, s: BatchSettings, local: LocalTimeouts, until: number): Promise<Received | typeof BUSY>;
   /** Splits a received batch into events to handle and contended ones. */
   sort(received: Received): Sorted;
   /** Records failures, retries, deferrals, held and released events in `tx`. */
@@ -103,61 +104,91 @@ async function record(kind: BatchKind, tx: Executor, received: Received, sorted:
 }
 
 /**
- * Runs the handler over a received batch inside `tx` and records failures
- * (retry or dead letter), deferrals and events it did not start (released:
- * they come again, in order) in the same transaction. Once the batch is
- * dead it throws BATCH_ABORTED.
+ * Returned by a kind's receive when another worker holds what the batch
+ * needs: the batch's transaction rolls back and it reports `busy`.
  */
-async function handleEvents(ctx: ConsumerContext, s: BatchSettings, kind: BatchKind, received: Received, tx: Executor, br: BatchRun): Promise<Done> {
+export const BUSY = "busy" as const;
+
+/** Everything one batch's attempt works with. */
+interface Attempt {
+  ctx: ConsumerContext;
+  s: BatchSettings;
+  kind: BatchKind;
+  hooks: BatchHooks;
+  br: BatchRun;
+  local: LocalTimeouts;
+  /** Moves the batch's phase (machine.ts); a move that does not apply is a bug. */
+  step(step: Step): void;
+}
+
+/** How an attempt's transaction body ended: the report to commit, or busy (to roll back). */
+type Ended = { busy: false; report: BatchReport } | { busy: true };
+
+/**
+ * Thrown only to make the driver roll a busy attempt back (the driver's
+ * contract: `transaction(fn)` rolls back when `fn` throws); runBatch turns
+ * it back into the busy result at once.
+ */
+class RollBack extends Error {
+  constructor() {
+    super("keyq: the batch is busy and rolls back");
+    this.name = "RollBack";
+  }
+}
+
+/**
+ * Runs the handlers over a received batch inside `tx` and records failures
+ * (retry or dead letter), deferrals and events it did not start (released:
+ * they come again, in order) in the same transaction.
+ */
+async function handleEvents(a: Attempt, received: Received, tx: Executor): Promise<Done> {
+  const { s, kind, br, ctx } = a;
   const sorted = kind.sort(received);
   const log = failures(s);
   const ready = await readyEvents(ctx.payloadSchema, ctx.queue, sorted.live, sorted.slot, log);
-  const scope = batchScope(tx, br);
+  const scope = eventScope(tx);
   const h = s.handler ? await handleEach(s, br, scope, ready, sorted.holdFailedKeys, log) : await handleAll(s, br, tx, ready, log);
   if (br.life.dead()) throw br.life.error();
-  return await record(kind, tx, received, sorted, log, h, scope.statements());
+  a.step({ on: "handled" });
+  const done = await record(kind, tx, received, sorted, log, h, scope.statements());
+  a.step({ on: "recorded" });
+  return done;
 }
 
 /** The body of the batch's transaction: receive, hooks, handlers, record. */
-async function inTransaction(
-  ctx: ConsumerContext,
-  s: BatchSettings,
-  kind: BatchKind,
-  hooks: BatchHooks,
-  raw: Executor,
-  br: BatchRun,
-  local: LocalTimeouts,
-): Promise<BatchReport> {
-  const { life } = br;
+async function body(a: Attempt, tx: Executor): Promise<Ended> {
+  const { life } = a.br;
+  const hooked = counting(tx, a.br.counted);
+  const received = await a.kind.receive(tx, a.s, a.local, a.br.until);
+  // Another worker's fenced batch may still own what was read.
+  const busy = received === BUSY || (a.hooks.afterReceive !== undefined && !(await a.hooks.afterReceive(received, hooked, life)));
+  a.step({ on: "received", busy });
+  if (received === BUSY || busy) return { busy: true };
+  const out = await handleEvents(a, received, tx);
+  if (life.dead()) throw life.error();
+  await a.hooks.beforeCommit?.(hooked);
+  // BEGIN, receive, COMMIT, plus the handlers' and hooks' own statements.
+  const statements = out.statements + 3 + a.br.counted.n + (a.hooks.statements?.() ?? 0);
+  return { busy: false, report: { ...out, busy: received.busy, statements, roundTrips: statements } };
+}
+
+/** One attempt in the driver's transaction, raced against the batch's death. */
+async function inTransaction(a: Attempt, raw: Executor): Promise<Ended> {
+  const { life } = a.br;
   const lost = () => life.abort("connection", raw.signal?.reason);
   if (raw.signal?.aborted) lost();
   else raw.signal?.addEventListener("abort", lost, { once: true });
-  const tx = life.guard(raw);
-  const hooked = counting(tx, br.counted);
-  const inner = (async (): Promise<BatchReport> => {
-    const received = await kind.receive(tx, s, local, br.until, br.received);
-    br.received = received;
-    if (hooks.afterReceive && !(await hooks.afterReceive(received, hooked, life))) {
-      throw BUSY; // rolled back: another worker's fenced batch still owns it
-    }
-    // A retried event is likely to fail again: such a batch takes savepoints from the start.
-    if (received.events.some((w) => w.redelivered)) br.known ??= new Map();
-    const out = await handleEvents(ctx, s, kind, received, tx, br);
-    if (life.dead()) throw life.error();
-    await hooks.beforeCommit?.(hooked);
-    // BEGIN, receive, COMMIT, plus the handlers' and hooks' own statements.
-    const statements = out.statements + 3 + br.counted.n + (hooks.statements?.() ?? 0);
-    return { ...out, busy: received.busy, statements, roundTrips: statements };
-  })();
+  const inner = body(a, life.guard(raw));
   inner.catch(() => {}); // observed by the race; may settle after it
   try {
-    const report = await life.race(inner);
+    const ended = await life.race(inner);
+    if (ended.busy) throw new RollBack();
     // The driver sends COMMIT next. It cannot be recalled, so its answer is
     // waited for up to MARGIN_MS past the deadline (the server's statement
     // timeout is its backstop): a batch that commits late is reported as
     // committed, not as rolled back; one that does not answer, as unknown.
     life.seal(MARGIN_MS);
-    return report;
+    return ended;
   } finally {
     raw.signal?.removeEventListener("abort", lost);
   }
@@ -167,70 +198,101 @@ async function inTransaction(
 const MARGIN_MS = 2_000;
 
 /**
- * One batch in one transaction. The receive statement also sets the batch's
- * local timeouts from its deadline (the server's idle and statement timeouts
- * stay backstops that fire only after keyq's deadline). Statements: BEGIN,
- * receive, [ack], COMMIT, and the handlers' and hooks' own; a batch whose
- * handler failed, or that holds a retried event, adds the savepoints of its
- * events that use the database (and a failed fast attempt's BEGIN, receive,
- * ROLLBACK and its handlers' statements).
- * No event starts after `until` (epoch ms).
+ * The batch's local timeouts: the statement timeout never past the deadline
+ * (plus the margin); the idle timeout the user's (settings.ts refuses one
+ * shorter than batchTimeout), else just past the deadline.
  */
-export async function runBatch(ctx: ConsumerContext, s: BatchSettings, kind: BatchKind, until?: number): Promise<BatchReport> {
-  const driver = ctx.driver;
+function localTimeouts(s: BatchSettings, deadlineMs: number): LocalTimeouts {
+  const backstop = deadlineMs + MARGIN_MS;
+  return {
+    statement: `${Math.ceil(Math.min(s.statementTimeoutMs, backstop))}ms`,
+    idleInTransaction: `${Math.ceil(s.idleTimeoutMs > 0 ? s.idleTimeoutMs : backstop)}ms`,
+  };
+}
+
+/** A batch that found what it needs held by another worker: rolled back, nothing done. */
+function busyReport(a: Attempt): BatchReport {
+  const statements = 3 + a.br.counted.n + (a.hooks.statements?.() ?? 0); // BEGIN, receive, the hooks', ROLLBACK
+  return { events: 0, retried: 0, deadLettered: 0, dropped: 0, deferred: 0, statements, roundTrips: statements, busy: true };
+}
+
+/** The error a failed attempt rejects with (after the handler in flight settled, on a lost connection). */
+async function failure(a: Attempt, err: unknown): Promise<unknown> {
+  const { life } = a.br;
+  if (!(err instanceof KeyqError) && classify(err) === "connection") life.abort("connection", err);
+  if (life.reason() === "connection") {
+    // Wait for the handler in flight (it got the signal), bounded by the deadline.
+    await Promise.race([a.br.inflight, life.expired]);
+    return life.error();
+  }
+  if (life.dead()) return life.error();
+  return mapError(err, a.ctx.schema);
+}
+
+/** Refuses a driver without interactive transactions. */
+function transactional(driver: Driver): <T>(fn: (tx: Executor) => Promise<T>) => Promise<T> {
   if (!driver.transaction) {
     throw new KeyqError(
       "TRANSACTIONS_UNSUPPORTED",
       `The ${driver.name} driver has no interactive transactions, so it cannot consume; use a Pool or Client driver (for Neon: fromNeonPool).`,
     );
   }
-  const backstop = s.batchTimeoutMs + MARGIN_MS;
-  const local: LocalTimeouts = {
-    statement: `${Math.ceil(Math.min(s.statementTimeoutMs, backstop))}ms`,
-    idleInTransaction: `${Math.ceil(Math.max(s.idleTimeoutMs, backstop))}ms`,
+  return driver.transaction.bind(driver);
+}
+
+/** The batch's attempt with its phase tracked by machine.ts. */
+function attempt(ctx: ConsumerContext, s: BatchSettings, kind: BatchKind, br: BatchRun, local: LocalTimeouts): Attempt & { phase(): Phase } {
+  let phase: Phase = "receiving";
+  return {
+    ctx,
+    s,
+    kind,
+    hooks: kind.hooks(),
+    br,
+    local,
+    step(step) {
+      const m = move(phase, step);
+      if (!m.ok) throw new Error(`keyq: batch state machine: ${m.reason}`);
+      phase = m.phase;
+    },
+    phase: () => phase,
   };
-  const life = batchLife(s.batchTimeoutMs, s.signal);
+}
+
+/**
+ * One batch in one transaction. The receive statement also sets the batch's
+ * local timeouts from its deadline. Statements: BEGIN, receive, [ack],
+ * COMMIT, and the handlers' and hooks' own, plus a savepoint for each event
+ * whose handler used `tx`. No event starts after `until` (epoch ms); with
+ * `bounded` (run()), the batch's deadline is no later than `until` plus
+ * BUDGET_GRACE_MS (or batchTimeout, whichever is sooner).
+ */
+export async function runBatch(ctx: ConsumerContext, s: BatchSettings, kind: BatchKind, until?: number, bounded = false): Promise<BatchReport> {
+  const transaction = transactional(ctx.driver);
+  const dl = deadline(Date.now(), s.batchTimeoutMs, bounded ? until : undefined);
+  const by = dl.by === "budget" ? `the run's budget, budgetMs ${s.budgetMs} ms plus ${BUDGET_GRACE_MS} ms of grace` : undefined;
+  const life = batchLife(dl.ms, s.signal, by);
   const br: BatchRun = { life, until: until ?? Number.POSITIVE_INFINITY, inflight: Promise.resolve(), counted: { n: 0 } };
-  const hooks = kind.hooks();
-  const transaction = driver.transaction.bind(driver);
-  const attempt = (): Promise<BatchReport> => {
-    const work = transaction((raw) => inTransaction(ctx, s, kind, hooks, raw, br, local));
+  const a = attempt(ctx, s, kind, br, localTimeouts(s, dl.ms));
+  try {
+    const work = transaction((raw) => inTransaction(a, raw));
     // A driver may end the transaction early (postgres.js rejects begin() when
     // its connection closes) while a handler still runs; and a hung ROLLBACK
     // must not hold run() past the deadline.
     work.catch(() => {}); // it may settle after we gave up on it
-    return life.race(work);
-  };
-  try {
-    return await attempt().catch((err) => {
-      if (!isRerun(err)) throw err;
-      // A handler failed on the fast path: the same batch again, with savepoints
-      // (same life and deadline), the failed event's outcome carried over.
-      br.known = new Map([[err.id, err.outcome]]);
-      // br.counted already holds the fast attempt's handler and hook statements; + BEGIN, receive, ROLLBACK.
-      return attempt().then((r) => ({ ...r, statements: r.statements + 3, roundTrips: r.statements + 3 }));
+    const ended = await life.race(work).catch((err: unknown) => {
+      if (err instanceof RollBack) return { busy: true } as const;
+      throw err;
     });
+    if (ended.busy) return busyReport(a);
+    a.step({ on: "committed" });
+    return ended.report;
   } catch (err) {
-    if (err === BUSY) {
-      const statements = 3 + br.counted.n + (hooks.statements?.() ?? 0); // BEGIN, receive, the hooks', ROLLBACK
-      return { events: 0, retried: 0, deadLettered: 0, dropped: 0, deferred: 0, statements, roundTrips: statements, busy: true };
-    }
-    if (!(err instanceof KeyqError) && classify(err) === "connection") life.abort("connection", err);
-    if (life.reason() === "connection") {
-      // Wait for the handler in flight (it got the signal), bounded by the deadline.
-      await Promise.race([br.inflight, life.expired]);
-      throw life.error();
-    }
-    if (life.dead()) throw life.error();
-    throw mapError(err, ctx.schema);
+    const e = await failure(a, err);
+    if (!move(a.phase(), { on: "failed", error: e }).ok) throw e;
+    a.step(e instanceof KeyqError && e.code === "BATCH_ABORTED" ? { on: "aborted", error: e } : { on: "failed", error: e });
+    throw e;
   } finally {
     life.dispose();
   }
 }
-
-/**
- * Thrown inside a batch's transaction when the batch cannot proceed because
- * another worker holds what it needs: the transaction rolls back and the
- * batch reports `busy`.
- */
-export const BUSY: unique symbol = Symbol("busy");

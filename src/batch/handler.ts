@@ -1,9 +1,9 @@
 /**
  * Running the user's handlers over a received batch: per event (`handler`:
- * no savepoints until one fails, then the batch runs again with one per
- * event, see savepoint.ts) or all at once (`handleBatch`). Failures are
- * collected for the kind to record; the batch's life decides when no
- * further event starts.
+ * one call per event, each in its own lazily opened savepoint, see
+ * savepoint.ts) or all at once (`handleBatch`). Failures are collected for
+ * the kind to record; the batch's life decides when no further event
+ * starts; machine.ts decides how each event is admitted and settles.
  *
  * @module
  */
@@ -11,12 +11,13 @@
 import type { AnyEvent, BatchSettings } from "./settings.ts";
 import type { Executor } from "../driver.ts";
 import { describeError } from "../error-text.ts";
-import type { EventRef, Received, WireEvent } from "../engine/calls.ts";
+import type { EventRef, WireEvent } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
 import { type BatchLife, timer } from "./life.ts";
 import { checkPayload, type PayloadSchema } from "../payload.ts";
+import { admit, type CallResult, endsBatch, type EventOutcome, settle, swallowedError } from "./machine.ts";
 import { counting, type Tally } from "./report.ts";
-import { directScope, type EventScope, eventScope, type KnownOutcome, type Rerun } from "./savepoint.ts";
+import { batchTx, type EventScope, type HandlerTx } from "./savepoint.ts";
 import type { HandlerContext } from "../types.ts";
 
 /** Where a batch stands while it runs: its life, and when it should stop starting events. */
@@ -28,22 +29,6 @@ export interface BatchRun {
   inflight: Promise<unknown>;
   /** Statements sent through counting executors: the handlers' own and the fence hooks' (report.ts). */
   counted: Tally;
-  /**
-   * Undefined on the fast path (no savepoints; a failure reruns the batch).
-   * On the careful rerun: the outcomes the fast attempt already learned.
-   */
-  known?: Map<string, KnownOutcome>;
-  /** What the batch's last attempt received (the rerun reads the same place first). */
-  received?: Received;
-}
-
-/**
- * The batch's per-event scope: straight on `tx` on the fast path, lazily
- * opened savepoints on the careful rerun (or for a batch holding a retried
- * event).
- */
-export function batchScope(tx: Executor, br: BatchRun): EventScope {
-  return br.known ? eventScope(tx) : directScope(tx);
 }
 
 /** An event ready for the handler, with its wire form. */
@@ -139,7 +124,7 @@ async function callHandler(
   s: BatchSettings,
   br: BatchRun,
   fn: (ctx: HandlerContext) => Promise<void> | void,
-): Promise<{ error?: unknown; timedOut?: boolean }> {
+): Promise<CallResult> {
   const life = br.life;
   const limit = Math.min(life.deadline.getTime(), Date.now() + s.eventTimeoutMs);
   let ctl: AbortController | undefined;
@@ -191,43 +176,44 @@ function isThenable(x: unknown): x is PromiseLike<unknown> {
 }
 
 /**
- * One event in its scope; the result says whether it counts as handled,
- * failed or released. On the fast path a failure throws a {@link Rerun}
- * (its writes cannot be undone alone); on the rerun an outcome the fast
- * attempt learned is applied without calling the handler again.
+ * The handler's `tx` for one event: the event scope's, counted, and closed
+ * once the call is over (a call left behind by eventTimeout must not write
+ * into later events).
  */
-async function handleOne(s: BatchSettings, br: BatchRun, scope: EventScope, r: Ready, log: Failures): Promise<"ok" | "released" | "failed" | "timeout"> {
-  const { life } = br;
-  scope.next();
-  let current = true; // a call left behind (eventTimeout) must not write into later events
-  const exec: Executor = {
+function eventTx(s: BatchSettings, br: BatchRun, scope: EventScope): { tx: HandlerTx; close(): void } {
+  let current = true;
+  const late = () => Promise.reject(eventTimedOut(s.eventTimeoutMs));
+  const tx: HandlerTx = {
     query(text, params) {
-      if (!current) return Promise.reject(eventTimedOut(s.eventTimeoutMs));
+      if (!current) return late();
       br.counted.n++;
       return scope.exec.query(text, params);
     },
+    savepoint(fn) {
+      if (!current) return late();
+      br.counted.n += 2; // SAVEPOINT and its RELEASE (or ROLLBACK TO); what runs in it is counted too
+      return scope.exec.savepoint((sp) => fn(counting(sp, br.counted)));
+    },
   };
-  const known = br.known?.get(r.w.id);
-  const res: { error?: unknown; timedOut?: boolean } = known
-    ? { error: known.error, timedOut: known.kind === "timedOut" } // learned by the fast attempt: not called again
-    : await callHandler(s, br, (hc) => s.handler!(r.ev, exec, hc));
-  current = false;
+  return { tx, close: () => void (current = false) };
+}
+
+/**
+ * One event in its own savepoint: one handler call, then its outcome
+ * (machine.ts): kept, rolled back to its savepoint, or released.
+ */
+async function handleOne(s: BatchSettings, br: BatchRun, scope: EventScope, r: Ready, log: Failures): Promise<EventOutcome> {
+  const { life } = br;
+  scope.next();
+  const etx = eventTx(s, br, scope);
+  const call = await callHandler(s, br, (hc) => s.handler!(r.ev, etx.tx, hc));
+  etx.close();
   if (life.dead()) throw life.error();
-  if (!br.known && "error" in res) {
-    // Its writes cannot be undone alone: roll the batch back, run it again with savepoints.
-    const kind = res.timedOut ? "timedOut" : life.reason() === "stopped" ? "released" : "failed";
-    throw { rerun: true, id: r.w.id, outcome: { kind, error: res.error } } satisfies Rerun;
-  }
-  if (known?.kind === "released") return "released";
-  if (!("error" in res)) {
-    await scope.commit();
-    return "ok";
-  }
-  await scope.rollback(res.error);
-  // It gave up because the worker is stopping: not a failure, it comes again.
-  if (!res.timedOut && life.reason() === "stopped") return "released";
-  log.fail(r.w, r.ev, res.error);
-  return res.timedOut ? "timeout" : "failed";
+  const outcome = settle(call, scope.swallowed(), life.reason() === "stopped");
+  if (outcome.kind === "ok") await scope.commit();
+  else await scope.rollback();
+  if (outcome.kind === "failed" || outcome.kind === "timedOut") log.fail(r.w, r.ev, outcome.error);
+  return outcome;
 }
 
 /**
@@ -241,22 +227,19 @@ export async function handleEach(s: BatchSettings, br: BatchRun, scope: EventSco
   let ended = false; // stopped, out of budget, or an event timed out: start nothing more
   for (const r of ready) {
     const ref = { id: r.w.id, txid: r.w.txid };
-    if (hold && r.w.key !== null && log.keys.has(r.w.key)) {
-      out.held.push(ref);
-      continue;
-    }
     if (life.dead()) throw life.error();
     // Out of budget: stop, but only after one call, so a run slowed down
     // before its first event still makes progress.
     ended ||= life.signal.aborted || (out.handled > 0 && Date.now() >= br.until);
-    if (ended) {
-      out.released.push(ref);
-      continue;
+    const admission = admit({ hold, keyFailed: r.w.key !== null && log.keys.has(r.w.key), ended });
+    if (admission === "held") out.held.push(ref);
+    else if (admission === "released") out.released.push(ref);
+    else {
+      const outcome = await handleOne(s, br, scope, r, log);
+      if (outcome.kind === "released") out.released.push(ref);
+      else out.handled++;
+      ended ||= endsBatch(outcome);
     }
-    const result = await handleOne(s, br, scope, r, log);
-    if (result === "released") out.released.push(ref);
-    else out.handled++;
-    ended ||= result === "timeout";
   }
   return out;
 }
@@ -268,9 +251,10 @@ export async function handleAll(s: BatchSettings, br: BatchRun, tx: Executor, re
   if (ready.length === 0) return out; // an empty look (or only contended keys) is not a batch
   const byEvent = new Map(ready.map(({ w, ev }) => [ev, w] as const));
   if (life.signal.aborted) throw life.error(); // stopped before it began: nothing done, nothing lost
+  const btx = batchTx(counting(tx, br.counted));
   const r = await callHandler(s, br, (hc) =>
     s.handleBatch!(ready.map((e) => e.ev), {
-      tx: counting(tx, br.counted),
+      tx: btx.exec,
       signal: hc.signal,
       deadline: hc.deadline,
       fail: (ev, err) => {
@@ -285,6 +269,8 @@ export async function handleAll(s: BatchSettings, br: BatchRun, tx: Executor, re
     if (r.timedOut || life.reason() === "stopped") throw life.error();
     throw r.error; // the whole batch rolls back; the same events come again
   }
+  const swallowed = btx.swallowed();
+  if (swallowed) throw swallowedError(swallowed.error); // its transaction is aborted: the whole batch rolls back
   out.handled = ready.length;
   return out;
 }

@@ -59,13 +59,8 @@ export interface BatchLife {
   dispose(): void;
 }
 
-/** Starts a batch's life: deadline in `timeoutMs`, stopped when `stop` aborts. */
-export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): BatchLife {
-  const ctl = new AbortController();
-  const deadline = new Date(Date.now() + timeoutMs);
-  let why: AbortReason | undefined;
-  let cause: unknown;
-  let grace: number | undefined; // set when sealed
+/** A promise that rejects when the batch dies, and races against it without a reaction left per call. */
+function mortality(dead: () => boolean, error: () => KeyqError): { died: Promise<never>; die(e: KeyqError): void; race: BatchLife["race"] } {
   let reject!: (e: KeyqError) => void;
   const died = new Promise<never>((_, r) => (reject = r));
   died.catch(() => {}); // observed through race() only
@@ -75,13 +70,41 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): Bat
     for (const m of mourners) m(e);
     mourners.clear();
   };
-  const error = (): KeyqError => abortedError(why, deadline, cause, grace);
+  const race = <T>(p: PromiseLike<T>): Promise<T> =>
+    new Promise<T>((resolve, fail) => {
+      if (dead()) return fail(error());
+      mourners.add(fail);
+      p.then((v) => {
+        mourners.delete(fail);
+        resolve(v);
+      }, (e: unknown) => {
+        mourners.delete(fail);
+        fail(e);
+      });
+    });
+  return { died, die, race };
+}
+
+/**
+ * Starts a batch's life: deadline in `timeoutMs`, stopped when `stop`
+ * aborts; `by` names what set the deadline when it is not batchTimeout
+ * (the run's budget), for the error's message.
+ */
+export function batchLife(timeoutMs: number, stop: AbortSignal | undefined, by?: string): BatchLife {
+  const ctl = new AbortController();
+  const deadline = new Date(Date.now() + timeoutMs);
+  let why: AbortReason | undefined;
+  let cause: unknown;
+  let grace: number | undefined; // set when sealed
+  const dead = () => why === "deadline" || why === "connection";
+  const error = (): KeyqError => abortedError(why, { deadline, by }, cause, grace);
+  const m = mortality(dead, error);
   const abort = (reason: AbortReason, c?: unknown): void => {
     if (why !== undefined && !(why === "stopped" && reason !== "stopped")) return;
     const first = why === undefined;
     why = reason;
     cause = c;
-    if (reason !== "stopped") die(error());
+    if (reason !== "stopped") m.die(error());
     if (first) ctl.abort(error());
   };
   let expire!: () => void;
@@ -95,38 +118,24 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): Bat
   if (stop?.aborted) onStop();
   else stop?.addEventListener("abort", onStop, { once: true });
   let over = false; // disposed: a handler left behind must not reach a connection back in the pool
-  const dead = () => why === "deadline" || why === "connection";
-  const race = <T>(p: PromiseLike<T>): Promise<T> =>
-    new Promise<T>((resolve, fail) => {
-      if (dead()) return fail(error());
-      mourners.add(fail);
-      p.then((v) => {
-        mourners.delete(fail);
-        resolve(v);
-      }, (e: unknown) => {
-        mourners.delete(fail);
-        fail(e);
-      });
-    });
   const refuse = (): KeyqError | undefined => (dead() ? error() : over ? overError() : undefined);
-  const guard = (exec: Executor): Executor => guarded(exec, refuse, (err) => abort("connection", err));
   return {
     signal: ctl.signal,
     deadline,
     reason: () => why,
     dead,
     abort,
-    race,
+    race: m.race,
     seal(graceMs) {
       if (grace !== undefined || dead()) return;
       grace = graceMs;
       clearTimeout(timer);
       timer = setTimeout(onDeadline, Math.max(0, deadline.getTime() - Date.now()) + graceMs);
     },
-    died,
+    died: m.died,
     expired,
     error,
-    guard,
+    guard: (exec) => guarded(exec, refuse, (err) => abort("connection", err)),
     dispose() {
       over = true;
       clearTimeout(timer);
@@ -141,8 +150,8 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined): Bat
  * connection's error is its cause. A sealed batch (grace set) died while its
  * COMMIT was in flight: `details.commit` is "unknown".
  */
-function abortedError(why: AbortReason | undefined, deadline: Date, cause: unknown, grace: number | undefined): KeyqError {
-  const when = `batchTimeout, ${deadline.toISOString()}`;
+function abortedError(why: AbortReason | undefined, limit: { deadline: Date; by: string | undefined }, cause: unknown, grace: number | undefined): KeyqError {
+  const when = `${limit.by ?? "batchTimeout"}, ${limit.deadline.toISOString()}`;
   const text = grace !== undefined
     ? `${
       why === "deadline"
@@ -150,11 +159,14 @@ function abortedError(why: AbortReason | undefined, deadline: Date, cause: unkno
         : `The batch's connection was lost while it committed (${describe(cause)})`
     }; it may have committed or rolled back. Events it did not commit come again, so keep handlers idempotent.`
     : why === "deadline"
-    ? `The batch ran past its deadline (${when}) and was rolled back; its events come again. Make handlers honour their signal, or raise batchTimeout.`
+    ? `The batch ran past its deadline (${when}) and was rolled back; its events come again. Make handlers honour their signal, or raise ${
+      limit.by ? "budgetMs" : "batchTimeout"
+    }.`
     : why === "connection"
     ? `The batch's connection was lost and the batch was rolled back; its events come again (${describe(cause)}).`
     : "The batch was stopped by the worker's signal and was rolled back; its events come again.";
-  const details = grace !== undefined ? { reason: why, cause, commit: "unknown" } : { reason: why, cause };
+  const base = { reason: why, cause, deadline: limit.deadline.toISOString(), by: limit.by ? "budget" : "batchTimeout" };
+  const details = grace !== undefined ? { ...base, commit: "unknown" } : base;
   return new KeyqError("BATCH_ABORTED", text, details, cause === undefined ? undefined : { cause });
 }
 
@@ -174,10 +186,12 @@ function guarded(exec: Executor, refuse: () => KeyqError | undefined, lost: (err
       throw err;
     }
   };
-  if (!exec.savepoint) return { query };
+  const flag = exec.savepointStatements ? { savepointStatements: true } : {};
+  if (!exec.savepoint) return { query, ...flag };
   const savepoint = exec.savepoint.bind(exec);
   return {
     query,
+    ...flag,
     savepoint: <T>(fn: (sp: Executor) => Promise<T>): Promise<T> => {
       const no = refuse();
       if (no) return Promise.reject(no);

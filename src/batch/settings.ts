@@ -6,9 +6,8 @@
  */
 
 import * as v from "valibot";
-import type { Executor } from "../driver.ts";
 import { KeyqError } from "../errors.ts";
-import type { BatchContext, HandlerContext, KeyqEvent } from "../types.ts";
+import type { BatchContext, HandlerContext, HandlerTx, KeyqEvent } from "../types.ts";
 import { duration, durationMs, int, MAX_TIMEOUT_MS, parse } from "../validate.ts";
 
 const batchSchema = v.strictObject({
@@ -46,12 +45,12 @@ export type AnyEvent = KeyqEvent<never>;
 
 /** Checked batch settings with defaults applied. */
 export interface BatchSettings {
-  handler: ((event: AnyEvent, tx: Executor, ctx: HandlerContext) => Promise<void> | void) | undefined;
+  handler: ((event: AnyEvent, tx: HandlerTx, ctx: HandlerContext) => Promise<void> | void) | undefined;
   handleBatch: ((events: AnyEvent[], ctx: BatchContext) => Promise<void> | void) | undefined;
   onError: ((error: unknown, event: AnyEvent) => void) | undefined;
   maxEvents: number;
   statementTimeoutMs: number;
-  /** The user's idle timeout: a floor; keyq keeps the server's idle timeout past the deadline. */
+  /** The user's idle timeout (0 when unset: keyq sets it just past each batch's deadline); never below batchTimeout. */
   idleTimeoutMs: number;
   batchTimeoutMs: number;
   eventTimeoutMs: number;
@@ -110,14 +109,24 @@ export function batchSettings(options: unknown, what: string, defaultMaxEvents: 
       { field: "worker" },
     );
   }
+  const batchTimeoutMs = durationMs("batchTimeout", o.batchTimeout, 1, MAX_TIMEOUT_MS) ?? 60_000;
+  const idleTimeoutMs = durationMs("idleTimeout", o.idleTimeout, 1, MAX_TIMEOUT_MS) ?? 0;
+  if (idleTimeoutMs > 0 && idleTimeoutMs < batchTimeoutMs) {
+    throw new KeyqError(
+      "INVALID_INPUT",
+      `Option "idleTimeout" (${idleTimeoutMs} ms) is shorter than "batchTimeout" (${batchTimeoutMs} ms): the server would end the session of a handler that is silent within the batch's deadline, and the batch would be lost. ` +
+        "Give idleTimeout >= batchTimeout, lower batchTimeout, or leave idleTimeout unset (keyq then sets it just past each batch's deadline).",
+      { field: "idleTimeout", value: o.idleTimeout },
+    );
+  }
   return {
     handler: o.handler as BatchSettings["handler"],
     handleBatch: o.handleBatch as BatchSettings["handleBatch"],
     onError: o.onError as BatchSettings["onError"],
     maxEvents: o.maxEvents ?? defaultMaxEvents,
     statementTimeoutMs: durationMs("statementTimeout", o.statementTimeout, 1, MAX_TIMEOUT_MS) ?? 30_000,
-    idleTimeoutMs: durationMs("idleTimeout", o.idleTimeout, 1, MAX_TIMEOUT_MS) ?? 0,
-    batchTimeoutMs: durationMs("batchTimeout", o.batchTimeout, 1, MAX_TIMEOUT_MS) ?? 60_000,
+    idleTimeoutMs,
+    batchTimeoutMs,
     eventTimeoutMs: durationMs("eventTimeout", o.eventTimeout, 1, MAX_TIMEOUT_MS) ?? Number.POSITIVE_INFINITY,
     onRetry: o.onRetry as BatchSettings["onRetry"],
     retryBackoff: {

@@ -22,7 +22,7 @@ export interface PostgresJsTxLike {
 /** A postgres.js transaction `tx`: queries plus nested savepoint scopes. */
 export interface PostgresJsTransactionLike extends PostgresJsTxLike {
   /** `tx.savepoint(name, fn)`: SAVEPOINT "s<n>_<name>", ROLLBACK TO it when `fn` throws. */
-  savepoint(name: string, fn: (sp: PostgresJsTxLike) => Promise<unknown>): PromiseLike<unknown>;
+  savepoint(name: string, fn: (sp: PostgresJsTransactionLike) => Promise<unknown>): PromiseLike<unknown>;
 }
 
 /** The part of a postgres.js `sql` instance the adapter uses. */
@@ -105,6 +105,8 @@ interface TxState {
   astray?: unknown;
   /** The driver's choice of texts to name. */
   named: Names;
+  /** A statement of the transaction's own scope failed: postgres.js will refuse to commit it. */
+  failed?: boolean;
 }
 
 /**
@@ -176,21 +178,27 @@ function kill(st: TxState, err: unknown): void {
  * the adapter release each one, so a long batch does not pile up
  * subtransactions.
  */
-function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: boolean): Executor {
-  let made = 0;
+function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: boolean, made: { n: number } = { n: 0 }, top = true): Executor {
   return {
     signal: st.ctl.signal,
-    query: (text, params) => guarded(st, tx, text, params, prepare),
+    // The transaction's own scope: SAVEPOINT statements work (see transaction()).
+    ...(top ? { savepointStatements: true } : {}),
+    query: top
+      ? (text, params) =>
+        guarded(st, tx, text, params, prepare).catch((err: unknown) => {
+          st.failed = true;
+          throw err;
+        })
+      : (text, params) => guarded(st, tx, text, params, prepare),
     async savepoint<T>(fn: (sp: Executor) => Promise<T>): Promise<T> {
       if (st.dead) throw deadError(st.ctl.signal.reason);
-      const name = `s${made++}_keyq`;
-      let failed = false;
+      const name = `s${made.n++}_keyq`;
       try {
         return (await tx.savepoint("keyq", async (sp) => {
           try {
-            return await fn({ query: (text, params) => guarded(st, sp, text, params, prepare) });
+            // A scope nests: its own savepoints share the transaction's counter of names.
+            return await fn(wrapTransaction(sp, st, prepare, made, false));
           } catch (err) {
-            failed = true;
             if (st.dead) await never; // no ROLLBACK TO on a dead connection
             throw err;
           }
@@ -199,15 +207,34 @@ function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: bo
         noteAstray(st, prepare, err); // its own SAVEPOINT statement went astray
         throw err;
       } finally {
+        // Not awaited: it goes out in the same write as the transaction's next
+        // statement (no round trip of its own). A failure shows there: postgres.js
+        // then refuses to commit the transaction.
         if (!st.dead) {
-          await Promise.resolve(tx.unsafe(`release savepoint "${name}"`)).catch((err) => {
+          Promise.resolve(tx.unsafe(`release savepoint "${name}"`)).catch((err) => {
             if (gone(err)) kill(st, err);
-            if (!failed) throw new Error(`keyq: could not release savepoint ${name}`);
           });
         }
       }
     },
   };
+}
+
+/**
+ * COMMIT sent by the adapter, then BEGIN (in the same write), so that the
+ * ROLLBACK postgres.js sends after a statement failed finds an empty
+ * transaction to end. A COMMIT that answers ROLLBACK (the transaction was
+ * aborted after all) is an error: nothing was committed.
+ */
+async function commitItself(tx: PostgresJsTxLike): Promise<void> {
+  const commit = tx.unsafe("commit").simple();
+  const begin = tx.unsafe("begin").simple();
+  Promise.resolve(begin).catch(() => {});
+  const r = (await commit) as { command?: string };
+  await begin;
+  if (r.command !== "COMMIT") {
+    throw Object.assign(new Error(`keyq: the transaction's COMMIT answered ${String(r.command)}: it was aborted and rolled back.`), { code: "25P02" });
+  }
 }
 
 /** Never settles: handed to postgres.js so it sends no COMMIT/ROLLBACK on a dead connection. */
@@ -284,12 +311,23 @@ export function fromPostgresJs(sql: PostgresJsLike): Driver {
       const verify = prepare && verified < PROBATION;
       let xid: Promise<Row[]> | undefined;
       let out: T;
+      let committed: { out: T } | undefined;
       try {
         out = (await sql.begin(async (tx) => {
           try {
             const out = await fn(wrapTransaction(tx, st, prepare));
+            if (st.failed && !st.dead) {
+              // A statement failed and was rolled back to a savepoint: the transaction is
+              // fine, but postgres.js would roll it back, so it is committed here.
+              await commitItself(tx);
+              committed = { out };
+              return out; // postgres.js then rolls back the empty transaction commitItself began
+            }
             // Not awaited: it goes out in the same write as postgres.js's COMMIT (no round trip of its own).
-            if (verify && !st.dead) xid = run(tx, "select pg_current_xact_id_if_assigned()::text as x");
+            if (verify && !st.dead) {
+              xid = run(tx, "select pg_current_xact_id_if_assigned()::text as x");
+              xid.catch(() => {}); // observed now: it may fail before begin() settles (its error is the transaction's)
+            }
             return st.dead ? await never : out;
           } catch (err) {
             if (st.dead) return await never;
@@ -299,6 +337,7 @@ export function fromPostgresJs(sql: PostgresJsLike): Driver {
       } catch (err) {
         xid?.catch(() => {}); // settles with the transaction; its error is the transaction's
         if (st.astray) throw astrayError(st.astray);
+        if (committed) return committed.out;
         if (gone(err)) kill(st, err);
         throw err;
       }

@@ -18,10 +18,9 @@
  * @module
  */
 
-import type { Executor } from "../driver.ts";
 import type { Consumer, OrderedConsumer } from "../kinds/consumer.ts";
 import type { PayloadSchema } from "../payload.ts";
-import type { BatchContext, BatchOptions, BatchReport, HandlerContext, KeyqEvent, RunOptions, RunReport, SendInput, WorkOptions } from "../types.ts";
+import type { BatchContext, BatchOptions, BatchReport, HandlerContext, HandlerTx, KeyqEvent, RunOptions, RunReport, SendInput, WorkOptions } from "../types.ts";
 
 /** The event types of one queue: each type's name with the Standard Schema of its payload. */
 export type EventTypes = Record<string, PayloadSchema>;
@@ -57,13 +56,13 @@ export type EventOf<M extends EventTypes> = { [T in EventType<M>]: EventOfType<M
 
 /** One handler per event type: `on: { FileCreated(ev, tx) {…}, FileDeleted(ev, tx) {…} }`. */
 export type OnHandlers<M extends EventTypes> = {
-  [T in EventType<M>]: (event: EventOfType<M, T>, tx: Executor, ctx: HandlerContext) => Promise<void> | void;
+  [T in EventType<M>]: (event: EventOfType<M, T>, tx: HandlerTx, ctx: HandlerContext) => Promise<void> | void;
 };
 
 /** The handler options of a typed consumer: give exactly one of `handler`, `on` or `handleBatch`. */
 export interface TypedHandlers<M extends EventTypes> {
   /** Called once per event, in order: `switch (ev.type)` narrows the payload. */
-  handler?: (event: EventOf<M>, tx: Executor, ctx: HandlerContext) => Promise<void> | void;
+  handler?: (event: EventOf<M>, tx: HandlerTx, ctx: HandlerContext) => Promise<void> | void;
   /** One handler per event type (every type of the queue), called once per event, in order. */
   on?: OnHandlers<M>;
   /** Called once per batch with all its events of known types (the others fail with `UNKNOWN_EVENT_TYPE`). */

@@ -166,12 +166,13 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
     subscribed = true;
     return created;
   };
-  const run = async (s: BatchSettings): Promise<RunReport> => {
+  // run(): each batch ends by the budget plus a grace (batch.ts); work()'s runs are slices, not limits.
+  const run = async (s: BatchSettings, bounded: boolean): Promise<RunReport> => {
     if (!subscribed) await sub();
-    return await runLoop(s, () => k.prepare(s), () => ctx.maintain(queue), (until) => once(s, until));
+    return await runLoop(s, () => k.prepare(s), () => ctx.maintain(queue), (until) => once(s, until, bounded));
   };
   const info = { queue, consumer: name, kind: k.kind };
-  const once = (s: BatchSettings, until?: number) => observeBatch(obs, info, s, (s2) => runBatch(ctx, s2, k, until));
+  const once = (s: BatchSettings, until?: number, bounded?: boolean) => observeBatch(obs, info, s, (s2) => runBatch(ctx, s2, k, until, bounded));
   return {
     queue,
     name,
@@ -187,7 +188,7 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
       return r.removed;
     },
     batch: async (options) => await once(consumeSettings(ctx, k, options, "batch options")),
-    run: async (options) => await run(consumeSettings(ctx, k, options, "run options")),
+    run: async (options) => await run(consumeSettings(ctx, k, options, "run options"), true),
     async work(options) {
       const { wakeups, rest } = splitWakeups(options);
       const s = consumeSettings(ctx, k, rest, "work options");
@@ -201,7 +202,7 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
         w = pollWaker();
       }
       try {
-        const report = await workLoop(s, () => run(s), {
+        const report = await workLoop(s, () => run(s, false), {
           waker: w,
           woken: () => obs.emit({ type: "work.woken", ...who }),
           tick: () => k.prepare(s),

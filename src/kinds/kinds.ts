@@ -111,7 +111,7 @@ export function plainKind(t: KindTarget): ConsumerKind {
         return fromPlain(await engine.receivePlain(tx, ctx.schema, input, local));
       } catch (err) {
         // The wait for the cursor ran out (lock_timeout): the holder is still at it.
-        if (input.waitMs > 0 && (err as { code?: unknown } | null)?.code === "55P03") throw BUSY;
+        if (input.waitMs > 0 && (err as { code?: unknown } | null)?.code === "55P03") return BUSY;
         throw err;
       }
     },
@@ -199,9 +199,10 @@ function checkOrdered(o: OrderedSettings, s: BatchSettings): void {
  * with `worker`/`workers` its own (worker, worker + workers, …) plus help on
  * any slot not polled for `helpAfter`.
  */
-function slotOrder(o: OrderedSettings): (s: BatchSettings, first?: number) => { slots: number[]; helpAfter: number | null } {
+function slotOrder(o: OrderedSettings): (s: BatchSettings) => { slots: number[]; helpAfter: number | null } {
   let turn = Math.floor(Math.random() * o.slots);
-  const order = (s: BatchSettings): { slots: number[]; helpAfter: number | null } => {
+  return (s) => {
+    turn++;
     if (s.worker === undefined) {
       return { slots: Array.from({ length: o.slots }, (_, i) => (turn + i) % o.slots), helpAfter: null };
     }
@@ -209,15 +210,6 @@ function slotOrder(o: OrderedSettings): (s: BatchSettings, first?: number) => { 
     for (let k = s.worker; k < o.slots; k += s.workers!) mine.push(k);
     const start = turn % Math.max(mine.length, 1);
     return { slots: [...mine.slice(start), ...mine.slice(0, start)], helpAfter: o.helpAfterS };
-  };
-  return (s, first) => {
-    if (first === undefined) {
-      turn++;
-      return order(s);
-    }
-    // The rerun of a rolled-back batch: the slot it read first, so it meets the failed event again.
-    const base = order(s);
-    return { ...base, slots: [first, ...base.slots.filter((k) => k !== first)] };
   };
 }
 
@@ -234,8 +226,8 @@ export function orderedKind(t: KindTarget, o: OrderedSettings): ConsumerKind {
     settings: t.settings,
     check: (s) => checkOrdered(o, s),
     prepare: () => ctx.tick(queue),
-    receive(tx, s, local, _until, again) {
-      const { slots, helpAfter } = order(s, again?.slot);
+    receive(tx, s, local) {
+      const { slots, helpAfter } = order(s);
       return engine.receiveOrdered(tx, ctx.schema, { queue, consumer: name, slots, maxEvents: s.maxEvents, helpAfter, slotCount: o.slots }, local);
     },
     sort: (r) => handleAll(r, r.slot ?? 0, o.pause),

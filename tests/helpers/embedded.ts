@@ -75,12 +75,13 @@ export async function startEmbedded(): Promise<Embedded> {
     onError: () => {},
   });
   let stopped = false;
-  let pid: number | undefined;
+  const server_: { pid?: number } = {}; // set once the server runs; read by the exit hook
   // When the process ends without stop() (a test file's process simply runs
   // out of work): a fast shutdown (SIGINT), and a detached shell that removes
   // the folder once the server is gone.
   const cleanup = () => {
     if (stopped) return;
+    const pid = server_.pid;
     if (pid === undefined) return rmSync(dir, { recursive: true, force: true });
     try {
       process.kill(pid, "SIGINT");
@@ -94,7 +95,7 @@ export async function startEmbedded(): Promise<Embedded> {
   await server.start();
   // The server must not keep a test process alive: the exit hook above stops it.
   const child = (server as unknown as { process?: ChildProcess }).process;
-  pid = child?.pid;
+  server_.pid = child?.pid;
   child?.unref();
   (child?.stdout as { unref?: () => void } | null)?.unref?.();
   (child?.stderr as { unref?: () => void } | null)?.unref?.();

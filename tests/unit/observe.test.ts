@@ -10,6 +10,9 @@ import { hub, type LifecycleEvent, loggerObserver } from "../../src/observe/obse
 import { waker } from "../../src/observe/wake.ts";
 import type { BatchReport, KeyqEvent } from "../../src/types.ts";
 
+/** A handler transaction that answers nothing (the observer never queries it). */
+const fakeTx = { query: () => Promise.resolve([]), savepoint: <T>(fn: (sp: never) => Promise<T>) => fn(undefined as never) };
+
 const report = (r: Partial<BatchReport> = {}): BatchReport => ({
   events: 0,
   retried: 0,
@@ -51,9 +54,9 @@ test("observeBatch: events of one batch share its object; a sync handler stays s
   h.add({ on: (e) => events.push(e), handle: (c, call) => (order.push(`in ${c.events[0]!.id}`), call()) });
   const s = { handler: (ev: KeyqEvent<never>) => void order.push(`handler ${ev.id}`) } as unknown as BatchSettings;
   const r = await observeBatch(h, { queue: "q", consumer: "c", kind: "plain" }, s, (s2) => {
-    const out = s2.handler!(event("1"), { query: () => Promise.resolve([]) }, {} as never);
+    const out = s2.handler!(event("1"), fakeTx, {} as never);
     assert.equal(out, undefined, "no promise made for a sync handler");
-    s2.handler!(event("2"), { query: () => Promise.resolve([]) }, {} as never);
+    s2.handler!(event("2"), fakeTx, {} as never);
     return Promise.resolve(report({ events: 2, retried: 1, deadLettered: 1 }));
   });
   assert.equal(r.events, 2);
@@ -75,7 +78,7 @@ test("observeBatch: events of one batch share its object; a sync handler stays s
   const failing = { handler: () => Promise.reject(new Error("nope")) } as unknown as BatchSettings;
   await assert.rejects(
     observeBatch(h, { queue: "q", consumer: "c", kind: "plain" }, failing, async (s2) => {
-      await Promise.resolve(s2.handler!(event("3"), { query: () => Promise.resolve([]) }, {} as never)).catch(() => {});
+      await Promise.resolve(s2.handler!(event("3"), fakeTx, {} as never)).catch(() => {});
       throw new Error("rolled back");
     }),
     /rolled back/,
