@@ -16,7 +16,7 @@ export { checkText, show } from "./text.ts";
 const encoder = new TextEncoder();
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]*$/;
 /** What a queue, consumer or lock scope name looks like (checked with its byte length, at most 63). */
-export const OBJECT_NAME = /^[A-Za-z][A-Za-z0-9_.:-]*$/;
+export const OBJECT_NAME: RegExp = /^[A-Za-z][A-Za-z0-9_.:-]*$/;
 
 /** Longest duration keyq stores as an interval or timestamp offset: 100 years. */
 export const MAX_INTERVAL_MS: number = 36_525 * 86_400_000;
