@@ -43,4 +43,4 @@ export { healthHandler, prometheusText } from "./src/observe/health.ts";
 export type { HealthOptions } from "./src/observe/health.ts";
 export { checkStatus, DEFAULT_THRESHOLDS } from "./src/observe/check.ts";
 export type { Thresholds } from "./src/observe/check.ts";
-export type { BatchInfo, ConsumerKindName, HandlerCall, LifecycleEvent, Logger, Observer, SendInfo, WakeMode } from "./src/observe/observer.ts";
+export type { BatchInfo, ConsumerKindName, HandlerCall, LifecycleEvent, Logger, Observable, Observer, SendInfo, WakeMode } from "./src/observe/observer.ts";

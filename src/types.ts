@@ -549,14 +549,19 @@ export interface GrantInput {
 
 /** Grants to take back; `all: true` takes every grant of the role. */
 export interface RevokeInput extends GrantInput {
+  /** Take back every grant of the role. */
   all?: boolean;
 }
 
 /** One role's grants, as `grants()` lists them. */
 export interface RoleGrants {
+  /** The Postgres role. */
   role: string;
+  /** Queues it may send to (`"*"`: every one). */
   produce: string[];
+  /** Consumers it may run, by queue (`"*"`: every one). */
   consume: Record<string, string[]>;
+  /** Whether it may operate (create and drop queues, subscribe, seek, replay, purge…). */
   operate: boolean;
 }
 
@@ -595,10 +600,15 @@ export interface SeekResult {
 
 /** One event of a key's history, in delivery order. */
 export interface HistoryEvent<P = unknown> {
+  /** The event's id (a bigint, as a decimal string). */
   id: string;
+  /** The id of the transaction that appended it. */
   txid: string;
+  /** The event's type. */
   type: string;
+  /** Its partition key, or null. */
   key: string | null;
+  /** Its JSON payload. */
   payload: P;
   /** When the event was appended (ISO timestamp). */
   time: string;

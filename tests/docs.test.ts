@@ -116,7 +116,9 @@ describe(`docs/ code blocks (${runtime})`, { concurrency: 2 }, () => {
   const ready = () =>
     setup ??= (async () => {
       const url = (await databaseUrl())!;
-      const wanted = [...new Set(chosen.flatMap((b) => packagesOf(b.code)))].filter((p) => p !== "keyq");
+      // keyq/otel imports its optional peer @opentelemetry/api, which a block need not import itself.
+      const peers = chosen.some((b) => b.code.includes('"keyq/otel"')) ? ["@opentelemetry/api"] : [];
+      const wanted = [...new Set([...chosen.flatMap((b) => packagesOf(b.code)), ...peers])].filter((p) => p !== "keyq");
       const packable = ["postgres", "valibot"];
       return { url, project: await packedProject(packable, wanted.filter((p) => !packable.includes(p))) };
     })();

@@ -165,7 +165,12 @@ describe("engine under real server settings", () => {
       for (const [i, k] of busy.entries()) {
         const b = await timeBatches(k.c, 4, k.plans);
         console.log(`${k.label}: ${base[i]!.ms.toFixed(1)} ms/batch without stragglers, ${b.ms.toFixed(1)} ms/batch with`);
-        assert.equal(b.events, base[i]!.events, `${k.label}: same events per batch`);
+        // Tier A's batches end at key-bucket boundaries, which depend on how
+        // the window is cut (stragglers cut it differently): a few events more
+        // or fewer per batch. Every other kind reads exactly the same events.
+        if (k.label === "exclusive") {
+          assert.ok(Math.abs(b.events - base[i]!.events) <= base[i]!.events * 0.05, `${k.label}: ${b.events} vs ${base[i]!.events} events in 4 batches`);
+        } else assert.equal(b.events, base[i]!.events, `${k.label}: same events per batch`);
         // Loose: JIT costs hundreds of ms per call; noise on a shared 2-core box is far smaller.
         assert.ok(b.ms < Math.max(base[i]!.ms * 8, base[i]!.ms + 150), `${k.label}: ${b.ms} ms vs ${base[i]!.ms} ms`);
       }

@@ -14,8 +14,11 @@ export type ConsumerKindName = "plain" | "exclusive" | "ordered";
 
 /** One batch as observers see it; the same object is passed to every event of that batch. */
 export interface BatchInfo {
+  /** The queue read. */
   readonly queue: string;
+  /** The consumer reading it. */
   readonly consumer: string;
+  /** The consumer's kind. */
   readonly kind: ConsumerKindName;
   /** When the batch started (epoch ms). */
   readonly startedAt: number;
@@ -23,12 +26,15 @@ export interface BatchInfo {
 
 /** One handler call: a per-event `handler` (one event) or a `handleBatch` (all of them). */
 export interface HandlerCall {
+  /** The batch the call belongs to. */
   readonly batch: BatchInfo;
+  /** The events handed to the call (one for a per-event handler). */
   readonly events: readonly KeyqEvent<unknown>[];
 }
 
 /** One `send` or `sendBatch` call. */
 export interface SendInfo {
+  /** The queue sent to. */
   readonly queue: string;
   /** Events in the call. */
   readonly count: number;
@@ -81,9 +87,13 @@ export interface Observer {
 
 /** A logger: any of the four levels; `console` fits. */
 export interface Logger {
+  /** Batches started and committed, handler calls. */
   debug?(message: string, data?: Record<string, unknown>): void;
+  /** Workers starting, stopping and changing mode. */
   info?(message: string, data?: Record<string, unknown>): void;
+  /** Failures, retries and rolled-back batches. */
   warn?(message: string, data?: Record<string, unknown>): void;
+  /** Dead letters and faults a worker gave up on. */
   error?(message: string, data?: Record<string, unknown>): void;
 }
 

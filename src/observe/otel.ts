@@ -48,6 +48,8 @@ import {
 } from "@opentelemetry/api";
 import type { BatchInfo, HandlerCall, Observable, Observer } from "./observer.ts";
 
+export type { Observable } from "./observer.ts";
+
 /** Options of `instrument`. */
 export interface OtelOptions {
   /** Default: the global tracer provider (`trace.getTracerProvider()`). */
