@@ -65,12 +65,14 @@ async function side(text: string, params: (string | number | null)[] = []): Prom
   }
 }
 
-/** A migrated schema with queue "jobs", exclusive consumer "w" and a `done` table. */
+/** A migrated schema with queue "jobs", exclusive consumer "w" (subscribed) and a `done` table. */
 async function setup(): Promise<{ schema: string; sent: (n: number, keyOf: (i: number) => string) => Promise<string[]> }> {
   const schema = freshSchema("kf");
   const q = keyq(fromPostgresJs(admin!), { schema });
   await q.migrate();
   await q.createQueue("jobs", { retryBase: 50, retryCap: 200 });
+  // Consumers start at "latest": "w" exists before anything is sent.
+  await q.exclusive("jobs", "w").subscribe();
   await side(`create table "${schema}".done (ev_id bigint, key text, worker int)`);
   let n = 0;
   return {

@@ -106,7 +106,7 @@ test("revoke() takes grants back; grant() names unknown roles and queues; only t
   await owner.revoke({ role: "old_app", all: true });
   await assert.rejects(as("old_app").send("files", { type: "t", payload: 3 }), denied);
   const privs = await admin`select has_schema_privilege('old_app', ${S}, 'USAGE') as u,
-                                   has_function_privilege('old_app', ${S + ".send_batch(text, jsonb)"}, 'EXECUTE') as x`;
+                                   has_function_privilege('old_app', ${S + ".send_batch(text, jsonb, text)"}, 'EXECUTE') as x`;
   assert.deepEqual({ ...privs[0] }, { u: false, x: false });
   await owner.grant({ role: "old_app", produce: ["files"] });
   await as("old_app").send("files", { type: "t", payload: 4 });

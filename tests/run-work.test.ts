@@ -53,8 +53,12 @@ describe("run and work", () => {
       await f.q.sendBatch("jobs", Array.from({ length: 50 }, (_, i) => ({ type: "E", payload: i, key: `k${i}` })));
       const r = await c.run({ maxEvents: 10, maxBatches: 2, handler: () => {} });
       assert.equal(r.batches, 2);
-      assert.equal(r.events, 20);
+      // A Tier A batch ends where its next key bucket would not fit whole (it
+      // holds only what it reads), so it may take fewer than maxEvents.
+      assert.ok(r.events >= 2 && r.events <= 20, `events ${r.events}`);
       assert.ok(r.roundTrips <= 2 + 2 * 4, `round trips ${r.roundTrips}`);
+      const rest = await c.run({ maxEvents: 50, handler: () => {} });
+      assert.equal(r.events + rest.events, 50, "the run that follows takes the rest: nothing skipped, nothing twice");
     });
   });
 
