@@ -54,16 +54,19 @@ try {
   }[];
   const tarball = join(work, packed!.filename);
   console.log(`pack-check: packed ${packed!.filename}: ${packed!.files.length} files, ${(packed!.size / 1024).toFixed(1)} kB`);
-  const stray = packed!.files.map((f) => f.path).filter((p) => !/^(dist\/|docs\/keyq\.svg$|README\.md$|CHANGELOG\.md$|LICENSE$|package\.json$)/.test(p));
+  const stray = packed!.files.map((f) => f.path).filter((p) => !/^(dist\/|docs\/keyq\.svg$|docs\/README\.md$|README\.md$|CHANGELOG\.md$|LICENSE$|package\.json$)/.test(p));
   if (stray.length) throw new Error(`unexpected files in the package: ${stray.join(", ")}`);
 
   mkdirSync(app);
   writeFileSync(join(app, "package.json"), JSON.stringify({ name: "keyq-pack-check", private: true, type: "module" }, null, 2));
   // keyq's one dependency, valibot, comes packed from this repository's node_modules, so the
   // install works offline even with an empty npm cache; npm still checks it against keyq's range.
-  const valibotOut = run("npm", ["pack", "--json", "--ignore-scripts", "--pack-destination", work, join(root, "node_modules/valibot")], root);
-  const valibot = join(work, (JSON.parse(valibotOut.slice(valibotOut.search(/^\[/m))) as { filename: string }[])[0]!.filename);
-  run("npm", ["install", "--offline", "--no-audit", "--no-fund", "--ignore-scripts", tarball, valibot], app);
+  // @opentelemetry/api (dependency-free too) is keyq/otel's optional peer: installed, as a user of keyq/otel would.
+  const packDep = (name: string): string => {
+    const out = run("npm", ["pack", "--json", "--ignore-scripts", "--pack-destination", work, join(root, "node_modules", name)], root);
+    return join(work, (JSON.parse(out.slice(out.search(/^\[/m))) as { filename: string }[])[0]!.filename);
+  };
+  run("npm", ["install", "--offline", "--no-audit", "--no-fund", "--ignore-scripts", tarball, packDep("valibot"), packDep("@opentelemetry/api")], app);
 
   // 2. The specifiers: the root and every subpath of the installed package's exports map.
   const pkg = JSON.parse(readFileSync(join(app, "node_modules/keyq/package.json"), "utf8")) as { exports: Record<string, unknown> };
@@ -75,6 +78,7 @@ try {
     "keyq/pg": ["fromPg"],
     "keyq/neon": ["fromNeonPool", "fromNeonClient", "fromNeonHttp"],
     "keyq/bun-sql": ["fromBunSql"],
+    "keyq/otel": ["instrument", "toTraceparent", "fromTraceparent"],
   };
   for (const s of specifiers) if (!expected[s]) throw new Error(`exports has ${s}, which pack-check does not know: add it to "expected"`);
 
