@@ -63,7 +63,8 @@ describe(`README Tour (${runtime})`, () => {
     const install = readme.indexOf("## Install");
     assert.ok(install > 0 && install < readme.indexOf("<!-- tour:start -->"), "Install comes before the Tour");
     assert.match(readme, /npm pkg set type=module/);
-    assert.match(readme, /npm install keyq postgres valibot tsx/);
+    // keyq is not published yet: the README installs the packed tarball (npm install keyq once it is).
+    assert.match(readme, /npm install (keyq|\S*keyq-\d+\.\d+\.\d+\.tgz) postgres valibot tsx/);
     assert.ok(readme.split("\n").length < 300, `README.md has ${readme.split("\n").length} lines`);
   });
 
