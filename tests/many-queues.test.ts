@@ -38,7 +38,7 @@ function lockCounting(inner: Driver): { driver: Driver; counts: number[] } {
 type Kind = "plain" | "exclusive" | "ordered";
 
 /** A consumer of queue q0 of `kind` in a schema holding `queues` queues; the locks of its second run(). */
-async function locksOfRun(f: PgFixture, queues: number, kind: Kind): Promise<{ max: number; total: number; events: number }> {
+async function locksOfRun(f: PgFixture, queues: number, kind: Kind): Promise<{ max: number; mean: number; transactions: number; events: number }> {
   for (let i = 0; i < queues; i++) await f.q.createQueue(`q${i}`, { rotationPeriod: "1 hour" });
   const { driver, counts } = lockCounting(f.q.driver);
   const q: Keyq = keyq(driver, { schema: f.schema });
@@ -51,7 +51,8 @@ async function locksOfRun(f: PgFixture, queues: number, kind: Kind): Promise<{ m
   await f.q.sendBatch("q0", ten);
   const report = await run(q);
   try {
-    return { max: Math.max(...counts), total: counts.reduce((a, b) => a + b, 0), events: report.events };
+    const total = counts.reduce((a, b) => a + b, 0);
+    return { max: Math.max(...counts), mean: Math.round((10 * total) / counts.length) / 10, transactions: counts.length, events: report.events };
   } finally {
     // One queue a transaction, so the schema's drop stays small.
     for (let i = 0; i < queues; i++) await f.q.dropQueue(`q${i}`);
@@ -65,13 +66,15 @@ describe("a run's cost does not grow with the number of queues", () => {
       const many = await withPg({ max: 2 }, (f) => locksOfRun(f, 40, kind));
       assert.equal(few.events, 10, "the run with 2 queues handled its 10 events");
       assert.equal(many.events, 10, "the run with 40 queues handled its 10 events");
-      assert.ok(few.total > 0, "the counting driver saw the run's transactions");
-      // A transaction more or less (a due tick, a maintenance step) moves the
-      // total by a few; a statement that plans over every queue's partitions
-      // adds at least 38 queues x 3 ring tables.
-      const msg = `relation locks per run (max per transaction, total): 40 queues ${JSON.stringify(many)} vs 2 queues ${JSON.stringify(few)}`;
+      assert.ok(few.transactions > 0 && few.max > 0, "the counting driver saw the run's transactions");
+      // How many transactions a run takes varies (a due tick, a maintenance
+      // step, a slot looked at twice), so the totals are not compared; per
+      // transaction, a statement that plans over every queue's partitions
+      // adds at least 38 queues x 3 ring tables (measured on the old engine:
+      // max 296/313/294 against 30/48/29).
+      const msg = `relation locks per run (max and mean per transaction): 40 queues ${JSON.stringify(many)} vs 2 queues ${JSON.stringify(few)}`;
       assert.ok(many.max <= few.max + 2, msg);
-      assert.ok(many.total <= few.total + 8, msg);
+      assert.ok(many.mean <= few.mean + 2, msg);
     });
   }
 });
