@@ -15,16 +15,14 @@
  *
  * @example
  * ```ts
- * import { keyq } from "keyq";
- * import { fromPostgresJs } from "keyq/postgres-js";
- * import { instrument } from "keyq/otel";
- * import postgres from "postgres";
+ * import { keyq } from "@keyq/keyq";
+ * import { fromPGlite } from "@keyq/keyq/pglite";
+ * import { instrument } from "@keyq/keyq/otel";
+ * const { PGlite } = await import("@electric-sql/pglite");
  *
- * const sql = postgres(process.env.DATABASE_URL!);
- * const q = keyq(fromPostgresJs(sql), { schema: process.env.KEYQ_SCHEMA });
+ * const q = keyq(fromPGlite(new PGlite()));
  * const stop = instrument(q); // the global tracer and meter providers
  * stop();
- * await sql.end();
  * ```
  *
  * @module
