@@ -74,7 +74,7 @@ describe("a run's cost does not grow with the number of queues", () => {
       // max 296/313/294 against 30/48/29).
       const msg = `relation locks per run (max and mean per transaction): 40 queues ${JSON.stringify(many)} vs 2 queues ${JSON.stringify(few)}`;
       assert.ok(many.max <= few.max + 2, msg);
-      assert.ok(many.mean <= few.mean + 2, msg);
+      assert.ok(many.mean <= few.mean * 1.2 + 2, msg);
     });
   }
 });
