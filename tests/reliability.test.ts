@@ -76,7 +76,7 @@ async function slowCommit(f: { schema: string; raw: (text: string) => Promise<un
 describe("reliability", () => {
   test("engine replies are checked: a stale or empty reply is BAD_REPLY, not a TypeError", async () => {
     const stale = { name: "stale", query: () => Promise.resolve([]) } as Driver; // COMMIT's empty result
-    await assert.rejects(engine.tick(stale, "keyq", { queue: "q", force: false }), (e: unknown) => {
+    await assert.rejects(engine(stale, "keyq").tick({ queue: "q", force: false }), (e: unknown) => {
       assert.ok(e instanceof KeyqError, String(e));
       assert.equal(e.code, "BAD_REPLY");
       assert.match(e.message, /tick\(\)/);

@@ -10,10 +10,16 @@ import { fromDatabaseError, KeyqError } from "../errors.ts";
 /** Checks the shape of a parsed engine reply; true when it is what was asked for. */
 export type Shape = (value: unknown) => boolean;
 
-/** Any JSON value but a missing one. */
-const present: Shape = (x) => x !== undefined;
-
-/** An object whose listed fields have the given `typeof`s ("array" for arrays). */
+/**
+ * An object whose listed fields have the given `typeof`s ("array" for
+ * arrays, "null", "undefined" for a missing field; alternatives with `|`).
+ *
+ * @example
+ * ```ts
+ * const sent = fields({ id: "string", deduped: "boolean" });
+ * sent({ id: "1", deduped: false }); // true
+ * ```
+ */
 export function fields(spec: Record<string, string>): Shape {
   return (x) => {
     if (typeof x !== "object" || x === null || Array.isArray(x)) return false;
@@ -28,11 +34,24 @@ export function fields(spec: Record<string, string>): Shape {
 }
 
 /**
+ * An array every element of which passes `item`.
+ *
+ * @example
+ * ```ts
+ * const ids = listOf((x) => typeof x === "string");
+ * ids(["1", "2"]); // true
+ * ```
+ */
+export function listOf(item: Shape): Shape {
+  return (x) => Array.isArray(x) && x.every(item);
+}
+
+/**
  * Parses the `r` column of an engine reply and checks it, so a confused
  * connection (postgres.js can hand a stale COMMIT result to the next query
  * after a connection died) is a typed error instead of a crash further on.
  */
-export function reply<T>(rows: unknown, fn: string, shape: Shape = present): T {
+export function reply<T>(rows: unknown, fn: string, shape: Shape): T {
   const row = Array.isArray(rows) ? (rows[0] as Record<string, unknown> | undefined) : undefined;
   const text = row?.r;
   let value: unknown;

@@ -2771,7 +2771,7 @@ begin
   return n;
 end $$;
 
--- Records a batch's outcome for consumer slot s: delivered retries that
+-- Records a batch's outcome for consumer slot \`slot\`: delivered retries that
 -- succeeded are deleted; each failure is scheduled again with backoff or,
 -- past max_retries, moved to the dead letters with its error.
 -- outcome: {"retried": ["id", …], "failed": [{"id", "txid", "error"}, …],
@@ -2779,7 +2779,7 @@ end $$;
 --           "pause": bool, "held": [{"id", "txid"}, …], "released": [{"id", "txid"}, …]}
 -- With pause, a failed keyed event blocks its key (it is the head) and an
 -- acked or dead-lettered head releases the key's held events.
-create function :KEYQ_SCHEMA.ack(queue text, consumer text, s int, outcome jsonb) returns jsonb
+create function :KEYQ_SCHEMA.ack(queue text, consumer text, slot int, outcome jsonb) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -2802,7 +2802,7 @@ begin
     from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x;
   with gone as (
     delete from :KEYQ_SCHEMA.retry
-     where consumer_id = c.consumer_id and slot = s
+     where consumer_id = c.consumer_id and retry.slot = ack.slot
        and ev_id in (select (jsonb_array_elements_text(coalesce(outcome->'retried', '[]')))::bigint)
        and ev_id <> all (failed_ids)
     returning ev_id
@@ -2810,19 +2810,19 @@ begin
   select coalesce(array_agg(ev_id), '{}') into succeeded from gone;
   if pause then
     -- An acked head releases its key's held events.
-    perform :KEYQ_SCHEMA.release_heads(c, s, succeeded);
+    perform :KEYQ_SCHEMA.release_heads(c, slot, succeeded);
   end if;
   -- Held first: a head dead-lettered below must find its key's held events.
-  perform :KEYQ_SCHEMA.park_events(c, s, outcome->'held', 'infinity');
+  perform :KEYQ_SCHEMA.park_events(c, slot, outcome->'held', 'infinity');
   -- Released: read but not started (budget spent, worker stopping); due now,
   -- so they come first next time, in (txid, id) order, no retry spent.
-  perform :KEYQ_SCHEMA.park_events(c, s, outcome->'released', clock_timestamp());
+  perform :KEYQ_SCHEMA.park_events(c, slot, outcome->'released', clock_timestamp());
   for f in select x from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x loop
     select * into r from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = (f->>'id')::bigint;
     if not found then
       e := :KEYQ_SCHEMA.event_row(c.queue_id, (f->>'txid')::xid8, (f->>'id')::bigint);
       if e.ev_id is null then continue; end if;  -- rotated away meanwhile: nothing left to retry
-      r := row(c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null, e.ev_trace);
+      r := row(c.consumer_id, slot, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null, e.ev_trace);
     end if;
     if r.retry + 1 > p.max_retries then
       insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
@@ -2847,7 +2847,7 @@ begin
     end if;
   end loop;
   return jsonb_build_object('retried', n_retry, 'deadLettered', n_dead,
-    'deferred', :KEYQ_SCHEMA.park_events(c, s, outcome->'deferred',
+    'deferred', :KEYQ_SCHEMA.park_events(c, slot, outcome->'deferred',
       clock_timestamp() + make_interval(secs => coalesce((outcome->>'deferDelay')::float8, 1))));
 end $$;
 
@@ -2885,7 +2885,7 @@ as $$
      and (f->>'afterId' is null or d.dl_id > (f->>'afterId')::bigint)
 $$;
 
-create function :KEYQ_SCHEMA.dlq_list(filter jsonb, lim int) returns jsonb
+create function :KEYQ_SCHEMA.dlq_list(filter jsonb, max_rows int) returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -2897,7 +2897,7 @@ as $$
            'time', d.ev_time, 'attempts', d.attempts, 'error', d.error, 'deadAt', d.dead_at)
            order by d.dl_id), '[]')
   from (select * from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)
-         order by x.dl_id limit lim) d
+         order by x.dl_id limit max_rows) d
   join :KEYQ_SCHEMA.queue q using (queue_id)
   join :KEYQ_SCHEMA.consumer c using (consumer_id)
 $$;
@@ -3372,9 +3372,9 @@ begin
   end if;
 end $$;
 
--- slotOf() of a handle: slot_of(key, n), refused when the consumer exists
--- with another N (before it exists, n is the only N there is).
-create function :KEYQ_SCHEMA.consumer_slot_of(queue text, consumer text, key text, n int) returns jsonb
+-- slotOf() of a handle: slot_of(key, slot_count), refused when the consumer
+-- exists with another N (before it exists, slot_count is the only N there is).
+create function :KEYQ_SCHEMA.consumer_slot_of(queue text, consumer text, key text, slot_count int) returns jsonb
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -3385,9 +3385,9 @@ begin
   select k.* into c from :KEYQ_SCHEMA.consumer k join :KEYQ_SCHEMA.queue q using (queue_id)
    where q.queue_name = queue and k.consumer_name = consumer;
   if found then
-    perform :KEYQ_SCHEMA.check_slots(c, queue, n);
+    perform :KEYQ_SCHEMA.check_slots(c, queue, slot_count);
   end if;
-  return to_jsonb(:KEYQ_SCHEMA.slot_of(key, n));
+  return to_jsonb(:KEYQ_SCHEMA.slot_of(key, slot_count));
 end $$;
 
 -- The slot index for N, one per ring table of the queue (a partitioned
@@ -3770,10 +3770,10 @@ end $$;
 -- batch's deadline). The batch's commit clears it. Consumers that are not
 -- fenced never read or write this table.
 
--- Leases keys of consumer slot s to holder for ms milliseconds, in the
+-- Leases keys of consumer slot \`slot\` to holder for ms milliseconds, in the
 -- caller's own (autocommit) transaction. Returns the keys another holder's
 -- live lease still fences; those are not leased and must not be handled.
-create function :KEYQ_SCHEMA.fence(queue text, consumer text, s int, keys text[], holder text, ms float8) returns jsonb
+create function :KEYQ_SCHEMA.fence(queue text, consumer text, slot int, keys text[], holder text, ms float8) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -3787,8 +3787,9 @@ begin
   with want as (select k, hashtextextended(k, 0) as h from unnest(keys) k),
   got as (
     insert into :KEYQ_SCHEMA.lease as l (consumer_id, slot, key_hash, holder, until)
-    select distinct c.consumer_id, s, w.h, holder, clock_timestamp() + make_interval(secs => ms / 1000) from want w
-    on conflict (consumer_id, slot, key_hash) do update set holder = excluded.holder, until = excluded.until
+    select distinct c.consumer_id, slot, w.h, holder, clock_timestamp() + make_interval(secs => ms / 1000) from want w
+    -- lease_pkey is (consumer_id, slot, key_hash); a column list would read \`slot\` as the argument.
+    on conflict on constraint lease_pkey do update set holder = excluded.holder, until = excluded.until
      where l.until <= clock_timestamp() or l.holder = excluded.holder
     returning l.key_hash
   )
@@ -4104,7 +4105,7 @@ begin
 end $$;
 
 create function :KEYQ_SCHEMA.key_history(queue text, key text, start jsonb default null,
-                                         after text default null, lim int default 1000) returns jsonb
+                                         after text default null, max_rows int default 1000) returns jsonb
 language sql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -4112,7 +4113,7 @@ as $$
   select coalesce(jsonb_agg(:KEYQ_SCHEMA.event_json(h.e) || jsonb_build_object(
            'position', h.w::text || ':' || (h.e).ev_txid::text || ':' || (h.e).ev_id::text)
            order by h.w, (h.e).ev_txid, (h.e).ev_id), '[]')
-  from :KEYQ_SCHEMA.key_events(:KEYQ_SCHEMA.get_queue(queue), key, start, after, lim) h
+  from :KEYQ_SCHEMA.key_events(:KEYQ_SCHEMA.get_queue(queue), key, start, after, max_rows) h
 $$;
 
 -- Delivers one key's retained history (from a target, default earliest)
@@ -4204,7 +4205,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "9e9a15129c660dea2a8f1c40666bd215e6b825a66055defe00a5ee3dee2e59e2";
+export const functionsHash: string = "86e510bba34d7e1ca4119efc922d53c6d8e80e5ff2a2560bac2d1c654396d6c6";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -4214,4 +4215,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 7;
+export const functionsSerial: number = 9;

@@ -114,7 +114,7 @@ async function buildConcurrently(ctx: ConsumerContext, statements: string[]): Pr
 async function subscribe(ctx: ConsumerContext, name: string, k: ConsumerKind, start: Target | null): Promise<boolean> {
   let inline = false;
   for (let round = 1;; round++) {
-    const r = await engine.subscribe(ctx.driver, ctx.schema, {
+    const r = await engine(ctx.driver, ctx.schema).subscribe({
       queue: ctx.queue,
       consumer: name,
       kind: k.kind,
@@ -180,10 +180,10 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
     async seek(to, options) {
       const t = target("to", to, "seek");
       const o = parse(seekSchema, options ?? {}, "seek options");
-      return await engine.seek(ctx.driver, ctx.schema, { queue, consumer: name, target: t, slot: o.slot ?? null });
+      return await engine(ctx.driver, ctx.schema).seek({ queue, consumer: name, target: t, slot: o.slot ?? null });
     },
     async unsubscribe() {
-      const r = await engine.unsubscribe(ctx.driver, ctx.schema, { queue, consumer: name });
+      const r = await engine(ctx.driver, ctx.schema).unsubscribe({ queue, consumer: name });
       subscribed = false;
       return r.removed;
     },
@@ -226,8 +226,8 @@ export function withSlots<P>(ctx: ConsumerContext, c: Consumer<P>, slots: number
         throw new KeyqError("INVALID_INPUT", `slotOf takes a key (a string) or null, not ${show(key)}.`, { field: "key", value: key });
       }
       if (key !== null) checkText("key", key, "slotOf");
-      return await engine.slotOf(ctx.driver, ctx.schema, { queue: c.queue, consumer: c.name, key, n: slots });
+      return await engine(ctx.driver, ctx.schema).slotOf({ queue: c.queue, consumer: c.name, key, slotCount: slots });
     },
-    blockedKeys: () => engine.blockedKeys(ctx.driver, ctx.schema, { queue: c.queue, consumer: c.name }),
+    blockedKeys: () => engine(ctx.driver, ctx.schema).blockedKeys({ queue: c.queue, consumer: c.name }),
   });
 }

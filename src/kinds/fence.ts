@@ -33,7 +33,7 @@ export function fenceHooks(ctx: ConsumerContext, queue: string, consumer: string
         : [...new Set(live.flatMap((w) => (w.key === null ? [] : [w.key])))];
       if (keys.length === 0) return true;
       sent++;
-      const taken = await engine.fence(ctx.driver, ctx.schema, {
+      const taken = await engine(ctx.driver, ctx.schema).fence({
         queue,
         consumer,
         slot: mode === "slot" ? received.slot ?? 0 : 0,
@@ -51,7 +51,7 @@ export function fenceHooks(ctx: ConsumerContext, queue: string, consumer: string
     },
     async beforeCommit(tx: Executor): Promise<void> {
       if (!leased) return;
-      await engine.unfence(tx, ctx.schema, { queue, consumer, holder });
+      await engine(tx, ctx.schema).unfence({ queue, consumer, holder });
     },
   };
 }

@@ -63,7 +63,7 @@ function ack(
   policy: { slot: (r: Received) => number; deferDelay: number; pause: boolean },
 ): (tx: Executor, r: Received, o: Outcome) => Promise<AckReply> {
   return (tx, r, o) =>
-    engine.ack(tx, t.ctx.schema, {
+    engine(tx, t.ctx.schema).ack({
       queue: t.queue,
       consumer: t.name,
       slot: policy.slot(r),
@@ -108,7 +108,7 @@ export function plainKind(t: KindTarget): ConsumerKind {
     async receive(tx, s, local, until) {
       const input = { queue, consumer: name, maxEvents: s.maxEvents, waitMs: plainWait(s, until) };
       try {
-        return fromPlain(await engine.receivePlain(tx, ctx.schema, input, local));
+        return fromPlain(await engine(tx, ctx.schema).receivePlain(input, local));
       } catch (err) {
         // The wait for the cursor ran out (lock_timeout): the holder is still at it.
         if (input.waitMs > 0 && (err as { code?: unknown } | null)?.code === "55P03") return BUSY;
@@ -147,10 +147,10 @@ export function exclusiveKind(t: KindTarget, o: ExclusiveSettings): ConsumerKind
     settings: t.settings,
     check: (s) => noWorkers(s, "exclusive"),
     async prepare(s) {
-      const r = await engine.prepareExclusive(ctx.driver, ctx.schema, { queue, consumer: name, chunkSize: s.maxEvents });
+      const r = await engine(ctx.driver, ctx.schema).prepareExclusive({ queue, consumer: name, chunkSize: s.maxEvents });
       return r.tick !== null;
     },
-    receive: (tx, s, local) => engine.receiveExclusive(tx, ctx.schema, { queue, consumer: name, maxEvents: s.maxEvents }, local),
+    receive: (tx, s, local) => engine(tx, ctx.schema).receiveExclusive({ queue, consumer: name, maxEvents: s.maxEvents }, local),
     sort(r) {
       const contended = r.events.filter((w) => w.locked === false);
       const deferred = contended.filter((w) => !o.idempotent || w.fenced).map((w) => ({ id: w.id, txid: w.txid }));
@@ -228,7 +228,7 @@ export function orderedKind(t: KindTarget, o: OrderedSettings): ConsumerKind {
     prepare: () => ctx.tick(queue),
     receive(tx, s, local) {
       const { slots, helpAfter } = order(s);
-      return engine.receiveOrdered(tx, ctx.schema, { queue, consumer: name, slots, maxEvents: s.maxEvents, helpAfter, slotCount: o.slots }, local);
+      return engine(tx, ctx.schema).receiveOrdered({ queue, consumer: name, slots, maxEvents: s.maxEvents, helpAfter, slotCount: o.slots }, local);
     },
     sort: (r) => handleAll(r, r.slot ?? 0, o.pause),
     record: ack(t, { slot: (r) => r.slot ?? 0, deferDelay: 1, pause: o.pause }),

@@ -37,7 +37,7 @@ async function status(driver: Driver, schema: string, opts: unknown = {}): Promi
   const o = parse(statusSchema, opts, "status options");
   const queue = o.queue === undefined ? null : checkName("queue", o.queue);
   const staleAfter = durationMs("staleAfter", o.staleAfter ?? 300_000, 1)! / 1000;
-  const rows = await engine.status(driver, schema, { queue, staleAfter });
+  const rows = await engine(driver, schema).status({ queue, staleAfter });
   if (queue !== null && rows.length === 0) {
     throw new KeyqError("QUEUE_NOT_FOUND", `Queue "${queue}" does not exist; create it with createQueue("${queue}") or list them with listQueues().`, {
       queue,
@@ -48,27 +48,28 @@ async function status(driver: Driver, schema: string, opts: unknown = {}): Promi
 
 /** The admin calls over `driver` in `schema`. */
 export function admin(driver: Driver, schema: string): Admin {
+  const db = engine(driver, schema);
   const tickOne = async (queue: string, force: boolean): Promise<string | null> => {
     checkName("queue", queue);
-    return (await engine.tick(driver, schema, { queue, force })).tick;
+    return (await db.tick({ queue, force })).tick;
   };
-  const maintainOne = (queue: string, forceRotate: boolean): Promise<MaintainReport> => engine.maintain(driver, schema, { queue, forceRotate });
-  const listQueues = async (): Promise<QueueInfo[]> => (await engine.listQueues(driver, schema, {})).map(infoInMs);
+  const maintainOne = (queue: string, forceRotate: boolean): Promise<MaintainReport> => db.maintain({ queue, forceRotate });
+  const listQueues = async (): Promise<QueueInfo[]> => (await db.listQueues({})).map(infoInMs);
   return {
     async createQueue(name, settings = {}) {
       checkName("queue", name);
       const wanted = queueSettings(settings, true);
-      const r = await engine.createQueue(driver, schema, { queue: name, settings: wanted });
+      const r = await db.createQueue({ queue: name, settings: wanted });
       if (!r.created) sameSettings(name, wanted, r.queue);
       return { created: r.created, queue: infoInMs(r.queue) };
     },
     async updateQueue(name, settings) {
       checkName("queue", name);
-      return infoInMs(await engine.updateQueue(driver, schema, { queue: name, settings: queueSettings(settings, false) }));
+      return infoInMs(await db.updateQueue({ queue: name, settings: queueSettings(settings, false) }));
     },
     async dropQueue(name) {
       checkName("queue", name);
-      return (await engine.dropQueue(driver, schema, { queue: name })).dropped;
+      return (await db.dropQueue({ queue: name })).dropped;
     },
     listQueues,
     tick: async (queue, opts) => await tickOne(queue, parse(tickSchema, opts, "tick options").force ?? false),

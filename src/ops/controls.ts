@@ -34,9 +34,10 @@ const keyText = text("key", 0, 1000);
 
 /** The operator calls over `driver` in `schema`. */
 export function controls(driver: Driver, schema: string): Controls {
+  const db = engine(driver, schema);
   const qc = (queue: string, consumer: string) => ({ queue: checkName("queue", queue), consumer: checkName("consumer", consumer) });
   const paused = async (queue: string, consumer: string, p: boolean) =>
-    (await engine.setPaused(driver, schema, { ...qc(queue, consumer), paused: p })).changed;
+    (await db.setPaused({ ...qc(queue, consumer), paused: p })).changed;
   return {
     pause: (queue, consumer) => paused(queue, consumer, true),
     resume: (queue, consumer) => paused(queue, consumer, false),
@@ -46,12 +47,12 @@ export function controls(driver: Driver, schema: string): Controls {
       if (action !== "skip" && action !== "deadLetter") {
         throw new KeyqError("INVALID_INPUT", `settleHead takes "skip" or "deadLetter", not ${show(action)}.`, { field: "action", value: action });
       }
-      const r = await engine.settleHead(driver, schema, { ...ids, key: k, action });
+      const r = await db.settleHead({ ...ids, key: k, action });
       return { slot: r.slot, headId: r.headId };
     },
-    blocked: (queue, consumer) => engine.blockedKeys(driver, schema, qc(queue, consumer)),
+    blocked: (queue, consumer) => db.blockedKeys(qc(queue, consumer)),
     async unsubscribe(queue, consumer) {
-      return (await engine.unsubscribe(driver, schema, qc(queue, consumer))).removed;
+      return (await db.unsubscribe(qc(queue, consumer))).removed;
     },
   };
 }

@@ -60,14 +60,15 @@ function filterJson(input: unknown, what: string, schema: v.GenericSchema = filt
 
 /** Creates the dead-letter API over `driver` in `schema`. */
 export function deadLetters(driver: Driver, schema: string): DeadLetters {
+  const db = engine(driver, schema);
   return {
     async list<P>(filter: DeadLetterFilter & { limit?: number; afterId?: string } = {}) {
       const limit = parse(listSchema, filter, "dlq.list filter").limit ?? 100;
-      const rows = await engine.dlqList(driver, schema, { filter: filterJson(filter, "dlq.list filter", listSchema), limit });
+      const rows = await db.dlqList({ filter: filterJson(filter, "dlq.list filter", listSchema), limit });
       return rows as DeadLetter<P>[];
     },
     async count(filter = {}) {
-      return await engine.dlqCount(driver, schema, { filter: filterJson(filter, "dlq.count filter") });
+      return await db.dlqCount({ filter: filterJson(filter, "dlq.count filter") });
     },
     async replay(ids) {
       const list = typeof ids === "string" ? [ids] : ids;
@@ -77,7 +78,7 @@ export function deadLetters(driver: Driver, schema: string): DeadLetters {
         });
       }
       for (const id of list) checkId("ids", id, "dlq.replay");
-      return await engine.dlqReplay(driver, schema, { ids: list });
+      return await db.dlqReplay({ ids: list });
     },
     async replayKey(queue, consumer, key) {
       if (typeof key !== "string") {
@@ -86,11 +87,11 @@ export function deadLetters(driver: Driver, schema: string): DeadLetters {
       checkName("queue", queue);
       checkName("consumer", consumer);
       const filter = filterJson({ queue, consumer, key }, "dlq.replayKey");
-      return await engine.dlqReplayWhere(driver, schema, { filter });
+      return await db.dlqReplayWhere({ filter });
     },
     async replayAll(queue, consumer) {
       const filter = filterJson({ queue: checkName("queue", queue), consumer: checkName("consumer", consumer) }, "dlq.replayAll");
-      return await engine.dlqReplayWhere(driver, schema, { filter });
+      return await db.dlqReplayWhere({ filter });
     },
     async purge(filter) {
       if (filter?.olderThan === undefined) {
@@ -98,7 +99,7 @@ export function deadLetters(driver: Driver, schema: string): DeadLetters {
           field: "olderThan",
         });
       }
-      return await engine.dlqPurge(driver, schema, { filter: filterJson(filter, "dlq.purge filter") });
+      return await db.dlqPurge({ filter: filterJson(filter, "dlq.purge filter") });
     },
   };
 }

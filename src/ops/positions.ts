@@ -67,20 +67,21 @@ export interface LogCalls {
 
 /** The log calls over `driver` in `schema`. */
 export function logCalls(driver: Driver, schema: string): LogCalls {
+  const db = engine(driver, schema);
   return {
     async seek(queue, consumer, to, options) {
       checkName("queue", queue);
       checkName("consumer", consumer);
       const t = target("to", to, "seek");
       const o = parse(seekSchema, options ?? {}, "seek options");
-      return await engine.seek(driver, schema, { queue, consumer, target: t, slot: o.slot ?? null });
+      return await db.seek({ queue, consumer, target: t, slot: o.slot ?? null });
     },
     async history<P>(queue: string, key: string, options?: { from?: StartPosition; after?: string; limit?: number }) {
       checkName("queue", queue);
       const k = parse(keyText, key, "history key");
       const o = parse(historySchema, options ?? {}, "history options");
       const start = o.from === undefined ? null : target("from", o.from, "history");
-      return await engine.keyHistory(driver, schema, { queue, key: k, start, after: o.after ?? null, limit: o.limit ?? 1000 }) as HistoryEvent<P>[];
+      return await db.keyHistory({ queue, key: k, start, after: o.after ?? null, limit: o.limit ?? 1000 }) as HistoryEvent<P>[];
     },
     async replayKey(queue, key, options) {
       checkName("queue", queue);
@@ -88,7 +89,7 @@ export function logCalls(driver: Driver, schema: string): LogCalls {
       const o = parse(replaySchema, options, "replayKey options");
       const into = checkName("consumer", o.into);
       const start = o.from === undefined ? null : target("from", o.from, "replayKey");
-      return (await engine.replayKey(driver, schema, { queue, consumer: into, key: k, start })).replayed;
+      return (await db.replayKey({ queue, consumer: into, key: k, start })).replayed;
     },
   };
 }

@@ -79,7 +79,7 @@ export async function send(
 ): Promise<SendResult> {
   checkName("queue", queue);
   const e = await prepare(queue, input, schemaOf, "the event");
-  return await engine.send(exec, schemaName, {
+  return await engine(exec, schemaName).send({
     queue,
     type: e.type,
     payload: e.payload,
@@ -146,7 +146,7 @@ export async function sendBatch(
     }
     events = wire;
   }
-  const ids = await engine.sendBatch(exec, schemaName, { queue, events, trace });
+  const ids = await engine(exec, schemaName).sendBatch({ queue, events, trace });
   if (ids.length !== inputs.length) {
     throw new KeyqError(
       "BAD_REPLY",

@@ -69,18 +69,18 @@ function check(input: unknown, what: "grant" | "revoke"): Checked {
 /** Adds grants to a role (idempotent); the schema owner only. Resolves to the role's grants. */
 export async function grant(exec: Executor, schema: string, input: GrantInput): Promise<RoleGrants> {
   const g = check(input, "grant");
-  return await engine.grant(exec, schema, { role: g.role, produce: g.produce, consume: g.consume, operate: g.operate });
+  return await engine(exec, schema).grant({ role: g.role, produce: g.produce, consume: g.consume, operate: g.operate });
 }
 
 /** Removes grants from a role (`all: true`: every one); the schema owner only. */
 export async function revoke(exec: Executor, schema: string, input: RevokeInput): Promise<RoleGrants> {
   const g = check(input, "revoke");
-  return await engine.revoke(exec, schema, g);
+  return await engine(exec, schema).revoke(g);
 }
 
 /** Every role's grants (the owner or an operator). */
 export async function grants(exec: Executor, schema: string): Promise<RoleGrants[]> {
-  return await engine.grants(exec, schema, {});
+  return await engine(exec, schema).grants({});
 }
 
 /** A string literal for SQL text (standard_conforming_strings). */

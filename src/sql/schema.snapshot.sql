@@ -187,7 +187,7 @@ tick_id_seq bigint start 1 increment 1
 
 -- functions -------------------------------------------------------------------
 
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.ack(queue text, consumer text, s integer, outcome jsonb)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.ack(queue text, consumer text, slot integer, outcome jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -212,7 +212,7 @@ begin
     from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x;
   with gone as (
     delete from :KEYQ_SCHEMA.retry
-     where consumer_id = c.consumer_id and slot = s
+     where consumer_id = c.consumer_id and retry.slot = ack.slot
        and ev_id in (select (jsonb_array_elements_text(coalesce(outcome->'retried', '[]')))::bigint)
        and ev_id <> all (failed_ids)
     returning ev_id
@@ -220,19 +220,19 @@ begin
   select coalesce(array_agg(ev_id), '{}') into succeeded from gone;
   if pause then
     -- An acked head releases its key's held events.
-    perform :KEYQ_SCHEMA.release_heads(c, s, succeeded);
+    perform :KEYQ_SCHEMA.release_heads(c, slot, succeeded);
   end if;
   -- Held first: a head dead-lettered below must find its key's held events.
-  perform :KEYQ_SCHEMA.park_events(c, s, outcome->'held', 'infinity');
+  perform :KEYQ_SCHEMA.park_events(c, slot, outcome->'held', 'infinity');
   -- Released: read but not started (budget spent, worker stopping); due now,
   -- so they come first next time, in (txid, id) order, no retry spent.
-  perform :KEYQ_SCHEMA.park_events(c, s, outcome->'released', clock_timestamp());
+  perform :KEYQ_SCHEMA.park_events(c, slot, outcome->'released', clock_timestamp());
   for f in select x from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x loop
     select * into r from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = (f->>'id')::bigint;
     if not found then
       e := :KEYQ_SCHEMA.event_row(c.queue_id, (f->>'txid')::xid8, (f->>'id')::bigint);
       if e.ev_id is null then continue; end if;  -- rotated away meanwhile: nothing left to retry
-      r := row(c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null, e.ev_trace);
+      r := row(c.consumer_id, slot, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null, e.ev_trace);
     end if;
     if r.retry + 1 > p.max_retries then
       insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
@@ -257,7 +257,7 @@ begin
     end if;
   end loop;
   return jsonb_build_object('retried', n_retry, 'deadLettered', n_dead,
-    'deferred', :KEYQ_SCHEMA.park_events(c, s, outcome->'deferred',
+    'deferred', :KEYQ_SCHEMA.park_events(c, slot, outcome->'deferred',
       clock_timestamp() + make_interval(secs => coalesce((outcome->>'deferDelay')::float8, 1))));
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.apply_grants(r oid DEFAULT NULL::oid)
@@ -428,7 +428,7 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.consumer_buckets(c :KEYQ_SCHEMA.consumer
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$ select coalesce((c.settings->>'buckets')::int, :KEYQ_SCHEMA.xbuckets()) $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.consumer_slot_of(queue text, consumer text, key text, n integer)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.consumer_slot_of(queue text, consumer text, key text, slot_count integer)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
@@ -441,9 +441,9 @@ begin
   select k.* into c from :KEYQ_SCHEMA.consumer k join :KEYQ_SCHEMA.queue q using (queue_id)
    where q.queue_name = queue and k.consumer_name = consumer;
   if found then
-    perform :KEYQ_SCHEMA.check_slots(c, queue, n);
+    perform :KEYQ_SCHEMA.check_slots(c, queue, slot_count);
   end if;
-  return to_jsonb(:KEYQ_SCHEMA.slot_of(key, n));
+  return to_jsonb(:KEYQ_SCHEMA.slot_of(key, slot_count));
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.create_queue(queue text, settings jsonb DEFAULT '{}'::jsonb)
  RETURNS jsonb
@@ -526,7 +526,7 @@ AS $function$
   select :KEYQ_SCHEMA.dlq_check(filter);
   select to_jsonb(count(*)) from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)
 $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.dlq_list(filter jsonb, lim integer)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.dlq_list(filter jsonb, max_rows integer)
  RETURNS jsonb
  LANGUAGE sql
  STABLE SECURITY DEFINER
@@ -540,7 +540,7 @@ AS $function$
            'time', d.ev_time, 'attempts', d.attempts, 'error', d.error, 'deadAt', d.dead_at)
            order by d.dl_id), '[]')
   from (select * from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)
-         order by x.dl_id limit lim) d
+         order by x.dl_id limit max_rows) d
   join :KEYQ_SCHEMA.queue q using (queue_id)
   join :KEYQ_SCHEMA.consumer c using (consumer_id)
 $function$;
@@ -746,7 +746,7 @@ begin
     into e using txid, id;
   return e;
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.fence(queue text, consumer text, s integer, keys text[], holder text, ms double precision)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.fence(queue text, consumer text, slot integer, keys text[], holder text, ms double precision)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -762,8 +762,9 @@ begin
   with want as (select k, hashtextextended(k, 0) as h from unnest(keys) k),
   got as (
     insert into :KEYQ_SCHEMA.lease as l (consumer_id, slot, key_hash, holder, until)
-    select distinct c.consumer_id, s, w.h, holder, clock_timestamp() + make_interval(secs => ms / 1000) from want w
-    on conflict (consumer_id, slot, key_hash) do update set holder = excluded.holder, until = excluded.until
+    select distinct c.consumer_id, slot, w.h, holder, clock_timestamp() + make_interval(secs => ms / 1000) from want w
+    -- lease_pkey is (consumer_id, slot, key_hash); a column list would read `slot` as the argument.
+    on conflict on constraint lease_pkey do update set holder = excluded.holder, until = excluded.until
      where l.until <= clock_timestamp() or l.holder = excluded.holder
     returning l.key_hash
   )
@@ -953,7 +954,7 @@ begin
   return query select found_w[i], found_e[i] from generate_subscripts(found_w, 1) i
                 order by found_w[i], (found_e[i]).ev_txid, (found_e[i]).ev_id limit lim;
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_history(queue text, key text, start jsonb DEFAULT NULL::jsonb, after text DEFAULT NULL::text, lim integer DEFAULT 1000)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_history(queue text, key text, start jsonb DEFAULT NULL::jsonb, after text DEFAULT NULL::text, max_rows integer DEFAULT 1000)
  RETURNS jsonb
  LANGUAGE sql
  SECURITY DEFINER
@@ -963,7 +964,7 @@ AS $function$
   select coalesce(jsonb_agg(:KEYQ_SCHEMA.event_json(h.e) || jsonb_build_object(
            'position', h.w::text || ':' || (h.e).ev_txid::text || ':' || (h.e).ev_id::text)
            order by h.w, (h.e).ev_txid, (h.e).ev_id), '[]')
-  from :KEYQ_SCHEMA.key_events(:KEYQ_SCHEMA.get_queue(queue), key, start, after, lim) h
+  from :KEYQ_SCHEMA.key_events(:KEYQ_SCHEMA.get_queue(queue), key, start, after, max_rows) h
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_seed(c :KEYQ_SCHEMA.consumer, i integer)
  RETURNS bigint

@@ -213,7 +213,7 @@ begin
   return n;
 end $$;
 
--- Records a batch's outcome for consumer slot s: delivered retries that
+-- Records a batch's outcome for consumer slot `slot`: delivered retries that
 -- succeeded are deleted; each failure is scheduled again with backoff or,
 -- past max_retries, moved to the dead letters with its error.
 -- outcome: {"retried": ["id", …], "failed": [{"id", "txid", "error"}, …],
@@ -221,7 +221,7 @@ end $$;
 --           "pause": bool, "held": [{"id", "txid"}, …], "released": [{"id", "txid"}, …]}
 -- With pause, a failed keyed event blocks its key (it is the head) and an
 -- acked or dead-lettered head releases the key's held events.
-create function :KEYQ_SCHEMA.ack(queue text, consumer text, s int, outcome jsonb) returns jsonb
+create function :KEYQ_SCHEMA.ack(queue text, consumer text, slot int, outcome jsonb) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -244,7 +244,7 @@ begin
     from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x;
   with gone as (
     delete from :KEYQ_SCHEMA.retry
-     where consumer_id = c.consumer_id and slot = s
+     where consumer_id = c.consumer_id and retry.slot = ack.slot
        and ev_id in (select (jsonb_array_elements_text(coalesce(outcome->'retried', '[]')))::bigint)
        and ev_id <> all (failed_ids)
     returning ev_id
@@ -252,19 +252,19 @@ begin
   select coalesce(array_agg(ev_id), '{}') into succeeded from gone;
   if pause then
     -- An acked head releases its key's held events.
-    perform :KEYQ_SCHEMA.release_heads(c, s, succeeded);
+    perform :KEYQ_SCHEMA.release_heads(c, slot, succeeded);
   end if;
   -- Held first: a head dead-lettered below must find its key's held events.
-  perform :KEYQ_SCHEMA.park_events(c, s, outcome->'held', 'infinity');
+  perform :KEYQ_SCHEMA.park_events(c, slot, outcome->'held', 'infinity');
   -- Released: read but not started (budget spent, worker stopping); due now,
   -- so they come first next time, in (txid, id) order, no retry spent.
-  perform :KEYQ_SCHEMA.park_events(c, s, outcome->'released', clock_timestamp());
+  perform :KEYQ_SCHEMA.park_events(c, slot, outcome->'released', clock_timestamp());
   for f in select x from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x loop
     select * into r from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = (f->>'id')::bigint;
     if not found then
       e := :KEYQ_SCHEMA.event_row(c.queue_id, (f->>'txid')::xid8, (f->>'id')::bigint);
       if e.ev_id is null then continue; end if;  -- rotated away meanwhile: nothing left to retry
-      r := row(c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null, e.ev_trace);
+      r := row(c.consumer_id, slot, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null, e.ev_trace);
     end if;
     if r.retry + 1 > p.max_retries then
       insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
@@ -289,7 +289,7 @@ begin
     end if;
   end loop;
   return jsonb_build_object('retried', n_retry, 'deadLettered', n_dead,
-    'deferred', :KEYQ_SCHEMA.park_events(c, s, outcome->'deferred',
+    'deferred', :KEYQ_SCHEMA.park_events(c, slot, outcome->'deferred',
       clock_timestamp() + make_interval(secs => coalesce((outcome->>'deferDelay')::float8, 1))));
 end $$;
 
@@ -327,7 +327,7 @@ as $$
      and (f->>'afterId' is null or d.dl_id > (f->>'afterId')::bigint)
 $$;
 
-create function :KEYQ_SCHEMA.dlq_list(filter jsonb, lim int) returns jsonb
+create function :KEYQ_SCHEMA.dlq_list(filter jsonb, max_rows int) returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -339,7 +339,7 @@ as $$
            'time', d.ev_time, 'attempts', d.attempts, 'error', d.error, 'deadAt', d.dead_at)
            order by d.dl_id), '[]')
   from (select * from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)
-         order by x.dl_id limit lim) d
+         order by x.dl_id limit max_rows) d
   join :KEYQ_SCHEMA.queue q using (queue_id)
   join :KEYQ_SCHEMA.consumer c using (consumer_id)
 $$;

@@ -22,9 +22,9 @@ begin
   end if;
 end $$;
 
--- slotOf() of a handle: slot_of(key, n), refused when the consumer exists
--- with another N (before it exists, n is the only N there is).
-create function :KEYQ_SCHEMA.consumer_slot_of(queue text, consumer text, key text, n int) returns jsonb
+-- slotOf() of a handle: slot_of(key, slot_count), refused when the consumer
+-- exists with another N (before it exists, slot_count is the only N there is).
+create function :KEYQ_SCHEMA.consumer_slot_of(queue text, consumer text, key text, slot_count int) returns jsonb
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -35,9 +35,9 @@ begin
   select k.* into c from :KEYQ_SCHEMA.consumer k join :KEYQ_SCHEMA.queue q using (queue_id)
    where q.queue_name = queue and k.consumer_name = consumer;
   if found then
-    perform :KEYQ_SCHEMA.check_slots(c, queue, n);
+    perform :KEYQ_SCHEMA.check_slots(c, queue, slot_count);
   end if;
-  return to_jsonb(:KEYQ_SCHEMA.slot_of(key, n));
+  return to_jsonb(:KEYQ_SCHEMA.slot_of(key, slot_count));
 end $$;
 
 -- The slot index for N, one per ring table of the queue (a partitioned

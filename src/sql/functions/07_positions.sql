@@ -288,7 +288,7 @@ begin
 end $$;
 
 create function :KEYQ_SCHEMA.key_history(queue text, key text, start jsonb default null,
-                                         after text default null, lim int default 1000) returns jsonb
+                                         after text default null, max_rows int default 1000) returns jsonb
 language sql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -296,7 +296,7 @@ as $$
   select coalesce(jsonb_agg(:KEYQ_SCHEMA.event_json(h.e) || jsonb_build_object(
            'position', h.w::text || ':' || (h.e).ev_txid::text || ':' || (h.e).ev_id::text)
            order by h.w, (h.e).ev_txid, (h.e).ev_id), '[]')
-  from :KEYQ_SCHEMA.key_events(:KEYQ_SCHEMA.get_queue(queue), key, start, after, lim) h
+  from :KEYQ_SCHEMA.key_events(:KEYQ_SCHEMA.get_queue(queue), key, start, after, max_rows) h
 $$;
 
 -- Delivers one key's retained history (from a target, default earliest)
