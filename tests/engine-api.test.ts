@@ -1,10 +1,11 @@
 // The typed engine seam against the real engine: every declaration in
-// src/engine/calls.ts (function name, argument names and types, return type) must
+// src/engine/declarations.ts (function name, argument names and types, return type) must
 // match pg_proc of a freshly migrated schema, every engine function must be
 // declared or on the internal allow-list, and every KQ### raise of the
 // engine must be in the one SQLSTATE table of src/errors.ts. A deliberately
 // wrong declaration shows the comparison can fail.
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
 import { keyq, KeyqError } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
@@ -59,6 +60,17 @@ function compare(declared: Record<string, AnyFn>, catalog: CatalogFn[], internal
   return problems;
 }
 
+/** docs/engine.md, whose table lists the functions SQL callers use. */
+const ENGINE_DOC = readFileSync(new URL("../docs/engine.md", import.meta.url), "utf8");
+
+/** An argument name that reads in named notation: a word, not a letter or an abbreviation. */
+const readable = (name: string) => name.length >= 3 && !["lim", "cnt", "num", "idx"].includes(name);
+
+/** The signatures (`name(arg, …)`, catalog order) that `doc` does not show. */
+function missingFromDoc(fns: CatalogFn[], doc: string): string[] {
+  return fns.map((f) => `${f.name}(${f.args.map((a) => a.name).join(", ")})`).filter((sig) => !doc.includes(`\`${sig}\``));
+}
+
 describe("engine API", () => {
   test("the wire of a declared call is the one the engine has always had", () => {
     const st = statement("keyq", ENGINE.receiveOrdered, {
@@ -78,6 +90,7 @@ describe("engine API", () => {
     const send = statement("s", ENGINE.send, { queue: "q", type: "T", payload: null, key: null, dedupKey: null, ttl: null, trace: null });
     assert.deepEqual(send.params, ["q", "T", "null", null, null, null, null], "a null payload is JSON null, not SQL NULL");
     const fence = statement("s", ENGINE.fence, { queue: "q", consumer: "c", slot: 0, keys: ['a"b', "c\\d"], holder: "h", ms: 1.5 });
+    assert.match(fence.text, /fence\(queue => \$1::text::text, consumer => \$2::text::text, slot => \$3::text::int, keys => \$4::text::text\[\], holder => \$5::text::text, lease_ms => \$6::text::float8\)/);
     assert.equal(fence.params[3], '{"a\\"b","c\\\\d"}');
   });
 
@@ -125,6 +138,16 @@ describe("engine API", () => {
       assert.ok(catalog.length > 20, `the engine has its functions (${catalog.length})`);
       const declared = ENGINE as unknown as Record<string, AnyFn>;
       assert.deepEqual(compare(declared, catalog, INTERNAL_FUNCTIONS), []);
+
+      // The functions SQL callers use read in named notation, and docs/engine.md lists each with its arguments in order.
+      const entry = new Set([...Object.values(declared).map((d) => d.name), "tick_all", "rotate"]);
+      const called = catalog.filter((f) => entry.has(f.name));
+      assert.equal(called.length, entry.size, "every declared function is in the catalog");
+      assert.deepEqual(called.flatMap((f) => f.args.filter((a) => !readable(a.name)).map((a) => `${f.name}(${a.name})`)), []);
+      assert.deepEqual(missingFromDoc(called, ENGINE_DOC), []);
+      const [ack] = called.filter((f) => f.name === "ack");
+      assert.deepEqual(missingFromDoc([{ ...ack!, args: [...ack!.args, { name: "extra", type: "int" }] }], ENGINE_DOC), ["ack(queue, consumer, slot, outcome, extra)"], "the doc check can fail");
+      assert.equal(readable("lim") || readable("s") || readable("n"), false, "the name check can fail");
 
       // The comparison can fail: a renamed argument, a wrong type, a missing
       // function and an undeclared engine function are each reported.

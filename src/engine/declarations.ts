@@ -298,7 +298,7 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
     ["slot", "slot", "int"],
     ["keys", "keys", "text[]"],
     ["holder", "holder", "text"],
-    ["ms", "ms", "float8"],
+    ["ms", "lease_ms", "float8"],
   ], isStrings),
   unfence: fn("unfence", [
     ["queue", "queue", "text"],

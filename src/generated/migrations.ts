@@ -3770,10 +3770,10 @@ end $$;
 -- batch's deadline). The batch's commit clears it. Consumers that are not
 -- fenced never read or write this table.
 
--- Leases keys of consumer slot \`slot\` to holder for ms milliseconds, in the
+-- Leases keys of consumer slot \`slot\` to holder for lease_ms milliseconds, in the
 -- caller's own (autocommit) transaction. Returns the keys another holder's
 -- live lease still fences; those are not leased and must not be handled.
-create function :KEYQ_SCHEMA.fence(queue text, consumer text, slot int, keys text[], holder text, ms float8) returns jsonb
+create function :KEYQ_SCHEMA.fence(queue text, consumer text, slot int, keys text[], holder text, lease_ms float8) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -3787,7 +3787,7 @@ begin
   with want as (select k, hashtextextended(k, 0) as h from unnest(keys) k),
   got as (
     insert into :KEYQ_SCHEMA.lease as l (consumer_id, slot, key_hash, holder, until)
-    select distinct c.consumer_id, slot, w.h, holder, clock_timestamp() + make_interval(secs => ms / 1000) from want w
+    select distinct c.consumer_id, slot, w.h, holder, clock_timestamp() + make_interval(secs => lease_ms / 1000) from want w
     -- lease_pkey is (consumer_id, slot, key_hash); a column list would read \`slot\` as the argument.
     on conflict on constraint lease_pkey do update set holder = excluded.holder, until = excluded.until
      where l.until <= clock_timestamp() or l.holder = excluded.holder
@@ -4205,7 +4205,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "86e510bba34d7e1ca4119efc922d53c6d8e80e5ff2a2560bac2d1c654396d6c6";
+export const functionsHash: string = "789c35cf4a5449aa6eb88bb31044c68d20b334ea97ebb2e2336e9da432d1074d";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -4215,4 +4215,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 9;
+export const functionsSerial: number = 10;

@@ -746,7 +746,7 @@ begin
     into e using txid, id;
   return e;
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.fence(queue text, consumer text, slot integer, keys text[], holder text, ms double precision)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.fence(queue text, consumer text, slot integer, keys text[], holder text, lease_ms double precision)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -762,7 +762,7 @@ begin
   with want as (select k, hashtextextended(k, 0) as h from unnest(keys) k),
   got as (
     insert into :KEYQ_SCHEMA.lease as l (consumer_id, slot, key_hash, holder, until)
-    select distinct c.consumer_id, slot, w.h, holder, clock_timestamp() + make_interval(secs => ms / 1000) from want w
+    select distinct c.consumer_id, slot, w.h, holder, clock_timestamp() + make_interval(secs => lease_ms / 1000) from want w
     -- lease_pkey is (consumer_id, slot, key_hash); a column list would read `slot` as the argument.
     on conflict on constraint lease_pkey do update set holder = excluded.holder, until = excluded.until
      where l.until <= clock_timestamp() or l.holder = excluded.holder

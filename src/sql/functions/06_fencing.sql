@@ -6,10 +6,10 @@
 -- batch's deadline). The batch's commit clears it. Consumers that are not
 -- fenced never read or write this table.
 
--- Leases keys of consumer slot `slot` to holder for ms milliseconds, in the
+-- Leases keys of consumer slot `slot` to holder for lease_ms milliseconds, in the
 -- caller's own (autocommit) transaction. Returns the keys another holder's
 -- live lease still fences; those are not leased and must not be handled.
-create function :KEYQ_SCHEMA.fence(queue text, consumer text, slot int, keys text[], holder text, ms float8) returns jsonb
+create function :KEYQ_SCHEMA.fence(queue text, consumer text, slot int, keys text[], holder text, lease_ms float8) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -23,7 +23,7 @@ begin
   with want as (select k, hashtextextended(k, 0) as h from unnest(keys) k),
   got as (
     insert into :KEYQ_SCHEMA.lease as l (consumer_id, slot, key_hash, holder, until)
-    select distinct c.consumer_id, slot, w.h, holder, clock_timestamp() + make_interval(secs => ms / 1000) from want w
+    select distinct c.consumer_id, slot, w.h, holder, clock_timestamp() + make_interval(secs => lease_ms / 1000) from want w
     -- lease_pkey is (consumer_id, slot, key_hash); a column list would read `slot` as the argument.
     on conflict on constraint lease_pkey do update set holder = excluded.holder, until = excluded.until
      where l.until <= clock_timestamp() or l.holder = excluded.holder
