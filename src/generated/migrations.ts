@@ -2240,7 +2240,7 @@ end $$;
 -- the same way, so the union is a merge, never a sort; jit is off as a
 -- backstop (a disabled sort is priced at 1e10, which would JIT every call).
 create function :KEYQ_SCHEMA.window_events(
-  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int
+  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int
 ) returns setof :KEYQ_SCHEMA.event
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
@@ -2265,14 +2265,14 @@ begin
   ) w
   order by w.ev_txid, w.ev_id
   limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
-  using s1, s2, a_txid, a_id, lim;
+  using s1, s2, a_txid, a_id, max_rows;
 end $$;
 
--- How many events window (s1, s2] holds, counting at most lim (null: all):
+-- How many events window (s1, s2] holds, counting at most max_rows (null: all):
 -- status() counts real events (sequence values also go to deduplicated and
 -- rolled-back sends). The same two range scans of the (ev_txid, ev_id) index
 -- as window_events, without the rows.
-create function :KEYQ_SCHEMA.window_count(qid int, s1 pg_snapshot, s2 pg_snapshot, lim bigint default null)
+create function :KEYQ_SCHEMA.window_count(qid int, s1 pg_snapshot, s2 pg_snapshot, max_rows bigint default null)
 returns bigint
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
@@ -2291,7 +2291,7 @@ begin
       where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
         and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2))
     limit $3) w $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
-    into n using s1, s2, lim;
+    into n using s1, s2, max_rows;
   return n;
 end $$;
 
@@ -2582,7 +2582,7 @@ as $$ select make_interval(secs => least(cap, base * 2 ^ least(failures - 1, 60)
 
 -- Due retries of one consumer slot, oldest due first, then original order;
 -- row-locked for the batch (other workers skip them).
-create function :KEYQ_SCHEMA.take_retries(cid int, s int, lim int) returns jsonb
+create function :KEYQ_SCHEMA.take_retries(cid int, slot int, max_rows int) returns jsonb
 language sql volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -2592,17 +2592,17 @@ as $$
            'trace', r.ev_trace)
            order by r.due_at, r.ev_txid, r.ev_id), '[]')
   from (select * from :KEYQ_SCHEMA.retry
-         where consumer_id = cid and slot = s and due_at <= clock_timestamp()
+         where consumer_id = cid and slot = take_retries.slot and due_at <= clock_timestamp()
          order by due_at, ev_txid, ev_id
-         limit lim
+         limit max_rows
          for update skip locked) r
 $$;
 
--- The next events of cursor (c, s) after its durable position, at most lim
+-- The next events of cursor (c, s) after its durable position, at most max_rows
 -- (only the slot's own events for an ordered consumer), in (txid, id) order;
 -- opens a window up to the newest tick when none is open and moves the
 -- position (or closes the window) in the caller's transaction.
-create function :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, lim int)
+create function :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int)
 returns :KEYQ_SCHEMA.event[]
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -2615,7 +2615,7 @@ declare
   n int;
   last :KEYQ_SCHEMA.event;
 begin
-  if lim <= 0 then return '{}'; end if;
+  if max_rows <= 0 then return '{}'; end if;
   if cur.end_tick_id is null then
     select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
      where queue_id = c.queue_id and tick_id > cur.tick_id;
@@ -2628,18 +2628,18 @@ begin
   select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
   if c.kind = 'ordered' then
     select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events_slot(
-      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1, c.slots, cur.slot) w;
+      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), max_rows + 1, c.slots, cur.slot) w;
   else
     select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events(
-      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1) w;
+      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), max_rows + 1) w;
   end if;
   n := coalesce(array_length(evs, 1), 0);
-  if n > lim then
-    last := evs[lim];
+  if n > max_rows then
+    last := evs[max_rows];
     update :KEYQ_SCHEMA.cursor set end_tick_id = cur.end_tick_id, last_txid = last.ev_txid,
            last_id = last.ev_id, polled_at = now(), batch_at = now()
      where consumer_id = c.consumer_id and slot = cur.slot;
-    evs := evs[1:lim];
+    evs := evs[1:max_rows];
   else
     update :KEYQ_SCHEMA.cursor set tick_id = cur.end_tick_id, end_tick_id = null, last_txid = null,
            last_id = null, polled_at = now(), batch_at = now()
@@ -2649,11 +2649,11 @@ begin
 end $$;
 
 -- window_take as the engine's JSON event objects (Tier B's receive).
-create function :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, lim int) returns jsonb
+create function :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
-declare evs :KEYQ_SCHEMA.event[] := :KEYQ_SCHEMA.window_take(c, cur, lim);
+declare evs :KEYQ_SCHEMA.event[] := :KEYQ_SCHEMA.window_take(c, cur, max_rows);
 begin
   return coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i)
                      from generate_subscripts(evs, 1) i), '[]');
@@ -2748,7 +2748,7 @@ end $$;
 -- until \`due\`, without spending a retry: existing retry rows move, events
 -- from the log are copied. Tier A defers a contended key's event a moment;
 -- Tier B's pause holds a blocked key's events until 'infinity' (released later).
-create function :KEYQ_SCHEMA.park_events(c :KEYQ_SCHEMA.consumer, s int, events jsonb, due timestamptz) returns int
+create function :KEYQ_SCHEMA.park_events(c :KEYQ_SCHEMA.consumer, slot int, events jsonb, due timestamptz) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -2763,7 +2763,7 @@ begin
       if e.ev_id is null then continue; end if;
       insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
                                       retry, due_at, last_error, ev_trace)
-      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null, e.ev_trace)
+      values (c.consumer_id, slot, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null, e.ev_trace)
       on conflict (consumer_id, ev_id) do nothing;
     end if;
     n := n + 1;
@@ -2976,8 +2976,8 @@ begin
   return to_jsonb(n);
 end $$;
 
--- Expired dedup keys of one queue, at most lim per call (bounded work).
-create function :KEYQ_SCHEMA.dedup_gc(qid int, lim int) returns int
+-- Expired dedup keys of one queue, at most max_rows per call (bounded work).
+create function :KEYQ_SCHEMA.dedup_gc(qid int, max_rows int) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -2986,7 +2986,7 @@ declare n int;
 begin
   delete from :KEYQ_SCHEMA.dedup
    where ctid = any (array(select ctid from :KEYQ_SCHEMA.dedup
-                            where queue_id = qid and expires_at <= now() limit lim));
+                            where queue_id = qid and expires_at <= now() limit max_rows));
   get diagnostics n = row_count;
   return n;
 end $$;
@@ -3360,14 +3360,14 @@ end $$;
 -- src/sql/migrations/007_slot_of_qualified.sql (a change is a new migration).
 
 -- Refuses a handle whose N is not the consumer's persisted N: it would read
--- slots 0..n-1 only, stalling the other slots and pinning rotation.
-create function :KEYQ_SCHEMA.check_slots(c :KEYQ_SCHEMA.consumer, queue text, n int) returns void
+-- slots 0..slot_count-1 only, stalling the other slots and pinning rotation.
+create function :KEYQ_SCHEMA.check_slots(c :KEYQ_SCHEMA.consumer, queue text, slot_count int) returns void
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if n is not null and c.slots <> n then
-    raise exception 'Consumer "%" of queue "%" has % slots, persisted when it was created, not %; pass slots: % or use another consumer name.', c.consumer_name, queue, c.slots, n, c.slots
+  if slot_count is not null and c.slots <> slot_count then
+    raise exception 'Consumer "%" of queue "%" has % slots, persisted when it was created, not %; pass slots: % or use another consumer name.', c.consumer_name, queue, c.slots, slot_count, c.slots
       using errcode = 'KQ004', hint = 'KEYQ:SLOT_COUNT_MISMATCH';
   end if;
 end $$;
@@ -3400,7 +3400,7 @@ end $$;
 -- holds its table (then the client waits). inline builds everything here
 -- (for a server that cannot build concurrently; PGlite has one connection).
 -- Returns null when every ring table has a valid index.
-create function :KEYQ_SCHEMA.ensure_slot_index(qid int, n int, inline boolean default false) returns jsonb
+create function :KEYQ_SCHEMA.ensure_slot_index(qid int, slot_count int, inline boolean default false) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -3417,9 +3417,9 @@ begin
   select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;
   for i in 0 .. q.ntables - 1 loop
     tbl := 'event_' || qid || '_' || i;
-    idx := tbl || '_slots' || n;
+    idx := tbl || '_slots' || slot_count;
     ddl := format('create index %%s if not exists %I on %I.%I (%I.slot_of(ev_key, %s), ev_txid, ev_id)',
-                  idx, :KEYQ_SCHEMA_NAME, tbl, :KEYQ_SCHEMA_NAME, n);
+                  idx, :KEYQ_SCHEMA_NAME, tbl, :KEYQ_SCHEMA_NAME, slot_count);
     select x.indisvalid into valid
       from pg_index x join pg_class c on c.oid = x.indexrelid
      where c.relname = idx and c.relnamespace = :KEYQ_SCHEMA_NAME::regnamespace;
@@ -3457,18 +3457,18 @@ begin
   return jsonb_build_object('build', to_jsonb(build), 'wait', waiting);
 end $$;
 
--- window_events restricted to slot k of n, reading only the slot's rows:
+-- window_events restricted to slot \`slot\` of slot_count, reading only the slot's rows:
 -- the range is written as row comparisons led by the slot expression, which
 -- only the slot index can serve, and sorting is off so the plan is an
 -- ordered index scan that stops at the limit. Neither depends on row
 -- estimates (xid8 ranges are estimated badly, and fresh tables have no
 -- statistics). N is spliced as an integer literal so the index matches.
 -- The straggler and range branches are read by separate statements and
--- merged in memory (at most 2 * lim rows): one statement ordering their
+-- merged in memory (at most 2 * max_rows rows): one statement ordering their
 -- union by (txid, id) needs a Sort that enable_sort = off prices at 1e10,
 -- which made the server JIT-compile every call. jit is off as a backstop.
 create function :KEYQ_SCHEMA.window_events_slot(
-  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int, n int, k int
+  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int, slot_count int, slot int
 ) returns setof :KEYQ_SCHEMA.event
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
@@ -3499,9 +3499,9 @@ begin
         where (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
           and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
           and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
-        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, n::int, 'event_' || qid);
+        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
   if cardinality(strag) = 0 then
-    return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
+    return query execute range_sql using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
     return;
   end if;
   execute format($q$
@@ -3509,35 +3509,35 @@ begin
       select e.* from %1$I.%3$I e
         where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
           and (e.ev_txid, e.ev_id) > ($2, $3)
-        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, n::int, 'event_' || qid)
-    into late using qid, a_txid, a_id, k, lim, n, strag;
+        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
+    into late using qid, a_txid, a_id, slot, max_rows, slot_count, strag;
   if late is null then
-    return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
+    return query execute range_sql using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
     return;
   end if;
   execute format('select pg_catalog.array_agg(e) from (%s) e', range_sql)
-    into ranged using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
+    into ranged using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
   -- Both lists are short and sorted; this sort never sees the window.
   perform set_config('enable_sort', 'on', true);
-  return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit lim;
+  return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows;
 end $$;
 
--- Blocks key k of slot s behind its failed head (pause); holds the key's other
+-- Blocks key \`key\` of slot \`slot\` behind its failed head (pause); holds the key's other
 -- pending retry rows too, so nothing of the key overtakes the head.
-create function :KEYQ_SCHEMA.block_key(c :KEYQ_SCHEMA.consumer, s int, k text, head bigint) returns void
+create function :KEYQ_SCHEMA.block_key(c :KEYQ_SCHEMA.consumer, slot int, key text, head bigint) returns void
 language sql
 set search_path = pg_catalog, pg_temp
 as $$
   insert into :KEYQ_SCHEMA.blocked (consumer_id, slot, ev_key, head_id)
-  values (c.consumer_id, s, k, head)
+  values (c.consumer_id, block_key.slot, key, head)
   on conflict (consumer_id, slot, ev_key) do update set head_id = excluded.head_id;
   update :KEYQ_SCHEMA.retry set due_at = 'infinity'
-   where consumer_id = c.consumer_id and slot = s and ev_key = k and ev_id <> head and due_at <> 'infinity';
+   where consumer_id = c.consumer_id and slot = block_key.slot and ev_key = key and ev_id <> head and due_at <> 'infinity';
 $$;
 
 -- Releases the keys whose head is one of ids (acked or dead-lettered): their
 -- held rows become due now and go out in original (txid, id) order.
-create function :KEYQ_SCHEMA.release_heads(c :KEYQ_SCHEMA.consumer, s int, ids bigint[]) returns int
+create function :KEYQ_SCHEMA.release_heads(c :KEYQ_SCHEMA.consumer, slot int, ids bigint[]) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -3546,12 +3546,12 @@ declare n int;
 begin
   with freed as (
     delete from :KEYQ_SCHEMA.blocked b
-     where b.consumer_id = c.consumer_id and b.slot = s and b.head_id = any (ids)
+     where b.consumer_id = c.consumer_id and b.slot = slot and b.head_id = any (ids)
     returning b.ev_key
   )
   update :KEYQ_SCHEMA.retry r set due_at = now()
     from freed
-   where r.consumer_id = c.consumer_id and r.slot = s and r.ev_key = freed.ev_key and r.due_at = 'infinity';
+   where r.consumer_id = c.consumer_id and r.slot = slot and r.ev_key = freed.ev_key and r.due_at = 'infinity';
   get diagnostics n = row_count;
   return n;
 end $$;
@@ -3628,13 +3628,13 @@ end $$;
 
 -- Releases key k of slot s outright (its head was dead-lettered, possibly in
 -- the same batch as its first failure, before any marker existed).
-create function :KEYQ_SCHEMA.release_key(c :KEYQ_SCHEMA.consumer, s int, k text) returns void
+create function :KEYQ_SCHEMA.release_key(c :KEYQ_SCHEMA.consumer, slot int, key text) returns void
 language sql
 set search_path = pg_catalog, pg_temp
 as $$
-  delete from :KEYQ_SCHEMA.blocked where consumer_id = c.consumer_id and slot = s and ev_key = k;
+  delete from :KEYQ_SCHEMA.blocked where consumer_id = c.consumer_id and slot = release_key.slot and ev_key = key;
   update :KEYQ_SCHEMA.retry set due_at = now()
-   where consumer_id = c.consumer_id and slot = s and ev_key = k and due_at = 'infinity';
+   where consumer_id = c.consumer_id and slot = release_key.slot and ev_key = key and due_at = 'infinity';
 $$;
 
 -- Keys currently blocked by a failed head (pause policy).
@@ -3968,7 +3968,7 @@ $$;
 -- Puts cursor slot s (null: every slot) of c at a position. An exclusive
 -- consumer's work is its chunks: they are replaced by one chunk per bucket
 -- for the rest of the position's window (none when it is on a tick).
-create function :KEYQ_SCHEMA.place_cursors(c :KEYQ_SCHEMA.consumer, s int, tick bigint, end_tick bigint,
+create function :KEYQ_SCHEMA.place_cursors(c :KEYQ_SCHEMA.consumer, slot int, tick bigint, end_tick bigint,
                                            ltxid xid8, lid bigint) returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -3987,9 +3987,9 @@ begin
      where consumer_id = c.consumer_id;
     return;
   end if;
-  update :KEYQ_SCHEMA.cursor set tick_id = tick, end_tick_id = end_tick, last_txid = ltxid, last_id = lid,
+  update :KEYQ_SCHEMA.cursor cu set tick_id = tick, end_tick_id = end_tick, last_txid = ltxid, last_id = lid,
          polled_at = now()
-   where consumer_id = c.consumer_id and (s is null or slot = s);
+   where cu.consumer_id = c.consumer_id and (slot is null or cu.slot = slot);
 end $$;
 
 -- Moves consumer c (or one slot of an ordered consumer) to a target, in one
@@ -4051,7 +4051,7 @@ end $$;
 -- yet). after: the position of the last event of the previous page
 -- ("tick:txid:id"). There is no index on the key (it would cost every
 -- send): the call reads the queue's retained log once.
-create function :KEYQ_SCHEMA.key_events(q :KEYQ_SCHEMA.queue, key text, start jsonb, after text, lim int)
+create function :KEYQ_SCHEMA.key_events(q :KEYQ_SCHEMA.queue, key text, start jsonb, after text, max_rows int)
 returns table (w bigint, e :KEYQ_SCHEMA.event)
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -4101,7 +4101,7 @@ begin
     found_e := found_e || ev;
   end loop;
   return query select found_w[i], found_e[i] from generate_subscripts(found_w, 1) i
-                order by found_w[i], (found_e[i]).ev_txid, (found_e[i]).ev_id limit lim;
+                order by found_w[i], (found_e[i]).ev_txid, (found_e[i]).ev_id limit max_rows;
 end $$;
 
 create function :KEYQ_SCHEMA.key_history(queue text, key text, start jsonb default null,
@@ -4205,7 +4205,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "789c35cf4a5449aa6eb88bb31044c68d20b334ea97ebb2e2336e9da432d1074d";
+export const functionsHash: string = "5521f9f4d0bcc9d6c764180d793697fc78b2634ee751ddcf8c6b4495adade961";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -4215,4 +4215,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 10;
+export const functionsSerial: number = 11;

@@ -328,16 +328,16 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.backoff(base double precision, cap doubl
  LANGUAGE sql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$ select make_interval(secs => least(cap, base * 2 ^ least(failures - 1, 60)) * (0.5 + random() / 2)) $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.block_key(c :KEYQ_SCHEMA.consumer, s integer, k text, head bigint)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.block_key(c :KEYQ_SCHEMA.consumer, slot integer, key text, head bigint)
  RETURNS void
  LANGUAGE sql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   insert into :KEYQ_SCHEMA.blocked (consumer_id, slot, ev_key, head_id)
-  values (c.consumer_id, s, k, head)
+  values (c.consumer_id, block_key.slot, key, head)
   on conflict (consumer_id, slot, ev_key) do update set head_id = excluded.head_id;
   update :KEYQ_SCHEMA.retry set due_at = 'infinity'
-   where consumer_id = c.consumer_id and slot = s and ev_key = k and ev_id <> head and due_at <> 'infinity';
+   where consumer_id = c.consumer_id and slot = block_key.slot and ev_key = key and ev_id <> head and due_at <> 'infinity';
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.blocked_keys(queue text, consumer text)
  RETURNS jsonb
@@ -366,15 +366,15 @@ AS $function$
                        when 'none' then pg_catalog.session_user()::text
                        else pg_catalog.current_setting('role') end
 $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.check_slots(c :KEYQ_SCHEMA.consumer, queue text, n integer)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.check_slots(c :KEYQ_SCHEMA.consumer, queue text, slot_count integer)
  RETURNS void
  LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin
-  if n is not null and c.slots <> n then
-    raise exception 'Consumer "%" of queue "%" has % slots, persisted when it was created, not %; pass slots: % or use another consumer name.', c.consumer_name, queue, c.slots, n, c.slots
+  if slot_count is not null and c.slots <> slot_count then
+    raise exception 'Consumer "%" of queue "%" has % slots, persisted when it was created, not %; pass slots: % or use another consumer name.', c.consumer_name, queue, c.slots, slot_count, c.slots
       using errcode = 'KQ004', hint = 'KEYQ:SLOT_COUNT_MISMATCH';
   end if;
 end $function$;
@@ -485,7 +485,7 @@ begin
   select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;
   return jsonb_build_object('created', true, 'queue', :KEYQ_SCHEMA.queue_json(q));
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.dedup_gc(qid integer, lim integer)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.dedup_gc(qid integer, max_rows integer)
  RETURNS integer
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -495,7 +495,7 @@ declare n int;
 begin
   delete from :KEYQ_SCHEMA.dedup
    where ctid = any (array(select ctid from :KEYQ_SCHEMA.dedup
-                            where queue_id = qid and expires_at <= now() limit lim));
+                            where queue_id = qid and expires_at <= now() limit max_rows));
   get diagnostics n = row_count;
   return n;
 end $function$;
@@ -640,7 +640,7 @@ begin
   execute format('drop sequence %s', q.event_seq);
   return jsonb_build_object('dropped', true);
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.ensure_slot_index(qid integer, n integer, inline boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.ensure_slot_index(qid integer, slot_count integer, inline boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -658,9 +658,9 @@ begin
   select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;
   for i in 0 .. q.ntables - 1 loop
     tbl := 'event_' || qid || '_' || i;
-    idx := tbl || '_slots' || n;
+    idx := tbl || '_slots' || slot_count;
     ddl := format('create index %%s if not exists %I on %I.%I (%I.slot_of(ev_key, %s), ev_txid, ev_id)',
-                  idx, :KEYQ_SCHEMA_NAME, tbl, :KEYQ_SCHEMA_NAME, n);
+                  idx, :KEYQ_SCHEMA_NAME, tbl, :KEYQ_SCHEMA_NAME, slot_count);
     select x.indisvalid into valid
       from pg_index x join pg_class c on c.oid = x.indexrelid
      where c.relname = idx and c.relnamespace = :KEYQ_SCHEMA_NAME::regnamespace;
@@ -902,7 +902,7 @@ AS $function$
                   current_setting('max_locks_per_transaction')::int
                   * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int) / 16)
 $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_events(q :KEYQ_SCHEMA.queue, key text, start jsonb, after text, lim integer)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_events(q :KEYQ_SCHEMA.queue, key text, start jsonb, after text, max_rows integer)
  RETURNS TABLE(w bigint, e :KEYQ_SCHEMA.event)
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -952,7 +952,7 @@ begin
     found_e := found_e || ev;
   end loop;
   return query select found_w[i], found_e[i] from generate_subscripts(found_w, 1) i
-                order by found_w[i], (found_e[i]).ev_txid, (found_e[i]).ev_id limit lim;
+                order by found_w[i], (found_e[i]).ev_txid, (found_e[i]).ev_id limit max_rows;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_history(queue text, key text, start jsonb DEFAULT NULL::jsonb, after text DEFAULT NULL::text, max_rows integer DEFAULT 1000)
  RETURNS jsonb
@@ -1067,7 +1067,7 @@ begin
     what, q.queue_name, since, q.queue_name
     using errcode = 'KQ030', hint = 'KEYQ:POSITION_OUT_OF_RANGE';
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.park_events(c :KEYQ_SCHEMA.consumer, s integer, events jsonb, due timestamp with time zone)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.park_events(c :KEYQ_SCHEMA.consumer, slot integer, events jsonb, due timestamp with time zone)
  RETURNS integer
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1083,7 +1083,7 @@ begin
       if e.ev_id is null then continue; end if;
       insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
                                       retry, due_at, last_error, ev_trace)
-      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null, e.ev_trace)
+      values (c.consumer_id, slot, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null, e.ev_trace)
       on conflict (consumer_id, ev_id) do nothing;
     end if;
     n := n + 1;
@@ -1120,7 +1120,7 @@ begin
                 when not exists (select 1 from pg_catalog.pg_roles r where r.oid = g.role_id) then false
                 else pg_has_role(who, g.role_id, 'USAGE') end);
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.place_cursors(c :KEYQ_SCHEMA.consumer, s integer, tick bigint, end_tick bigint, ltxid xid8, lid bigint)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.place_cursors(c :KEYQ_SCHEMA.consumer, slot integer, tick bigint, end_tick bigint, ltxid xid8, lid bigint)
  RETURNS void
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1139,9 +1139,9 @@ begin
      where consumer_id = c.consumer_id;
     return;
   end if;
-  update :KEYQ_SCHEMA.cursor set tick_id = tick, end_tick_id = end_tick, last_txid = ltxid, last_id = lid,
+  update :KEYQ_SCHEMA.cursor cu set tick_id = tick, end_tick_id = end_tick, last_txid = ltxid, last_id = lid,
          polled_at = now()
-   where consumer_id = c.consumer_id and (s is null or slot = s);
+   where cu.consumer_id = c.consumer_id and (slot is null or cu.slot = slot);
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.plan_chunks(c :KEYQ_SCHEMA.consumer, chunk_size integer)
  RETURNS integer
@@ -1272,12 +1272,12 @@ begin
   end if;
   return evs;
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, lim integer)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows integer)
  RETURNS jsonb
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-declare evs :KEYQ_SCHEMA.event[] := :KEYQ_SCHEMA.window_take(c, cur, lim);
+declare evs :KEYQ_SCHEMA.event[] := :KEYQ_SCHEMA.window_take(c, cur, max_rows);
 begin
   return coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i)
                      from generate_subscripts(evs, 1) i), '[]');
@@ -1506,7 +1506,7 @@ begin
                 from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i)),
              '[]') || '}';
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.release_heads(c :KEYQ_SCHEMA.consumer, s integer, ids bigint[])
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.release_heads(c :KEYQ_SCHEMA.consumer, slot integer, ids bigint[])
  RETURNS integer
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1516,23 +1516,23 @@ declare n int;
 begin
   with freed as (
     delete from :KEYQ_SCHEMA.blocked b
-     where b.consumer_id = c.consumer_id and b.slot = s and b.head_id = any (ids)
+     where b.consumer_id = c.consumer_id and b.slot = slot and b.head_id = any (ids)
     returning b.ev_key
   )
   update :KEYQ_SCHEMA.retry r set due_at = now()
     from freed
-   where r.consumer_id = c.consumer_id and r.slot = s and r.ev_key = freed.ev_key and r.due_at = 'infinity';
+   where r.consumer_id = c.consumer_id and r.slot = slot and r.ev_key = freed.ev_key and r.due_at = 'infinity';
   get diagnostics n = row_count;
   return n;
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.release_key(c :KEYQ_SCHEMA.consumer, s integer, k text)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.release_key(c :KEYQ_SCHEMA.consumer, slot integer, key text)
  RETURNS void
  LANGUAGE sql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  delete from :KEYQ_SCHEMA.blocked where consumer_id = c.consumer_id and slot = s and ev_key = k;
+  delete from :KEYQ_SCHEMA.blocked where consumer_id = c.consumer_id and slot = release_key.slot and ev_key = key;
   update :KEYQ_SCHEMA.retry set due_at = now()
-   where consumer_id = c.consumer_id and slot = s and ev_key = k and due_at = 'infinity';
+   where consumer_id = c.consumer_id and slot = release_key.slot and ev_key = key and due_at = 'infinity';
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.replay_key(queue text, consumer text, key text, start jsonb DEFAULT NULL::jsonb)
  RETURNS jsonb
@@ -2142,7 +2142,7 @@ begin
     into unread using snap;
   return unread;
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.take_retries(cid integer, s integer, lim integer)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.take_retries(cid integer, slot integer, max_rows integer)
  RETURNS jsonb
  LANGUAGE sql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2153,9 +2153,9 @@ AS $function$
            'trace', r.ev_trace)
            order by r.due_at, r.ev_txid, r.ev_id), '[]')
   from (select * from :KEYQ_SCHEMA.retry
-         where consumer_id = cid and slot = s and due_at <= clock_timestamp()
+         where consumer_id = cid and slot = take_retries.slot and due_at <= clock_timestamp()
          order by due_at, ev_txid, ev_id
-         limit lim
+         limit max_rows
          for update skip locked) r
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.tick(queue text, force boolean DEFAULT false)
@@ -2274,7 +2274,7 @@ begin
   select * into q from :KEYQ_SCHEMA.queue where queue_id = q.queue_id;
   return :KEYQ_SCHEMA.queue_json(q);
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_count(qid integer, s1 pg_snapshot, s2 pg_snapshot, lim bigint DEFAULT NULL::bigint)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_count(qid integer, s1 pg_snapshot, s2 pg_snapshot, max_rows bigint DEFAULT NULL::bigint)
  RETURNS bigint
  LANGUAGE plpgsql
  STABLE
@@ -2294,10 +2294,10 @@ begin
       where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
         and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2))
     limit $3) w $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
-    into n using s1, s2, lim;
+    into n using s1, s2, max_rows;
   return n;
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim integer)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer)
  RETURNS SETOF :KEYQ_SCHEMA.event
  LANGUAGE plpgsql
  STABLE
@@ -2323,9 +2323,9 @@ begin
   ) w
   order by w.ev_txid, w.ev_id
   limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
-  using s1, s2, a_txid, a_id, lim;
+  using s1, s2, a_txid, a_id, max_rows;
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events_slot(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim integer, n integer, k integer)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events_slot(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, slot_count integer, slot integer)
  RETURNS SETOF :KEYQ_SCHEMA.event
  LANGUAGE plpgsql
  STABLE
@@ -2357,9 +2357,9 @@ begin
         where (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
           and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
           and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
-        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, n::int, 'event_' || qid);
+        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
   if cardinality(strag) = 0 then
-    return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
+    return query execute range_sql using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
     return;
   end if;
   execute format($q$
@@ -2367,19 +2367,19 @@ begin
       select e.* from %1$I.%3$I e
         where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
           and (e.ev_txid, e.ev_id) > ($2, $3)
-        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, n::int, 'event_' || qid)
-    into late using qid, a_txid, a_id, k, lim, n, strag;
+        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
+    into late using qid, a_txid, a_id, slot, max_rows, slot_count, strag;
   if late is null then
-    return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
+    return query execute range_sql using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
     return;
   end if;
   execute format('select pg_catalog.array_agg(e) from (%s) e', range_sql)
-    into ranged using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
+    into ranged using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
   -- Both lists are short and sorted; this sort never sees the window.
   perform set_config('enable_sort', 'on', true);
-  return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit lim;
+  return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows;
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, lim integer)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows integer)
  RETURNS :KEYQ_SCHEMA.event[]
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2392,7 +2392,7 @@ declare
   n int;
   last :KEYQ_SCHEMA.event;
 begin
-  if lim <= 0 then return '{}'; end if;
+  if max_rows <= 0 then return '{}'; end if;
   if cur.end_tick_id is null then
     select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
      where queue_id = c.queue_id and tick_id > cur.tick_id;
@@ -2405,18 +2405,18 @@ begin
   select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
   if c.kind = 'ordered' then
     select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events_slot(
-      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1, c.slots, cur.slot) w;
+      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), max_rows + 1, c.slots, cur.slot) w;
   else
     select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events(
-      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1) w;
+      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), max_rows + 1) w;
   end if;
   n := coalesce(array_length(evs, 1), 0);
-  if n > lim then
-    last := evs[lim];
+  if n > max_rows then
+    last := evs[max_rows];
     update :KEYQ_SCHEMA.cursor set end_tick_id = cur.end_tick_id, last_txid = last.ev_txid,
            last_id = last.ev_id, polled_at = now(), batch_at = now()
      where consumer_id = c.consumer_id and slot = cur.slot;
-    evs := evs[1:lim];
+    evs := evs[1:max_rows];
   else
     update :KEYQ_SCHEMA.cursor set tick_id = cur.end_tick_id, end_tick_id = null, last_txid = null,
            last_id = null, polled_at = now(), batch_at = now()

@@ -390,7 +390,7 @@ end $$;
 -- the same way, so the union is a merge, never a sort; jit is off as a
 -- backstop (a disabled sort is priced at 1e10, which would JIT every call).
 create function :KEYQ_SCHEMA.window_events(
-  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int
+  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int
 ) returns setof :KEYQ_SCHEMA.event
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
@@ -415,14 +415,14 @@ begin
   ) w
   order by w.ev_txid, w.ev_id
   limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
-  using s1, s2, a_txid, a_id, lim;
+  using s1, s2, a_txid, a_id, max_rows;
 end $$;
 
--- How many events window (s1, s2] holds, counting at most lim (null: all):
+-- How many events window (s1, s2] holds, counting at most max_rows (null: all):
 -- status() counts real events (sequence values also go to deduplicated and
 -- rolled-back sends). The same two range scans of the (ev_txid, ev_id) index
 -- as window_events, without the rows.
-create function :KEYQ_SCHEMA.window_count(qid int, s1 pg_snapshot, s2 pg_snapshot, lim bigint default null)
+create function :KEYQ_SCHEMA.window_count(qid int, s1 pg_snapshot, s2 pg_snapshot, max_rows bigint default null)
 returns bigint
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
@@ -441,7 +441,7 @@ begin
       where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
         and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2))
     limit $3) w $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
-    into n using s1, s2, lim;
+    into n using s1, s2, max_rows;
   return n;
 end $$;
 

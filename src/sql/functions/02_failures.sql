@@ -24,7 +24,7 @@ as $$ select make_interval(secs => least(cap, base * 2 ^ least(failures - 1, 60)
 
 -- Due retries of one consumer slot, oldest due first, then original order;
 -- row-locked for the batch (other workers skip them).
-create function :KEYQ_SCHEMA.take_retries(cid int, s int, lim int) returns jsonb
+create function :KEYQ_SCHEMA.take_retries(cid int, slot int, max_rows int) returns jsonb
 language sql volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -34,17 +34,17 @@ as $$
            'trace', r.ev_trace)
            order by r.due_at, r.ev_txid, r.ev_id), '[]')
   from (select * from :KEYQ_SCHEMA.retry
-         where consumer_id = cid and slot = s and due_at <= clock_timestamp()
+         where consumer_id = cid and slot = take_retries.slot and due_at <= clock_timestamp()
          order by due_at, ev_txid, ev_id
-         limit lim
+         limit max_rows
          for update skip locked) r
 $$;
 
--- The next events of cursor (c, s) after its durable position, at most lim
+-- The next events of cursor (c, s) after its durable position, at most max_rows
 -- (only the slot's own events for an ordered consumer), in (txid, id) order;
 -- opens a window up to the newest tick when none is open and moves the
 -- position (or closes the window) in the caller's transaction.
-create function :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, lim int)
+create function :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int)
 returns :KEYQ_SCHEMA.event[]
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -57,7 +57,7 @@ declare
   n int;
   last :KEYQ_SCHEMA.event;
 begin
-  if lim <= 0 then return '{}'; end if;
+  if max_rows <= 0 then return '{}'; end if;
   if cur.end_tick_id is null then
     select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
      where queue_id = c.queue_id and tick_id > cur.tick_id;
@@ -70,18 +70,18 @@ begin
   select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
   if c.kind = 'ordered' then
     select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events_slot(
-      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1, c.slots, cur.slot) w;
+      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), max_rows + 1, c.slots, cur.slot) w;
   else
     select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events(
-      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), lim + 1) w;
+      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), max_rows + 1) w;
   end if;
   n := coalesce(array_length(evs, 1), 0);
-  if n > lim then
-    last := evs[lim];
+  if n > max_rows then
+    last := evs[max_rows];
     update :KEYQ_SCHEMA.cursor set end_tick_id = cur.end_tick_id, last_txid = last.ev_txid,
            last_id = last.ev_id, polled_at = now(), batch_at = now()
      where consumer_id = c.consumer_id and slot = cur.slot;
-    evs := evs[1:lim];
+    evs := evs[1:max_rows];
   else
     update :KEYQ_SCHEMA.cursor set tick_id = cur.end_tick_id, end_tick_id = null, last_txid = null,
            last_id = null, polled_at = now(), batch_at = now()
@@ -91,11 +91,11 @@ begin
 end $$;
 
 -- window_take as the engine's JSON event objects (Tier B's receive).
-create function :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, lim int) returns jsonb
+create function :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
-declare evs :KEYQ_SCHEMA.event[] := :KEYQ_SCHEMA.window_take(c, cur, lim);
+declare evs :KEYQ_SCHEMA.event[] := :KEYQ_SCHEMA.window_take(c, cur, max_rows);
 begin
   return coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i)
                      from generate_subscripts(evs, 1) i), '[]');
@@ -190,7 +190,7 @@ end $$;
 -- until `due`, without spending a retry: existing retry rows move, events
 -- from the log are copied. Tier A defers a contended key's event a moment;
 -- Tier B's pause holds a blocked key's events until 'infinity' (released later).
-create function :KEYQ_SCHEMA.park_events(c :KEYQ_SCHEMA.consumer, s int, events jsonb, due timestamptz) returns int
+create function :KEYQ_SCHEMA.park_events(c :KEYQ_SCHEMA.consumer, slot int, events jsonb, due timestamptz) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -205,7 +205,7 @@ begin
       if e.ev_id is null then continue; end if;
       insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
                                       retry, due_at, last_error, ev_trace)
-      values (c.consumer_id, s, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null, e.ev_trace)
+      values (c.consumer_id, slot, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null, e.ev_trace)
       on conflict (consumer_id, ev_id) do nothing;
     end if;
     n := n + 1;
@@ -418,8 +418,8 @@ begin
   return to_jsonb(n);
 end $$;
 
--- Expired dedup keys of one queue, at most lim per call (bounded work).
-create function :KEYQ_SCHEMA.dedup_gc(qid int, lim int) returns int
+-- Expired dedup keys of one queue, at most max_rows per call (bounded work).
+create function :KEYQ_SCHEMA.dedup_gc(qid int, max_rows int) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -428,7 +428,7 @@ declare n int;
 begin
   delete from :KEYQ_SCHEMA.dedup
    where ctid = any (array(select ctid from :KEYQ_SCHEMA.dedup
-                            where queue_id = qid and expires_at <= now() limit lim));
+                            where queue_id = qid and expires_at <= now() limit max_rows));
   get diagnostics n = row_count;
   return n;
 end $$;

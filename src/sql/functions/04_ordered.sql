@@ -10,14 +10,14 @@
 -- src/sql/migrations/007_slot_of_qualified.sql (a change is a new migration).
 
 -- Refuses a handle whose N is not the consumer's persisted N: it would read
--- slots 0..n-1 only, stalling the other slots and pinning rotation.
-create function :KEYQ_SCHEMA.check_slots(c :KEYQ_SCHEMA.consumer, queue text, n int) returns void
+-- slots 0..slot_count-1 only, stalling the other slots and pinning rotation.
+create function :KEYQ_SCHEMA.check_slots(c :KEYQ_SCHEMA.consumer, queue text, slot_count int) returns void
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-  if n is not null and c.slots <> n then
-    raise exception 'Consumer "%" of queue "%" has % slots, persisted when it was created, not %; pass slots: % or use another consumer name.', c.consumer_name, queue, c.slots, n, c.slots
+  if slot_count is not null and c.slots <> slot_count then
+    raise exception 'Consumer "%" of queue "%" has % slots, persisted when it was created, not %; pass slots: % or use another consumer name.', c.consumer_name, queue, c.slots, slot_count, c.slots
       using errcode = 'KQ004', hint = 'KEYQ:SLOT_COUNT_MISMATCH';
   end if;
 end $$;
@@ -50,7 +50,7 @@ end $$;
 -- holds its table (then the client waits). inline builds everything here
 -- (for a server that cannot build concurrently; PGlite has one connection).
 -- Returns null when every ring table has a valid index.
-create function :KEYQ_SCHEMA.ensure_slot_index(qid int, n int, inline boolean default false) returns jsonb
+create function :KEYQ_SCHEMA.ensure_slot_index(qid int, slot_count int, inline boolean default false) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -67,9 +67,9 @@ begin
   select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;
   for i in 0 .. q.ntables - 1 loop
     tbl := 'event_' || qid || '_' || i;
-    idx := tbl || '_slots' || n;
+    idx := tbl || '_slots' || slot_count;
     ddl := format('create index %%s if not exists %I on %I.%I (%I.slot_of(ev_key, %s), ev_txid, ev_id)',
-                  idx, :KEYQ_SCHEMA_NAME, tbl, :KEYQ_SCHEMA_NAME, n);
+                  idx, :KEYQ_SCHEMA_NAME, tbl, :KEYQ_SCHEMA_NAME, slot_count);
     select x.indisvalid into valid
       from pg_index x join pg_class c on c.oid = x.indexrelid
      where c.relname = idx and c.relnamespace = :KEYQ_SCHEMA_NAME::regnamespace;
@@ -107,18 +107,18 @@ begin
   return jsonb_build_object('build', to_jsonb(build), 'wait', waiting);
 end $$;
 
--- window_events restricted to slot k of n, reading only the slot's rows:
+-- window_events restricted to slot `slot` of slot_count, reading only the slot's rows:
 -- the range is written as row comparisons led by the slot expression, which
 -- only the slot index can serve, and sorting is off so the plan is an
 -- ordered index scan that stops at the limit. Neither depends on row
 -- estimates (xid8 ranges are estimated badly, and fresh tables have no
 -- statistics). N is spliced as an integer literal so the index matches.
 -- The straggler and range branches are read by separate statements and
--- merged in memory (at most 2 * lim rows): one statement ordering their
+-- merged in memory (at most 2 * max_rows rows): one statement ordering their
 -- union by (txid, id) needs a Sort that enable_sort = off prices at 1e10,
 -- which made the server JIT-compile every call. jit is off as a backstop.
 create function :KEYQ_SCHEMA.window_events_slot(
-  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, lim int, n int, k int
+  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int, slot_count int, slot int
 ) returns setof :KEYQ_SCHEMA.event
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
@@ -149,9 +149,9 @@ begin
         where (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
           and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
           and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
-        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, n::int, 'event_' || qid);
+        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
   if cardinality(strag) = 0 then
-    return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
+    return query execute range_sql using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
     return;
   end if;
   execute format($q$
@@ -159,35 +159,35 @@ begin
       select e.* from %1$I.%3$I e
         where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
           and (e.ev_txid, e.ev_id) > ($2, $3)
-        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, n::int, 'event_' || qid)
-    into late using qid, a_txid, a_id, k, lim, n, strag;
+        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
+    into late using qid, a_txid, a_id, slot, max_rows, slot_count, strag;
   if late is null then
-    return query execute range_sql using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
+    return query execute range_sql using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
     return;
   end if;
   execute format('select pg_catalog.array_agg(e) from (%s) e', range_sql)
-    into ranged using qid, s1, s2, a_txid, a_id, lim, k, lo_txid, lo_id;
+    into ranged using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
   -- Both lists are short and sorted; this sort never sees the window.
   perform set_config('enable_sort', 'on', true);
-  return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit lim;
+  return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows;
 end $$;
 
--- Blocks key k of slot s behind its failed head (pause); holds the key's other
+-- Blocks key `key` of slot `slot` behind its failed head (pause); holds the key's other
 -- pending retry rows too, so nothing of the key overtakes the head.
-create function :KEYQ_SCHEMA.block_key(c :KEYQ_SCHEMA.consumer, s int, k text, head bigint) returns void
+create function :KEYQ_SCHEMA.block_key(c :KEYQ_SCHEMA.consumer, slot int, key text, head bigint) returns void
 language sql
 set search_path = pg_catalog, pg_temp
 as $$
   insert into :KEYQ_SCHEMA.blocked (consumer_id, slot, ev_key, head_id)
-  values (c.consumer_id, s, k, head)
+  values (c.consumer_id, block_key.slot, key, head)
   on conflict (consumer_id, slot, ev_key) do update set head_id = excluded.head_id;
   update :KEYQ_SCHEMA.retry set due_at = 'infinity'
-   where consumer_id = c.consumer_id and slot = s and ev_key = k and ev_id <> head and due_at <> 'infinity';
+   where consumer_id = c.consumer_id and slot = block_key.slot and ev_key = key and ev_id <> head and due_at <> 'infinity';
 $$;
 
 -- Releases the keys whose head is one of ids (acked or dead-lettered): their
 -- held rows become due now and go out in original (txid, id) order.
-create function :KEYQ_SCHEMA.release_heads(c :KEYQ_SCHEMA.consumer, s int, ids bigint[]) returns int
+create function :KEYQ_SCHEMA.release_heads(c :KEYQ_SCHEMA.consumer, slot int, ids bigint[]) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -196,12 +196,12 @@ declare n int;
 begin
   with freed as (
     delete from :KEYQ_SCHEMA.blocked b
-     where b.consumer_id = c.consumer_id and b.slot = s and b.head_id = any (ids)
+     where b.consumer_id = c.consumer_id and b.slot = slot and b.head_id = any (ids)
     returning b.ev_key
   )
   update :KEYQ_SCHEMA.retry r set due_at = now()
     from freed
-   where r.consumer_id = c.consumer_id and r.slot = s and r.ev_key = freed.ev_key and r.due_at = 'infinity';
+   where r.consumer_id = c.consumer_id and r.slot = slot and r.ev_key = freed.ev_key and r.due_at = 'infinity';
   get diagnostics n = row_count;
   return n;
 end $$;
@@ -278,13 +278,13 @@ end $$;
 
 -- Releases key k of slot s outright (its head was dead-lettered, possibly in
 -- the same batch as its first failure, before any marker existed).
-create function :KEYQ_SCHEMA.release_key(c :KEYQ_SCHEMA.consumer, s int, k text) returns void
+create function :KEYQ_SCHEMA.release_key(c :KEYQ_SCHEMA.consumer, slot int, key text) returns void
 language sql
 set search_path = pg_catalog, pg_temp
 as $$
-  delete from :KEYQ_SCHEMA.blocked where consumer_id = c.consumer_id and slot = s and ev_key = k;
+  delete from :KEYQ_SCHEMA.blocked where consumer_id = c.consumer_id and slot = release_key.slot and ev_key = key;
   update :KEYQ_SCHEMA.retry set due_at = now()
-   where consumer_id = c.consumer_id and slot = s and ev_key = k and due_at = 'infinity';
+   where consumer_id = c.consumer_id and slot = release_key.slot and ev_key = key and due_at = 'infinity';
 $$;
 
 -- Keys currently blocked by a failed head (pause policy).

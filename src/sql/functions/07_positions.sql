@@ -151,7 +151,7 @@ $$;
 -- Puts cursor slot s (null: every slot) of c at a position. An exclusive
 -- consumer's work is its chunks: they are replaced by one chunk per bucket
 -- for the rest of the position's window (none when it is on a tick).
-create function :KEYQ_SCHEMA.place_cursors(c :KEYQ_SCHEMA.consumer, s int, tick bigint, end_tick bigint,
+create function :KEYQ_SCHEMA.place_cursors(c :KEYQ_SCHEMA.consumer, slot int, tick bigint, end_tick bigint,
                                            ltxid xid8, lid bigint) returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -170,9 +170,9 @@ begin
      where consumer_id = c.consumer_id;
     return;
   end if;
-  update :KEYQ_SCHEMA.cursor set tick_id = tick, end_tick_id = end_tick, last_txid = ltxid, last_id = lid,
+  update :KEYQ_SCHEMA.cursor cu set tick_id = tick, end_tick_id = end_tick, last_txid = ltxid, last_id = lid,
          polled_at = now()
-   where consumer_id = c.consumer_id and (s is null or slot = s);
+   where cu.consumer_id = c.consumer_id and (slot is null or cu.slot = slot);
 end $$;
 
 -- Moves consumer c (or one slot of an ordered consumer) to a target, in one
@@ -234,7 +234,7 @@ end $$;
 -- yet). after: the position of the last event of the previous page
 -- ("tick:txid:id"). There is no index on the key (it would cost every
 -- send): the call reads the queue's retained log once.
-create function :KEYQ_SCHEMA.key_events(q :KEYQ_SCHEMA.queue, key text, start jsonb, after text, lim int)
+create function :KEYQ_SCHEMA.key_events(q :KEYQ_SCHEMA.queue, key text, start jsonb, after text, max_rows int)
 returns table (w bigint, e :KEYQ_SCHEMA.event)
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -284,7 +284,7 @@ begin
     found_e := found_e || ev;
   end loop;
   return query select found_w[i], found_e[i] from generate_subscripts(found_w, 1) i
-                order by found_w[i], (found_e[i]).ev_txid, (found_e[i]).ev_id limit lim;
+                order by found_w[i], (found_e[i]).ev_txid, (found_e[i]).ev_id limit max_rows;
 end $$;
 
 create function :KEYQ_SCHEMA.key_history(queue text, key text, start jsonb default null,
