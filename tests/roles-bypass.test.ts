@@ -128,7 +128,7 @@ test("no PUBLIC EXECUTE, a pinned search_path on every function but the inlined 
     if (r.proname !== "slot_of") assert.ok((r.proconfig as string[] | null)?.includes("search_path=pg_catalog, pg_temp"), `${r.proname}: ${r.proconfig}`);
   }
   const definer = rows.filter((r) => r.prosecdef).map((r) => r.proname as string);
-  // Every function the client calls (src/engine/calls.ts) is an entry: SECURITY DEFINER and checked
+  // Every function the client calls (src/engine/declarations.ts) is an entry: SECURITY DEFINER and checked
   // first thing. A new engine function missing from entry_functions() fails here (it would be owner-only).
   const src = await f.admin`select proname, prosrc from pg_proc where pronamespace = 'kq'::regnamespace`;
   for (const e of Object.values(ENGINE)) {

@@ -37,6 +37,13 @@ export interface Statement {
 /**
  * Builds the call of `f`. `local` settings (name → value) are set for the
  * transaction in the same statement, before the call runs.
+ *
+ * @example
+ * ```ts
+ * import { ENGINE, statement } from "./calls.ts";
+ * statement("keyq", ENGINE.tick, { queue: "jobs", force: false }).text;
+ * // select "keyq".tick(queue => $1::text::text, force => $2::text::boolean)::text as r
+ * ```
  */
 export function statement<In>(schema: string, f: EngineFn<In>, input: In, local: readonly [string, string][] = []): Statement {
   const list = f.args.map((a, i) => `${a.sql} => $${i + 1}::text::${a.type}`).join(", ");

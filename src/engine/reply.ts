@@ -1,6 +1,6 @@
 /**
  * Wire helpers of engine calls: checking a reply's shape, and mapping
- * driver errors (the calls themselves are declared in calls.ts).
+ * driver errors (the calls are declared in declarations.ts, bound in calls.ts).
  *
  * @module
  */
