@@ -394,6 +394,13 @@ export interface MigrateResult {
   to: number;
   /** Versions applied by this call. */
   applied: number[];
+  /**
+   * The engine's function set: "applied" (created or replaced by this call),
+   * "current" (this build's was already there), "newer" (a newer keyq
+   * version's, or a later build of this version, is recorded: left alone;
+   * this process runs the older build).
+   */
+  functions: "applied" | "current" | "newer";
 }
 
 /** Result of `maintain()` for one queue. */
