@@ -144,7 +144,7 @@ export function freshMigrations(migrations: readonly string[], frozen: readonly 
       cut = true;
       return withoutStatement(s);
     }).join("");
-    return cut ? text.replace(/\n{3,}/g, "\n\n").replace(/\n+$/, "\n") : migrations[m]!;
+    return cut ? text.replace(/\n{3,}/g, "\n\n").replace(/^\n+/, "").replace(/\n+$/, "\n") : migrations[m]!;
   });
   fresh.forEach((sql, m) => {
     for (const s of splitStatements(sql)) {
