@@ -4,7 +4,10 @@
  * immutable: tables, indexes, data, frozen functions) and
  * `src/sql/functions/NN_name.sql` (the engine functions, re-applied as a set
  * when their hash changes) and writes `src/generated/migrations.ts`; a changed
- * function set gets the next serial in `src/sql/function-set.json`.
+ * function set gets the next serial in `src/sql/function-set.json`. A
+ * migration that defines functions (0.1's 001–007) also gets its fresh form,
+ * without them (scripts/sql-statements.ts): migrate() installs an empty
+ * schema through those, so the function set creates each function once.
  *
  *   node --import tsx scripts/build-migrations.ts [sqlDir] [outFile]
  *

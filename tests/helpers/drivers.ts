@@ -367,7 +367,7 @@ export const migrateCase: Case = {
       defer(() => f.raw(`drop schema if exists "${schema}" cascade`));
       const q = keyq(f.q.driver, { schema });
       const first = await q.migrate();
-      assert.deepEqual([first.from, first.to, first.applied.at(-1)], [0, latestVersion, latestVersion]);
+      assert.deepEqual([first.from, first.to, first.applied.at(-1), first.functions], [0, latestVersion, latestVersion, "applied"]);
       assert.deepEqual(first.applied, [...first.applied].sort((a, b) => a - b), "applied in order");
       const rows = await f.raw(`select version from "${schema}".migration order by version`);
       assert.deepEqual(rows.map((r) => r.version), first.applied, "one version row per migration");
