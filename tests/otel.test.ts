@@ -166,7 +166,12 @@ describe("keyq/otel on Postgres", { skip }, () => {
     // Gauges fed by status(): the consumer is caught up, one dead letter.
     assert.equal(await value(reader, "keyq.consumer.lag", { ...q, "messaging.consumer.group.name": "m" }), 0);
     assert.equal(await value(reader, "keyq.consumer.dead_letters", { ...q, "messaging.consumer.group.name": "m" }), 1);
-    assert.equal(typeof (await value(reader, "keyq.queue.tick_age", q)), "number");
+    // Time gauges in seconds (unit "s"), from status()'s milliseconds: the gauge read first, status() after it.
+    const t0 = Date.now();
+    const tickAge = (await value(reader, "keyq.queue.tick_age", q))!;
+    const [st] = await f.q.status({ queue: "metered" });
+    const between = Date.now() - t0;
+    assert.ok(tickAge * 1000 <= st!.lastTickAgeMs! + 1 && tickAge * 1000 >= st!.lastTickAgeMs! - between - 1, `tick_age ${tickAge} s, lastTickAgeMs ${st!.lastTickAgeMs}`);
     // Lifecycle events of the same workload.
     const mine = events.filter((e) => "batch" in e && (e.batch as { queue: string }).queue === "metered");
     assert.equal(mine.filter((e) => e.type === "events.deadLettered").length, 1);
