@@ -436,6 +436,12 @@ export interface DeadLetter<P = unknown> {
   error: { message: string; code?: string; name?: string } | null;
   /** When it was dead-lettered (ISO timestamp). */
   deadAt: string;
+  /**
+   * The W3C `traceparent` the event was sent under (keyq/otel), kept so a
+   * replayed delivery links to its producer again; null when the producer
+   * traced nothing (and for dead letters older than this field).
+   */
+  trace: string | null;
 }
 
 /** Filters of the dead-letter calls. Durations count back from now. */
