@@ -101,6 +101,17 @@ test("status() reports milliseconds that pass back as settings, thresholds and s
     for (const [name, ms] of [["lastTickAgeMs", s!.lastTickAgeMs!], ["lagMs", cu.lagMs], ["polledAgoMs", cu.polledAgoMs]] as const) {
       assert.ok(ms >= 55 && ms < 60_000, `${name} ${ms} is milliseconds`);
     }
+    // Every number status() reports is classified: a new field fails here until it is (a duration must be ms).
+    const numbers = new Set<string>();
+    const walk = (o: unknown, path: string): void => {
+      if (typeof o === "number") numbers.add(path.replace(/\.\d+/g, "[]"));
+      else if (o && typeof o === "object") for (const [k, v] of Object.entries(o)) walk(v, path ? `${path}.${k}` : k);
+    };
+    walk(s, "");
+    const durations = ["lastTickAgeMs", "retention", "consumers[].cursors[].lagMs", "consumers[].cursors[].polledAgoMs"];
+    const counts = ["tables", "currentTable", "eventsSinceTick", "retained.events", "retained.bytes", "consumers[].slots", "consumers[].retries",
+      "consumers[].deadLetters", "consumers[].blockedKeys", "consumers[].cursors[].slot", "consumers[].cursors[].lagEvents"];
+    assert.deepEqual([...numbers].sort(), [...durations, ...counts].sort());
     // retention: the setting's unit and name, the same value listQueues reports, taken back as it is.
     const listed = (await f.q.listQueues()).find((x) => x.name === "st")!;
     assert.equal(s!.retention, 604_800_000);
