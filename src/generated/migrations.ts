@@ -1785,6 +1785,19 @@ update :KEYQ_SCHEMA.queue q
 alter table :KEYQ_SCHEMA.consumer add column paused_at timestamptz;
 `,
   },
+  {
+    version: 15,
+    name: "dead_letter_trace",
+    sql: `-- Since 0.1: a dead letter keeps the W3C trace context (traceparent) its
+-- event was sent under (event.ev_trace, 013), so the dead letter names its
+-- producer and a replayed delivery links to the producer's span again
+-- (keyq/otel). Null when the producer traced nothing, and for dead letters
+-- written before this migration. Functions are in
+-- src/sql/functions/02_failures.sql (ack, dlq_list, dlq_requeue) and
+-- 07_positions.sql (settle_head).
+alter table :KEYQ_SCHEMA.dead_letter add column ev_trace text;
+`,
+  },
 ];
 
 /** Functions defined by migrations only (indexes depend on them); never dropped. */
@@ -3026,9 +3039,9 @@ begin
     end if;
     if r.retry + 1 > p.max_retries then
       insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
-                                            ev_key, ev_data, attempts, error)
+                                            ev_key, ev_data, attempts, error, ev_trace)
       values (c.queue_id, c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key,
-              r.ev_data, r.retry + 1, f->'error');
+              r.ev_data, r.retry + 1, f->'error', r.ev_trace);
       delete from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = r.ev_id;
       n_dead := n_dead + 1;
       if pause and r.ev_key is not null then
@@ -3094,7 +3107,7 @@ as $$
   select coalesce(jsonb_agg(jsonb_build_object(
            'id', d.dl_id::text, 'queue', q.queue_name, 'consumer', c.consumer_name, 'slot', d.slot,
            'eventId', d.ev_id::text, 'type', d.ev_type, 'key', d.ev_key, 'payload', d.ev_data,
-           'time', d.ev_time, 'attempts', d.attempts, 'error', d.error, 'deadAt', d.dead_at)
+           'time', d.ev_time, 'attempts', d.attempts, 'error', d.error, 'deadAt', d.dead_at, 'trace', d.ev_trace)
            order by d.dl_id), '[]')
   from (select * from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)
          order by x.dl_id limit lim) d
@@ -3113,6 +3126,8 @@ $$;
 
 -- Moves dead letters back to their own consumer's retries, due now, with a
 -- fresh retry budget. Same due time → delivered in original (txid, id) order.
+-- The trace context goes back with them: the replayed delivery links to the
+-- producer that sent the event.
 create function :KEYQ_SCHEMA.dlq_requeue(ids bigint[]) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -3124,8 +3139,8 @@ begin
     delete from :KEYQ_SCHEMA.dead_letter where dl_id = any (ids) returning *
   )
   insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
-                                  retry, due_at, last_error)
-  select consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, 0, now(), error
+                                  retry, due_at, last_error, ev_trace)
+  select consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, 0, now(), error, ev_trace
     from moved
   on conflict (consumer_id, ev_id) do update set due_at = excluded.due_at, retry = 0;
   get diagnostics n = row_count;
@@ -4391,9 +4406,9 @@ begin
   end;
   if found and action = 'deadLetter' then
     insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
-                                          ev_key, ev_data, attempts, error)
+                                          ev_key, ev_data, attempts, error, ev_trace)
     values (c.queue_id, c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key,
-            r.ev_data, r.retry, coalesce(r.last_error, '{}'::jsonb) || '{"settledBy": "operator"}');
+            r.ev_data, r.retry, coalesce(r.last_error, '{}'::jsonb) || '{"settledBy": "operator"}', r.ev_trace);
   end if;
   delete from :KEYQ_SCHEMA.retry x where x.consumer_id = c.consumer_id and x.ev_id = b.head_id;
   perform :KEYQ_SCHEMA.release_key(c, b.slot, key);
@@ -4404,7 +4419,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "9e9a15129c660dea2a8f1c40666bd215e6b825a66055defe00a5ee3dee2e59e2";
+export const functionsHash: string = "6d633e4f181506ee4c2b519aadcfb26823f2a85d8f8a15489148d120bce0695c";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -4414,4 +4429,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 7;
+export const functionsSerial: number = 8;
