@@ -30,9 +30,10 @@ import { configureNeon, type NeonProxy, startNeonProxy } from "./neon-proxy.ts";
 import { configureNeonHttp, type NeonHttpShim, startNeonHttpShim } from "./neon-http-shim.ts";
 import { type PgBouncer, startPgBouncer } from "./pgbouncer.ts";
 import { scoped } from "./scope.ts";
+import type { Runtime } from "../../scripts/lib/matrix.ts";
 
-/** The JavaScript runtime running this file. */
-export type Runtime = "node" | "deno" | "bun";
+/** The JavaScript runtime running this file (the runtimes of the matrix, scripts/lib/matrix.ts). */
+export type { Runtime };
 
 /** `deno`, `bun` or `node`, from the runtime's own global. */
 export function runtimeName(): Runtime {
