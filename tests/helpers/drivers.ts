@@ -1,6 +1,6 @@
 /**
  * The one list of drivers the tests run: `driverSpecs` (the README matrix and
- * tests/conformance.test.ts; tests/faults.test.ts and tests/drivers.test.ts
+ * tests/conformance.test.ts; tests/faults*.test.ts and tests/drivers.test.ts
  * take their drivers from it too) and `poolerSpecs` (the same clients behind
  * PgBouncer). Each `DriverSpec` opens the user-facing client
  * of its driver (a pg Pool, a Neon Client through the local WebSocket proxy,
@@ -84,7 +84,7 @@ export interface DriverSpec {
   transactions: boolean;
   /** A reason when this runtime cannot run the driver. */
   skip: string | false;
-  /** Run by tests/faults.test.ts; `reconnects`: the client reconnects by itself after its connections die (pools do, one Client does not). */
+  /** Run by tests/faults*.test.ts; `reconnects`: the client reconnects by itself after its connections die (pools do, one Client does not). */
   faults?: { reconnects: boolean };
   /** Opens a new client and wraps it (PGlite: a new in-memory database; fixtures share one instead, see `fixtureFor`). */
   open(url: string, options?: OpenOptions): Promise<Opened>;
