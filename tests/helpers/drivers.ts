@@ -66,6 +66,10 @@ export interface OpenOptions {
   faults?: boolean;
   /** `url` is a transaction-mode pooler: postgres.js without prepared statements. */
   pooler?: boolean;
+  /** Pool size (default 4); tests/round-trips.test.ts opens one connection, so warming up prepares every statement where it is used. */
+  max?: number;
+  /** postgres.js: seconds before an idle connection closes (default 1). */
+  idleTimeout?: number;
 }
 
 /** One row of the driver × runtime matrix. */
@@ -153,7 +157,7 @@ export const driverSpecs: DriverSpec[] = [
     open: (url, o) => {
       const sql = o?.pooler
         ? postgres(url, { max: 4, prepare: false, idle_timeout: 1, onnotice: () => {} }) // a transaction-mode pooler
-        : connect(url, o?.faults ? { max: 4, idleTimeout: 2, connectTimeout: 5 } : { max: 4 });
+        : connect(url, o?.faults ? { max: 4, idleTimeout: 2, connectTimeout: 5 } : { max: o?.max ?? 4, idleTimeout: o?.idleTimeout });
       return Promise.resolve({ driver: fromPostgresJs(sql), close: () => sql.end({ timeout: o?.faults ? 1 : 2 }) });
     },
   },
@@ -167,7 +171,7 @@ export const driverSpecs: DriverSpec[] = [
     skip: false,
     faults: { reconnects: true },
     open: (url, o) => {
-      const pool = new pg.Pool({ connectionString: url, max: 4, ...connectWait(o) });
+      const pool = new pg.Pool({ connectionString: url, max: o?.max ?? 4, ...connectWait(o) });
       return Promise.resolve({ driver: fromPg(pool), close: () => pool.end() });
     },
   },
@@ -198,7 +202,7 @@ export const driverSpecs: DriverSpec[] = [
     faults: { reconnects: true },
     open: async (url, o) => {
       await setupNeon();
-      const pool = new NeonPool({ connectionString: url, max: 4, ...connectWait(o) });
+      const pool = new NeonPool({ connectionString: url, max: o?.max ?? 4, ...connectWait(o) });
       return { driver: fromNeonPool(pool), close: () => pool.end() };
     },
   },
@@ -241,7 +245,7 @@ export const driverSpecs: DriverSpec[] = [
     faults: { reconnects: true },
     open: (url, o) => {
       // Behind a transaction pooler Bun.SQL must not prepare (named statements cross connections).
-      const sql = new BunGlobal!.SQL(url, o?.pooler ? { max: 4, prepare: false } : { max: 4 });
+      const sql = new BunGlobal!.SQL(url, o?.pooler ? { max: 4, prepare: false } : { max: o?.max ?? 4 });
       return Promise.resolve({ driver: fromBunSql(sql), close: () => sql.close() });
     },
   },
