@@ -26,8 +26,8 @@ import { delimiter, dirname, join, resolve } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { installedNode, NODE_VERSIONS } from "./node-versions.ts";
-import { databaseUrl } from "../tests/helpers/db.ts";
-import { type Embedded, startEmbedded } from "../tests/helpers/embedded.ts";
+import { databaseUrl } from "./lib/db.ts";
+import { type Embedded, startEmbedded } from "./lib/embedded.ts";
 import postgres from "postgres";
 
 const root = resolve(fileURLToPath(import.meta.url), "../..");
