@@ -1585,6 +1585,20 @@ update :KEYQ_SCHEMA.queue q
 alter table :KEYQ_SCHEMA.consumer add column paused_at timestamptz;
 `,
   },
+  {
+    version: 15,
+    name: "chunk_upto",
+    sql: `-- Since 0.1: a Tier A chunk may end at a position. The planner cuts a
+-- bucket that holds more events than a batch takes into pieces of one
+-- batch each (split_chunks in src/sql/functions/03_exclusive.sql): a piece
+-- holds the events of its bucket and window after (after_txid, after_id)
+-- up to and including (upto_txid, upto_id); null, as for every chunk
+-- before this migration, means to the window's end. So a batch that claims
+-- one piece leaves the others free, and a slow batch holds only its piece.
+
+alter table :KEYQ_SCHEMA.chunk add column upto_txid xid8, add column upto_id bigint;
+`,
+  },
 ];
 
 /** Functions defined by migrations only (indexes depend on them); never dropped. */
@@ -3085,6 +3099,7 @@ begin
     with open as (
       select k.chunk_id from :KEYQ_SCHEMA.chunk k
        where k.consumer_id = c.consumer_id and k.end_tick = frontier and k.after_txid = '0'::xid8 and k.after_id = 0
+         and k.upto_txid is null  -- a piece (split_chunks) ends at its position, never grows
        for update skip locked
     ), grown as (
       update :KEYQ_SCHEMA.chunk k set end_tick = latest from open
@@ -3108,8 +3123,71 @@ begin
   return n;
 end $$;
 
--- The run's first call for an exclusive consumer: tick the queue, then plan
--- chunks, in this short transaction of its own.
+-- Cuts each free chunk of c that is alone in its bucket and holds more
+-- events than one batch (size events, and at most key_budget() keys) into
+-- pieces of one batch each, so that whatever a batch claims it reads whole:
+-- a slow batch then holds only its own piece, and the rest of its bucket
+-- flows to other workers at once (a batch cannot hand over the unread rest
+-- of a chunk it holds: nothing it writes is seen before it commits). The
+-- chunk keeps its first piece (it ends at upto); each further piece starts
+-- where the one before ended. Reads at most 8 batches' worth of events per
+-- chunk: the last piece then holds the rest, cut again when the pieces
+-- before it are gone. Runs in the planner's transaction, under its lock;
+-- a chunk a batch holds is skipped (SKIP LOCKED).
+create function :KEYQ_SCHEMA.split_chunks(c :KEYQ_SCHEMA.consumer, size int) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  ch :KEYQ_SCHEMA.chunk;
+  evs :KEYQ_SCHEMA.event[];
+  got int;
+  pos int;
+  len int;
+  budget int := :KEYQ_SCHEMA.key_budget();
+  n int := 0;
+begin
+  if size is null or size < 1 then
+    return 0;
+  end if;
+  for ch in
+    select * from :KEYQ_SCHEMA.chunk k
+     where k.consumer_id = c.consumer_id and k.upto_txid is null
+       and not exists (select 1 from :KEYQ_SCHEMA.chunk o
+                        where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id <> k.chunk_id)
+     order by k.chunk_id
+     for update skip locked
+  loop
+    evs := :KEYQ_SCHEMA.chunk_events(c, ch, 8 * size + 1);
+    got := cardinality(evs);
+    pos := 0;
+    loop
+      len := :KEYQ_SCHEMA.keys_prefix(evs[pos + 1 : pos + size], budget);
+      exit when len < 1 or pos + len >= got;  -- the rest: the last piece, to the window's end
+      if pos = 0 then
+        update :KEYQ_SCHEMA.chunk set upto_txid = evs[len].ev_txid, upto_id = evs[len].ev_id
+         where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+      else
+        insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, upto_txid, upto_id)
+        values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick,
+                evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, evs[pos + len].ev_txid, evs[pos + len].ev_id);
+      end if;
+      pos := pos + len;
+      n := n + 1;
+    end loop;
+    if pos > 0 then  -- the rest after the last cut
+      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
+      values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick, evs[pos].ev_txid, evs[pos].ev_id, ch.bucket);
+      n := n + 1;
+    end if;
+  end loop;
+  return n;
+end $$;
+
+-- The run's first call for an exclusive consumer: tick the queue, plan
+-- chunks and cut the large ones into pieces of chunk_size events (the
+-- run's maxEvents), in this short transaction of its own.
 create function :KEYQ_SCHEMA.prepare_exclusive(queue text, consumer text, chunk_size int) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -3119,7 +3197,7 @@ declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer)
 declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer); t jsonb;
 begin
   t := :KEYQ_SCHEMA.tick(queue);
-  return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size));
+  return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size) + :KEYQ_SCHEMA.split_chunks(c, chunk_size));
 end $$;
 
 -- The seed of key lock i (i < perKey) of exclusive consumer c: the 64-bit
@@ -3189,7 +3267,8 @@ as $$
    where keys <= budget
 $$;
 
--- The events of chunk ch after its position, at most lim, in log order.
+-- The events of chunk ch after its position (and up to its end position,
+-- for a piece cut by split_chunks), at most lim, in log order.
 -- (plpgsql: window_events_slot is created after this file.)
 create function :KEYQ_SCHEMA.chunk_events(c :KEYQ_SCHEMA.consumer, ch :KEYQ_SCHEMA.chunk, lim int) returns :KEYQ_SCHEMA.event[]
 language plpgsql
@@ -3200,7 +3279,8 @@ begin
     from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
            (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
            (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
-           ch.after_txid, ch.after_id, lim, :KEYQ_SCHEMA.consumer_buckets(c), ch.bucket) w);
+           ch.after_txid, ch.after_id, lim, :KEYQ_SCHEMA.consumer_buckets(c), ch.bucket) w
+   where ch.upto_txid is null or (w.ev_txid, w.ev_id) <= (ch.upto_txid, ch.upto_id));
 end $$;
 
 -- Claims the next chunk of c without waiting: a bucket with an older chunk
@@ -3235,12 +3315,15 @@ declare
   last :KEYQ_SCHEMA.event;
 begin
   evs := evs[1:n];
-  if got < take and n = got then
+  if n > 0 then
+    last := evs[n];
+  end if;
+  if n = got and (got < take or (n > 0 and (last.ev_txid, last.ev_id) = (ch.upto_txid, ch.upto_id))) then
+    -- Read to its end (a piece's end is its upto position).
     delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
   elsif n > 0 then
     -- The rest stays in the chunk for a later batch (nothing skipped,
     -- reordered or charged a retry).
-    last := evs[n];
     update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id
      where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
   end if;
@@ -4204,7 +4287,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "9e9a15129c660dea2a8f1c40666bd215e6b825a66055defe00a5ee3dee2e59e2";
+export const functionsHash: string = "2591fe247ef8538a2ba2831db6ae36d73d107fccc42c3060c13f92359fbaccc4";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -4214,4 +4297,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 7;
+export const functionsSerial: number = 8;
