@@ -3124,16 +3124,21 @@ begin
 end $$;
 
 -- Cuts each free chunk of c that is alone in its bucket and holds more
--- events than one batch (size events, and at most key_budget() keys) into
--- pieces of one batch each, so that whatever a batch claims it reads whole:
--- a slow batch then holds only its own piece, and the rest of its bucket
--- flows to other workers at once (a batch cannot hand over the unread rest
--- of a chunk it holds: nothing it writes is seen before it commits). The
--- chunk keeps its first piece (it ends at upto); each further piece starts
--- where the one before ended. Reads at most 8 batches' worth of events per
--- chunk: the last piece then holds the rest, cut again when the pieces
--- before it are gone. Runs in the planner's transaction, under its lock;
--- a chunk a batch holds is skipped (SKIP LOCKED).
+-- events than one batch (size events) into pieces, so that whatever a batch
+-- claims it reads whole: a slow batch then holds only its own piece, and the
+-- rest of its bucket flows to other workers at once (a batch cannot hand
+-- over the unread rest of a chunk it holds: nothing it writes is seen before
+-- it commits). Cuts are key-safe: a cut falls only where no key of the
+-- events before it has events after it, so no key lies in two pieces and
+-- concurrent pieces never contend. A piece holds as many whole key runs as
+-- fit in size events (one run longer than that is a piece of its own, read
+-- in part: its rest waits only when its own keys do). The chunk keeps its
+-- first piece (it ends at upto); each further piece starts where the one
+-- before ended. Reads at most 8 batches' worth of events per chunk: the
+-- last piece then holds the rest, cut again when the pieces before it are
+-- gone (a key of an earlier piece may have events in it; the key lock keeps
+-- them apart). Runs in the planner's transaction, under its lock; a chunk a
+-- batch holds is skipped (SKIP LOCKED).
 create function :KEYQ_SCHEMA.split_chunks(c :KEYQ_SCHEMA.consumer, size int) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -3142,10 +3147,10 @@ as $$
 declare
   ch :KEYQ_SCHEMA.chunk;
   evs :KEYQ_SCHEMA.event[];
+  cuts int[];
   got int;
   pos int;
-  len int;
-  budget int := :KEYQ_SCHEMA.key_budget();
+  nxt int;
   n int := 0;
 begin
   if size is null or size < 1 then
@@ -3161,22 +3166,32 @@ begin
   loop
     evs := :KEYQ_SCHEMA.chunk_events(c, ch, 8 * size + 1);
     got := cardinality(evs);
+    continue when got <= size;
+    -- Cut after event i when no key of events 1..i reaches past i.
+    select coalesce(array_agg(i order by i), '{}') into cuts
+      from (select i, max(reach) over (order by i) as reach
+              from (select i, case when (evs[i]).ev_key is null then i
+                                   else max(i) over (partition by (evs[i]).ev_key) end as reach
+                      from generate_subscripts(evs, 1) i) l) r
+     where reach = i and i < got;
     pos := 0;
     loop
-      len := :KEYQ_SCHEMA.keys_prefix(evs[pos + 1 : pos + size], budget);
-      exit when len < 1 or pos + len >= got;  -- the rest: the last piece, to the window's end
+      -- The furthest cut within one batch, else the first one past it.
+      nxt := coalesce((select max(x) from unnest(cuts) x where x > pos and x <= pos + size),
+                      (select min(x) from unnest(cuts) x where x > pos));
+      exit when nxt is null;
       if pos = 0 then
-        update :KEYQ_SCHEMA.chunk set upto_txid = evs[len].ev_txid, upto_id = evs[len].ev_id
+        update :KEYQ_SCHEMA.chunk set upto_txid = evs[nxt].ev_txid, upto_id = evs[nxt].ev_id
          where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
       else
         insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, upto_txid, upto_id)
         values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick,
-                evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, evs[pos + len].ev_txid, evs[pos + len].ev_id);
+                evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, evs[nxt].ev_txid, evs[nxt].ev_id);
       end if;
-      pos := pos + len;
+      pos := nxt;
       n := n + 1;
     end loop;
-    if pos > 0 then  -- the rest after the last cut
+    if pos > 0 then  -- the rest after the last cut, to the window's end
       insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
       values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick, evs[pos].ev_txid, evs[pos].ev_id, ch.bucket);
       n := n + 1;
@@ -4287,7 +4302,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "2591fe247ef8538a2ba2831db6ae36d73d107fccc42c3060c13f92359fbaccc4";
+export const functionsHash: string = "91ca829ef6052bedf5f32c79bf0a0852a464be1aeebd3b55ad5ebdb9e148f2b5";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -4297,4 +4312,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 8;
+export const functionsSerial: number = 9;

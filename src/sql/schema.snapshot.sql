@@ -2013,10 +2013,10 @@ AS $function$
 declare
   ch :KEYQ_SCHEMA.chunk;
   evs :KEYQ_SCHEMA.event[];
+  cuts int[];
   got int;
   pos int;
-  len int;
-  budget int := :KEYQ_SCHEMA.key_budget();
+  nxt int;
   n int := 0;
 begin
   if size is null or size < 1 then
@@ -2032,22 +2032,32 @@ begin
   loop
     evs := :KEYQ_SCHEMA.chunk_events(c, ch, 8 * size + 1);
     got := cardinality(evs);
+    continue when got <= size;
+    -- Cut after event i when no key of events 1..i reaches past i.
+    select coalesce(array_agg(i order by i), '{}') into cuts
+      from (select i, max(reach) over (order by i) as reach
+              from (select i, case when (evs[i]).ev_key is null then i
+                                   else max(i) over (partition by (evs[i]).ev_key) end as reach
+                      from generate_subscripts(evs, 1) i) l) r
+     where reach = i and i < got;
     pos := 0;
     loop
-      len := :KEYQ_SCHEMA.keys_prefix(evs[pos + 1 : pos + size], budget);
-      exit when len < 1 or pos + len >= got;  -- the rest: the last piece, to the window's end
+      -- The furthest cut within one batch, else the first one past it.
+      nxt := coalesce((select max(x) from unnest(cuts) x where x > pos and x <= pos + size),
+                      (select min(x) from unnest(cuts) x where x > pos));
+      exit when nxt is null;
       if pos = 0 then
-        update :KEYQ_SCHEMA.chunk set upto_txid = evs[len].ev_txid, upto_id = evs[len].ev_id
+        update :KEYQ_SCHEMA.chunk set upto_txid = evs[nxt].ev_txid, upto_id = evs[nxt].ev_id
          where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
       else
         insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, upto_txid, upto_id)
         values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick,
-                evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, evs[pos + len].ev_txid, evs[pos + len].ev_id);
+                evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, evs[nxt].ev_txid, evs[nxt].ev_id);
       end if;
-      pos := pos + len;
+      pos := nxt;
       n := n + 1;
     end loop;
-    if pos > 0 then  -- the rest after the last cut
+    if pos > 0 then  -- the rest after the last cut, to the window's end
       insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
       values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick, evs[pos].ev_txid, evs[pos].ev_id, ch.bucket);
       n := n + 1;
