@@ -3049,10 +3049,12 @@ end $$;
 -- each further chunk inside a subtransaction, and one that does not fit
 -- whole in what the batch still takes is given back by rolling that
 -- subtransaction back, which releases its row lock at once (other workers
--- take it while this batch runs). Only a batch's first chunk may be read in
--- part, when that bucket of the window holds more events than the batch
--- takes; then that chunk's rest waits for it (size "buckets" so that a
--- bucket of a window fits in a batch). Deleting or advancing a claimed chunk row commits with the batch;
+-- take it while this batch runs). A batch's first chunk is read in part
+-- only when that bucket of the window holds more events than the batch
+-- takes and no key-safe cut divides it: the planner cuts such buckets into
+-- pieces of one batch before any batch holds them (split_chunks; a piece
+-- ends at its upto position, migration 015), so the rest of a bucket does
+-- not wait for a slow batch. Deleting or advancing a claimed chunk row commits with the batch;
 -- a rollback or a killed backend puts it back at once. The chunk table (with
 -- its bucket column since migration 010) is in src/sql/migrations/.
 
@@ -3138,7 +3140,7 @@ end $$;
 -- last piece then holds the rest, cut again when the pieces before it are
 -- gone (a key of an earlier piece may have events in it; the key lock keeps
 -- them apart). Runs in the planner's transaction, under its lock; a chunk a
--- batch holds is skipped (SKIP LOCKED).
+-- batch holds is skipped (SKIP LOCKED), and only chunks to cut are locked.
 create function :KEYQ_SCHEMA.split_chunks(c :KEYQ_SCHEMA.consumer, size int) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -3162,11 +3164,17 @@ begin
        and not exists (select 1 from :KEYQ_SCHEMA.chunk o
                         where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id <> k.chunk_id)
      order by k.chunk_id
-     for update skip locked
   loop
     evs := :KEYQ_SCHEMA.chunk_events(c, ch, 8 * size + 1);
     got := cardinality(evs);
     continue when got <= size;
+    -- Only a chunk to cut is locked (a batch may claim the others meanwhile),
+    -- and only when no batch holds it and it is still as read.
+    perform 1 from :KEYQ_SCHEMA.chunk k
+      where k.consumer_id = c.consumer_id and k.chunk_id = ch.chunk_id and k.end_tick = ch.end_tick
+        and k.after_txid = ch.after_txid and k.after_id = ch.after_id and k.upto_txid is null
+      for update skip locked;
+    continue when not found;
     -- Cut after event i when no key of events 1..i reaches past i.
     select coalesce(array_agg(i order by i), '{}') into cuts
       from (select i, max(reach) over (order by i) as reach
@@ -4302,7 +4310,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "91ca829ef6052bedf5f32c79bf0a0852a464be1aeebd3b55ad5ebdb9e148f2b5";
+export const functionsHash: string = "f12a19a6e145b35d329f773771a6cfaf812b3b2071bf7a1fc394d8fca4c1469f";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -4312,4 +4320,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 9;
+export const functionsSerial: number = 10;

@@ -2028,11 +2028,17 @@ begin
        and not exists (select 1 from :KEYQ_SCHEMA.chunk o
                         where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id <> k.chunk_id)
      order by k.chunk_id
-     for update skip locked
   loop
     evs := :KEYQ_SCHEMA.chunk_events(c, ch, 8 * size + 1);
     got := cardinality(evs);
     continue when got <= size;
+    -- Only a chunk to cut is locked (a batch may claim the others meanwhile),
+    -- and only when no batch holds it and it is still as read.
+    perform 1 from :KEYQ_SCHEMA.chunk k
+      where k.consumer_id = c.consumer_id and k.chunk_id = ch.chunk_id and k.end_tick = ch.end_tick
+        and k.after_txid = ch.after_txid and k.after_id = ch.after_id and k.upto_txid is null
+      for update skip locked;
+    continue when not found;
     -- Cut after event i when no key of events 1..i reaches past i.
     select coalesce(array_agg(i order by i), '{}') into cuts
       from (select i, max(reach) over (order by i) as reach
