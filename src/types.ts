@@ -273,7 +273,12 @@ export interface BatchOptions<P = unknown> {
    * backoff); no further event of the batch starts and what finished commits.
    */
   eventTimeout?: Duration;
-  /** `statement_timeout` of the batch transaction (default 30 s, never past the batch deadline). */
+  /**
+   * `statement_timeout` of the batch transaction, used as given; longer than
+   * `batchTimeout` is refused (`INVALID_INPUT`). Unset: 30 s, or
+   * `batchTimeout` when shorter. A run's budget that ends the batch sooner
+   * bounds it to the deadline plus 2 s (the report's `limits` says so).
+   */
   statementTimeout?: Duration;
   /**
    * The server-side backstop `idle_in_transaction_session_timeout` of the
