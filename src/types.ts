@@ -273,7 +273,12 @@ export interface BatchOptions<P = unknown> {
    * backoff); no further event of the batch starts and what finished commits.
    */
   eventTimeout?: Duration;
-  /** `statement_timeout` of the batch transaction (default 30 s, never past the batch deadline). */
+  /**
+   * `statement_timeout` of the batch transaction, used as given; longer than
+   * `batchTimeout` is refused (`INVALID_INPUT`). Unset: 30 s, or
+   * `batchTimeout` when shorter. A run's budget that ends the batch sooner
+   * bounds it to the deadline plus 2 s (the report's `limits` says so).
+   */
   statementTimeout?: Duration;
   /**
    * The server-side backstop `idle_in_transaction_session_timeout` of the
@@ -315,6 +320,33 @@ export interface BatchReport {
   roundTrips: number;
   /** True when another worker held the cursor or slot, so nothing was read. */
   busy: boolean;
+  /**
+   * The bounds the batch ran with (set on every report of `batch()` and of
+   * each batch of `run()`/`work()`): its deadline, what set it, and the
+   * `statement_timeout` it used. `statementTimeout` is used as given unless
+   * a run's budget ends the batch sooner (`by: "budget"`): then no statement
+   * outlives the deadline plus 2 s. See docs/batches.md.
+   */
+  limits?: BatchLimits;
+}
+
+/**
+ * The bounds one batch ran with, in {@link BatchReport.limits}.
+ *
+ * @example
+ * ```ts
+ * import type { BatchLimits } from "keyq";
+ * const l: BatchLimits = { deadlineMs: 4_000, by: "budget", statementTimeoutMs: 6_000 };
+ * console.log(l.by); // "budget": the run's budget plus its 2 s grace came before batchTimeout
+ * ```
+ */
+export interface BatchLimits {
+  /** Milliseconds the batch may take: batchTimeout, or the run's budget plus 2 s of grace when that is sooner. */
+  deadlineMs: number;
+  /** What set the deadline. */
+  by: "budget" | "batchTimeout";
+  /** The batch's `statement_timeout`: `statementTimeout`, or deadlineMs plus 2 s when that is shorter (only under a budget). */
+  statementTimeoutMs: number;
 }
 
 /** Options of `run`: a bounded invocation for cron and edge functions. */
@@ -334,7 +366,7 @@ export interface RunOptions<P = unknown> extends BatchOptions<P> {
 }
 
 /** What `run` did: its batches' counts added up. */
-export interface RunReport extends Omit<BatchReport, "busy"> {
+export interface RunReport extends Omit<BatchReport, "busy" | "limits"> {
   /** Batches that had something to do. */
   batches: number;
   /** Statements sent, including the run's tick and maintenance calls and the handlers' own. */

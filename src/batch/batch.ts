@@ -22,7 +22,7 @@ import type { PayloadSchema } from "../payload.ts";
 import { counting } from "./report.ts";
 import { eventScope } from "./savepoint.ts";
 import { mapError } from "../engine/reply.ts";
-import type { BatchReport } from "../types.ts";
+import type { BatchLimits, BatchReport } from "../types.ts";
 
 /** What a consumer needs from its client. */
 export interface ConsumerContext {
@@ -88,7 +88,7 @@ export interface BatchKind {
  * What handling a received batch did; `statements` so far counts savepoints
  * and the ack (BEGIN, receive, COMMIT and counted statements come on top).
  */
-type Done = Omit<BatchReport, "busy" | "roundTrips">;
+type Done = Omit<BatchReport, "busy" | "roundTrips" | "limits">;
 
 /** Records what the batch did, when there is anything to record. */
 async function record(kind: BatchKind, tx: Executor, received: Received, sorted: Sorted, log: Failures, h: Handled, statements: number): Promise<Done> {
@@ -197,16 +197,22 @@ async function inTransaction(a: Attempt, raw: Executor): Promise<Ended> {
 /** Margin past the deadline for the server-side backstops and for a COMMIT in flight. */
 const MARGIN_MS = 2_000;
 
+/** The statement timeout a batch runs with: the user's, or the time to a budget's deadline plus the margin when that is shorter. */
+function statementMs(s: BatchSettings, deadlineMs: number): number {
+  return Math.ceil(Math.min(s.statementTimeoutMs, deadlineMs + MARGIN_MS));
+}
+
 /**
- * The batch's local timeouts: the statement timeout never past the deadline
- * (plus the margin); the idle timeout the user's (settings.ts refuses one
+ * The batch's local timeouts: the statement timeout as statementMs (never
+ * past the deadline plus the margin; settings.ts refuses one longer than
+ * batchTimeout, so only a run's budget can bound it, and the report's
+ * `limits` says so); the idle timeout the user's (settings.ts refuses one
  * shorter than batchTimeout), else just past the deadline.
  */
 function localTimeouts(s: BatchSettings, deadlineMs: number): LocalTimeouts {
-  const backstop = deadlineMs + MARGIN_MS;
   return {
-    statement: `${Math.ceil(Math.min(s.statementTimeoutMs, backstop))}ms`,
-    idleInTransaction: `${Math.ceil(s.idleTimeoutMs > 0 ? s.idleTimeoutMs : backstop)}ms`,
+    statement: `${statementMs(s, deadlineMs)}ms`,
+    idleInTransaction: `${Math.ceil(s.idleTimeoutMs > 0 ? s.idleTimeoutMs : deadlineMs + MARGIN_MS)}ms`,
   };
 }
 
@@ -274,6 +280,7 @@ export async function runBatch(ctx: ConsumerContext, s: BatchSettings, kind: Bat
   const life = batchLife(dl.ms, s.signal, by);
   const br: BatchRun = { life, until: until ?? Number.POSITIVE_INFINITY, inflight: Promise.resolve(), counted: { n: 0 } };
   const a = attempt(ctx, s, kind, br, localTimeouts(s, dl.ms));
+  const limits: BatchLimits = { deadlineMs: dl.ms, by: dl.by, statementTimeoutMs: statementMs(s, dl.ms) };
   try {
     const work = transaction((raw) => inTransaction(a, raw));
     // A driver may end the transaction early (postgres.js rejects begin() when
@@ -284,9 +291,9 @@ export async function runBatch(ctx: ConsumerContext, s: BatchSettings, kind: Bat
       if (err instanceof RollBack) return { busy: true } as const;
       throw err;
     });
-    if (ended.busy) return busyReport(a);
+    if (ended.busy) return { ...busyReport(a), limits };
     a.step({ on: "committed" });
-    return ended.report;
+    return { ...ended.report, limits };
   } catch (err) {
     const e = await failure(a, err);
     if (!move(a.phase(), { on: "failed", error: e }).ok) throw e;

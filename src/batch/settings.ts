@@ -49,6 +49,7 @@ export interface BatchSettings {
   handleBatch: ((events: AnyEvent[], ctx: BatchContext) => Promise<void> | void) | undefined;
   onError: ((error: unknown, event: AnyEvent) => void) | undefined;
   maxEvents: number;
+  /** The user's statement timeout (never above batchTimeout: refused), else 30 s or batchTimeout, whichever is shorter. */
   statementTimeoutMs: number;
   /** The user's idle timeout (0 when unset: keyq sets it just past each batch's deadline); never below batchTimeout. */
   idleTimeoutMs: number;
@@ -119,12 +120,21 @@ export function batchSettings(options: unknown, what: string, defaultMaxEvents: 
       { field: "idleTimeout", value: o.idleTimeout },
     );
   }
+  const statementTimeoutMs = durationMs("statementTimeout", o.statementTimeout, 1, MAX_TIMEOUT_MS);
+  if (statementTimeoutMs !== undefined && statementTimeoutMs > batchTimeoutMs) {
+    throw new KeyqError(
+      "INVALID_INPUT",
+      `Option "statementTimeout" (${statementTimeoutMs} ms) is longer than "batchTimeout" (${batchTimeoutMs} ms): no statement of a batch may outlive the batch's deadline, so keyq would have to lower it. ` +
+        "Give statementTimeout <= batchTimeout, raise batchTimeout, or leave statementTimeout unset (30 s, or batchTimeout when that is shorter).",
+      { field: "statementTimeout", value: o.statementTimeout },
+    );
+  }
   return {
     handler: o.handler as BatchSettings["handler"],
     handleBatch: o.handleBatch as BatchSettings["handleBatch"],
     onError: o.onError as BatchSettings["onError"],
     maxEvents: o.maxEvents ?? defaultMaxEvents,
-    statementTimeoutMs: durationMs("statementTimeout", o.statementTimeout, 1, MAX_TIMEOUT_MS) ?? 30_000,
+    statementTimeoutMs: statementTimeoutMs ?? Math.min(30_000, batchTimeoutMs),
     idleTimeoutMs,
     batchTimeoutMs,
     eventTimeoutMs: durationMs("eventTimeout", o.eventTimeout, 1, MAX_TIMEOUT_MS) ?? Number.POSITIVE_INFINITY,

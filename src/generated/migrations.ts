@@ -1798,6 +1798,20 @@ alter table :KEYQ_SCHEMA.consumer add column paused_at timestamptz;
 alter table :KEYQ_SCHEMA.dead_letter add column ev_trace text;
 `,
   },
+  {
+    version: 16,
+    name: "chunk_upto",
+    sql: `-- Since 0.1: a Tier A chunk may end at a position. The planner cuts a
+-- bucket that holds more events than a batch takes into pieces of one
+-- batch each (split_chunks in src/sql/functions/03_exclusive.sql): a piece
+-- holds the events of its bucket and window after (after_txid, after_id)
+-- up to and including (upto_txid, upto_id); null, as for every chunk
+-- before this migration, means to the window's end. So a batch that claims
+-- one piece leaves the others free, and a slow batch holds only its piece.
+
+alter table :KEYQ_SCHEMA.chunk add column upto_txid xid8, add column upto_id bigint;
+`,
+  },
 ];
 
 /** Functions defined by migrations only (indexes depend on them); never dropped. */
@@ -3250,10 +3264,13 @@ end $$;
 -- each further chunk inside a subtransaction, and one that does not fit
 -- whole in what the batch still takes is given back by rolling that
 -- subtransaction back, which releases its row lock at once (other workers
--- take it while this batch runs). Only a batch's first chunk may be read in
--- part, when that bucket of the window holds more events than the batch
--- takes; then that chunk's rest waits for it (size "buckets" so that a
--- bucket of a window fits in a batch). Deleting or advancing a claimed chunk row commits with the batch;
+-- take it while this batch runs). A batch's first chunk is read in part
+-- only when that bucket of the window holds more events than the batch
+-- takes and no key-safe cut divides it: the planner cuts such buckets into
+-- pieces of one batch before any batch holds them (split_chunks in
+-- 08_split.sql; a piece
+-- ends at its upto position, migration 015), so the rest of a bucket does
+-- not wait for a slow batch. Deleting or advancing a claimed chunk row commits with the batch;
 -- a rollback or a killed backend puts it back at once. The chunk table (with
 -- its bucket column since migration 010) is in src/sql/migrations/.
 
@@ -3300,6 +3317,7 @@ begin
     with open as (
       select k.chunk_id from :KEYQ_SCHEMA.chunk k
        where k.consumer_id = c.consumer_id and k.end_tick = frontier and k.after_txid = '0'::xid8 and k.after_id = 0
+         and k.upto_txid is null  -- a piece (split_chunks) ends at its position, never grows
        for update skip locked
     ), grown as (
       update :KEYQ_SCHEMA.chunk k set end_tick = latest from open
@@ -3323,8 +3341,9 @@ begin
   return n;
 end $$;
 
--- The run's first call for an exclusive consumer: tick the queue, then plan
--- chunks, in this short transaction of its own.
+-- The run's first call for an exclusive consumer: tick the queue, plan
+-- chunks and cut the large ones into pieces of chunk_size events (the
+-- run's maxEvents), in this short transaction of its own.
 create function :KEYQ_SCHEMA.prepare_exclusive(queue text, consumer text, chunk_size int) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -3334,7 +3353,7 @@ declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer)
 declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer); t jsonb;
 begin
   t := :KEYQ_SCHEMA.tick(queue);
-  return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size));
+  return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size) + :KEYQ_SCHEMA.split_chunks(c, chunk_size));
 end $$;
 
 -- The seed of key lock i (i < perKey) of exclusive consumer c: the 64-bit
@@ -3404,7 +3423,8 @@ as $$
    where keys <= budget
 $$;
 
--- The events of chunk ch after its position, at most lim, in log order.
+-- The events of chunk ch after its position (and up to its end position,
+-- for a piece cut by split_chunks), at most lim, in log order.
 -- (plpgsql: window_events_slot is created after this file.)
 create function :KEYQ_SCHEMA.chunk_events(c :KEYQ_SCHEMA.consumer, ch :KEYQ_SCHEMA.chunk, lim int) returns :KEYQ_SCHEMA.event[]
 language plpgsql
@@ -3415,7 +3435,8 @@ begin
     from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
            (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
            (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
-           ch.after_txid, ch.after_id, lim, :KEYQ_SCHEMA.consumer_buckets(c), ch.bucket) w);
+           ch.after_txid, ch.after_id, lim, :KEYQ_SCHEMA.consumer_buckets(c), ch.bucket) w
+   where ch.upto_txid is null or (w.ev_txid, w.ev_id) <= (ch.upto_txid, ch.upto_id));
 end $$;
 
 -- Claims the next chunk of c without waiting: a bucket with an older chunk
@@ -3450,12 +3471,15 @@ declare
   last :KEYQ_SCHEMA.event;
 begin
   evs := evs[1:n];
-  if got < take and n = got then
+  if n > 0 then
+    last := evs[n];
+  end if;
+  if n = got and (got < take or (n > 0 and (last.ev_txid, last.ev_id) = (ch.upto_txid, ch.upto_id))) then
+    -- Read to its end (a piece's end is its upto position).
     delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
   elsif n > 0 then
     -- The rest stays in the chunk for a later batch (nothing skipped,
     -- reordered or charged a retry).
-    last := evs[n];
     update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id
      where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
   end if;
@@ -4417,10 +4441,100 @@ begin
 end $$;
 `,
   },
+  {
+    name: "08_split",
+    sql: `-- keyq engine, part 8: cutting Tier A buckets into pieces (see
+-- 03_exclusive.sql). Called by prepare_exclusive, in the planner's short
+-- transaction.
+
+-- Cuts each free chunk of c that is alone in its bucket and holds more
+-- events than one batch (size events) into pieces, so that whatever a batch
+-- claims it reads whole: a slow batch then holds only its own piece, and the
+-- rest of its bucket flows to other workers at once (a batch cannot hand
+-- over the unread rest of a chunk it holds: nothing it writes is seen before
+-- it commits). Cuts are key-safe: a cut falls only where no key of the
+-- events before it has events after it, so no key lies in two pieces and
+-- concurrent pieces never contend. A piece holds as many whole key runs as
+-- fit in size events (one run longer than that is a piece of its own, read
+-- in part: its rest waits only when its own keys do). The chunk keeps its
+-- first piece (it ends at upto); each further piece starts where the one
+-- before ended. Reads at most 8 batches' worth of events per chunk: the
+-- last piece then holds the rest, cut again when the pieces before it are
+-- gone (a key of an earlier piece may have events in it; the key lock keeps
+-- them apart). Runs in the planner's transaction, under its lock; a chunk a
+-- batch holds is skipped (SKIP LOCKED), and only chunks to cut are locked.
+create function :KEYQ_SCHEMA.split_chunks(c :KEYQ_SCHEMA.consumer, size int) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  ch :KEYQ_SCHEMA.chunk;
+  evs :KEYQ_SCHEMA.event[];
+  cuts int[];
+  got int;
+  pos int;
+  nxt int;
+  n int := 0;
+begin
+  if size is null or size < 1 then
+    return 0;
+  end if;
+  for ch in
+    select * from :KEYQ_SCHEMA.chunk k
+     where k.consumer_id = c.consumer_id and k.upto_txid is null
+       and not exists (select 1 from :KEYQ_SCHEMA.chunk o
+                        where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id <> k.chunk_id)
+     order by k.chunk_id
+  loop
+    evs := :KEYQ_SCHEMA.chunk_events(c, ch, 8 * size + 1);
+    got := cardinality(evs);
+    continue when got <= size;
+    -- Only a chunk to cut is locked (a batch may claim the others meanwhile),
+    -- and only when no batch holds it and it is still as read.
+    perform 1 from :KEYQ_SCHEMA.chunk k
+      where k.consumer_id = c.consumer_id and k.chunk_id = ch.chunk_id and k.end_tick = ch.end_tick
+        and k.after_txid = ch.after_txid and k.after_id = ch.after_id and k.upto_txid is null
+      for update skip locked;
+    continue when not found;
+    -- Cut after event i when no key of events 1..i reaches past i.
+    select coalesce(array_agg(i order by i), '{}') into cuts
+      from (select i, max(reach) over (order by i) as reach
+              from (select i, case when (evs[i]).ev_key is null then i
+                                   else max(i) over (partition by (evs[i]).ev_key) end as reach
+                      from generate_subscripts(evs, 1) i) l) r
+     where reach = i and i < got;
+    pos := 0;
+    loop
+      -- The furthest cut within one batch, else the first one past it.
+      nxt := coalesce((select max(x) from unnest(cuts) x where x > pos and x <= pos + size),
+                      (select min(x) from unnest(cuts) x where x > pos));
+      exit when nxt is null;
+      if pos = 0 then
+        update :KEYQ_SCHEMA.chunk set upto_txid = evs[nxt].ev_txid, upto_id = evs[nxt].ev_id
+         where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+      else
+        insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, upto_txid, upto_id)
+        values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick,
+                evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, evs[nxt].ev_txid, evs[nxt].ev_id);
+      end if;
+      pos := nxt;
+      n := n + 1;
+    end loop;
+    if pos > 0 then  -- the rest after the last cut, to the window's end
+      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
+      values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick, evs[pos].ev_txid, evs[pos].ev_id, ch.bucket);
+      n := n + 1;
+    end if;
+  end loop;
+  return n;
+end $$;
+`,
+  },
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "3c13ddb744e15234fc3810c31bfd070322a6d65df3c5fd02018a7936a5c8f33b";
+export const functionsHash: string = "3df64691dc0cfebf3293800e8949a29942ecf572bffe668284321e51e8b1c4cb";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -4430,4 +4544,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 9;
+export const functionsSerial: number = 10;

@@ -17,6 +17,8 @@ chunk (table)
   after_txid xid8 not null
   after_id bigint not null
   bucket integer not null
+  upto_txid xid8
+  upto_id bigint
 consumer (table)
   consumer_id integer not null generated always as identity
   queue_id integer not null
@@ -389,7 +391,8 @@ begin
     from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
            (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
            (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
-           ch.after_txid, ch.after_id, lim, :KEYQ_SCHEMA.consumer_buckets(c), ch.bucket) w);
+           ch.after_txid, ch.after_id, lim, :KEYQ_SCHEMA.consumer_buckets(c), ch.bucket) w
+   where ch.upto_txid is null or (w.ev_txid, w.ev_id) <= (ch.upto_txid, ch.upto_id));
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.claim_chunk(c :KEYQ_SCHEMA.consumer, skip bigint[])
  RETURNS :KEYQ_SCHEMA.chunk
@@ -1167,6 +1170,7 @@ begin
     with open as (
       select k.chunk_id from :KEYQ_SCHEMA.chunk k
        where k.consumer_id = c.consumer_id and k.end_tick = frontier and k.after_txid = '0'::xid8 and k.after_id = 0
+         and k.upto_txid is null  -- a piece (split_chunks) ends at its position, never grows
        for update skip locked
     ), grown as (
       update :KEYQ_SCHEMA.chunk k set end_tick = latest from open
@@ -1210,7 +1214,7 @@ declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer)
 declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer); t jsonb;
 begin
   t := :KEYQ_SCHEMA.tick(queue);
-  return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size));
+  return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size) + :KEYQ_SCHEMA.split_chunks(c, chunk_size));
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.prune_ticks(qid integer)
  RETURNS integer
@@ -1262,12 +1266,15 @@ declare
   last :KEYQ_SCHEMA.event;
 begin
   evs := evs[1:n];
-  if got < take and n = got then
+  if n > 0 then
+    last := evs[n];
+  end if;
+  if n = got and (got < take or (n > 0 and (last.ev_txid, last.ev_id) = (ch.upto_txid, ch.upto_id))) then
+    -- Read to its end (a piece's end is its upto position).
     delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
   elsif n > 0 then
     -- The rest stays in the chunk for a later batch (nothing skipped,
     -- reordered or charged a retry).
-    last := evs[n];
     update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id
      where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
   end if;
@@ -1999,6 +2006,73 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.slot_of(key text, n integer)
  IMMUTABLE PARALLEL SAFE
 AS $function$ select coalesce((((pg_catalog.hashtextextended(key, 0) operator(pg_catalog.%) n) operator(pg_catalog.+) n)
                        operator(pg_catalog.%) n)::pg_catalog.int4, 0) $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.split_chunks(c :KEYQ_SCHEMA.consumer, size integer)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare
+  ch :KEYQ_SCHEMA.chunk;
+  evs :KEYQ_SCHEMA.event[];
+  cuts int[];
+  got int;
+  pos int;
+  nxt int;
+  n int := 0;
+begin
+  if size is null or size < 1 then
+    return 0;
+  end if;
+  for ch in
+    select * from :KEYQ_SCHEMA.chunk k
+     where k.consumer_id = c.consumer_id and k.upto_txid is null
+       and not exists (select 1 from :KEYQ_SCHEMA.chunk o
+                        where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id <> k.chunk_id)
+     order by k.chunk_id
+  loop
+    evs := :KEYQ_SCHEMA.chunk_events(c, ch, 8 * size + 1);
+    got := cardinality(evs);
+    continue when got <= size;
+    -- Only a chunk to cut is locked (a batch may claim the others meanwhile),
+    -- and only when no batch holds it and it is still as read.
+    perform 1 from :KEYQ_SCHEMA.chunk k
+      where k.consumer_id = c.consumer_id and k.chunk_id = ch.chunk_id and k.end_tick = ch.end_tick
+        and k.after_txid = ch.after_txid and k.after_id = ch.after_id and k.upto_txid is null
+      for update skip locked;
+    continue when not found;
+    -- Cut after event i when no key of events 1..i reaches past i.
+    select coalesce(array_agg(i order by i), '{}') into cuts
+      from (select i, max(reach) over (order by i) as reach
+              from (select i, case when (evs[i]).ev_key is null then i
+                                   else max(i) over (partition by (evs[i]).ev_key) end as reach
+                      from generate_subscripts(evs, 1) i) l) r
+     where reach = i and i < got;
+    pos := 0;
+    loop
+      -- The furthest cut within one batch, else the first one past it.
+      nxt := coalesce((select max(x) from unnest(cuts) x where x > pos and x <= pos + size),
+                      (select min(x) from unnest(cuts) x where x > pos));
+      exit when nxt is null;
+      if pos = 0 then
+        update :KEYQ_SCHEMA.chunk set upto_txid = evs[nxt].ev_txid, upto_id = evs[nxt].ev_id
+         where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+      else
+        insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, upto_txid, upto_id)
+        values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick,
+                evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, evs[nxt].ev_txid, evs[nxt].ev_id);
+      end if;
+      pos := nxt;
+      n := n + 1;
+    end loop;
+    if pos > 0 then  -- the rest after the last cut, to the window's end
+      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
+      values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick, evs[pos].ev_txid, evs[pos].ev_id, ch.bucket);
+      n := n + 1;
+    end if;
+  end loop;
+  return n;
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.status(queue text DEFAULT NULL::text, stale_after double precision DEFAULT 300)
  RETURNS jsonb
  LANGUAGE sql

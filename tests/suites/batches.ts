@@ -202,6 +202,61 @@ const hungCase: Case = {
   },
 };
 
+/** The batch's statement_timeout in ms, read inside a handler. */
+async function statementTimeoutIn(tx: { query(t: string): Promise<Record<string, unknown>[]> }): Promise<number> {
+  const [row] = await tx.query("select setting from pg_catalog.pg_settings where name = 'statement_timeout'");
+  return Number(row!.setting);
+}
+
+const timeoutCase: Case = {
+  name: "statementTimeout is honoured exactly or refused; a run's budget bounds it and the report says so",
+  run: async (f) => {
+    await f.q.createQueue("jobs");
+    const c = f.q.exclusive<number>("jobs", "c");
+    // Longer than batchTimeout: refused (batch, run, work), nothing read.
+    for (const call of [
+      () => c.batch({ statementTimeout: "90s", handler: () => {} }),
+      () => c.run({ statementTimeout: 61_000, handler: () => {} }),
+      () => c.work({ statementTimeout: "20s", batchTimeout: "10s", handler: () => {} }),
+    ]) {
+      const err = await call().then(() => null, (e: unknown) => e);
+      assert.ok(err instanceof KeyqError && err.code === "INVALID_INPUT" && err.details.field === "statementTimeout", String(err));
+    }
+    const seen: number[] = [];
+    const handler = async (_ev: unknown, tx: { query(t: string): Promise<Record<string, unknown>[]> }) => void seen.push(await statementTimeoutIn(tx));
+    const p = f.q.consumer<number>("jobs", "p");
+    await p.subscribe();
+    await f.q.send("jobs", { type: "E", payload: 1, key: "k1" });
+    await f.q.tick("jobs");
+    // Given and not above batchTimeout: used exactly, also equal to it.
+    const b = await p.batch({ statementTimeout: "60s", handler });
+    assert.deepEqual(b.limits, { deadlineMs: 60_000, by: "batchTimeout", statementTimeoutMs: 60_000 });
+    assert.deepEqual(seen, [60_000]);
+    // Unset: 30 s, or batchTimeout when shorter.
+    await f.q.send("jobs", { type: "E", payload: 2, key: "k2" });
+    await f.q.tick("jobs");
+    const d = await p.batch({ batchTimeout: "10s", handler });
+    assert.equal(d.limits?.statementTimeoutMs, 10_000);
+    assert.deepEqual(seen, [60_000, 10_000]);
+    // A run's budget ends the batch sooner: the statement timeout follows the
+    // deadline (plus 2 s), and every batch report says which bound applied.
+    await c.subscribe();
+    await f.q.send("jobs", { type: "E", payload: 3, key: "k3" });
+    const limits: unknown[] = [];
+    const stop = f.q.observe({ on: (e) => void (e.type === "batch.committed" && limits.push(e.report.limits)) });
+    const r = await c.run({ budgetMs: 1_000, statementTimeout: "30s", handler });
+    stop();
+    assert.equal(r.events, 1);
+    const got = seen[2]!;
+    // budget 1 s + grace 2 s = the deadline; the statement timeout ends 2 s past it.
+    assert.ok(got > 2_000 && got <= 5_000, `statement_timeout under a 1 s budget: ${got} ms`);
+    const l = limits[0] as { by: string; statementTimeoutMs: number; deadlineMs: number };
+    assert.equal(l.by, "budget");
+    assert.equal(l.statementTimeoutMs, got);
+    assert.equal(l.statementTimeoutMs, l.deadlineMs + 2_000);
+  },
+};
+
 /** Every case, for `pooled` drivers with the multi-worker ones. */
 export function batchCases(pooled: boolean): Case[] {
   const kinds: KindName[] = ["plain", "exclusive", "ordered-skip", "ordered-pause"];
@@ -212,5 +267,6 @@ export function batchCases(pooled: boolean): Case[] {
     ...kinds.map(callsCase),
     manyRunsCase,
     hungCase,
+    timeoutCase,
   ];
 }

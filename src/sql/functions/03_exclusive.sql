@@ -20,10 +20,13 @@
 -- each further chunk inside a subtransaction, and one that does not fit
 -- whole in what the batch still takes is given back by rolling that
 -- subtransaction back, which releases its row lock at once (other workers
--- take it while this batch runs). Only a batch's first chunk may be read in
--- part, when that bucket of the window holds more events than the batch
--- takes; then that chunk's rest waits for it (size "buckets" so that a
--- bucket of a window fits in a batch). Deleting or advancing a claimed chunk row commits with the batch;
+-- take it while this batch runs). A batch's first chunk is read in part
+-- only when that bucket of the window holds more events than the batch
+-- takes and no key-safe cut divides it: the planner cuts such buckets into
+-- pieces of one batch before any batch holds them (split_chunks in
+-- 08_split.sql; a piece
+-- ends at its upto position, migration 015), so the rest of a bucket does
+-- not wait for a slow batch. Deleting or advancing a claimed chunk row commits with the batch;
 -- a rollback or a killed backend puts it back at once. The chunk table (with
 -- its bucket column since migration 010) is in src/sql/migrations/.
 
@@ -70,6 +73,7 @@ begin
     with open as (
       select k.chunk_id from :KEYQ_SCHEMA.chunk k
        where k.consumer_id = c.consumer_id and k.end_tick = frontier and k.after_txid = '0'::xid8 and k.after_id = 0
+         and k.upto_txid is null  -- a piece (split_chunks) ends at its position, never grows
        for update skip locked
     ), grown as (
       update :KEYQ_SCHEMA.chunk k set end_tick = latest from open
@@ -93,8 +97,9 @@ begin
   return n;
 end $$;
 
--- The run's first call for an exclusive consumer: tick the queue, then plan
--- chunks, in this short transaction of its own.
+-- The run's first call for an exclusive consumer: tick the queue, plan
+-- chunks and cut the large ones into pieces of chunk_size events (the
+-- run's maxEvents), in this short transaction of its own.
 create function :KEYQ_SCHEMA.prepare_exclusive(queue text, consumer text, chunk_size int) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -104,7 +109,7 @@ declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer)
 declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer); t jsonb;
 begin
   t := :KEYQ_SCHEMA.tick(queue);
-  return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size));
+  return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size) + :KEYQ_SCHEMA.split_chunks(c, chunk_size));
 end $$;
 
 -- The seed of key lock i (i < perKey) of exclusive consumer c: the 64-bit
@@ -174,7 +179,8 @@ as $$
    where keys <= budget
 $$;
 
--- The events of chunk ch after its position, at most lim, in log order.
+-- The events of chunk ch after its position (and up to its end position,
+-- for a piece cut by split_chunks), at most lim, in log order.
 -- (plpgsql: window_events_slot is created after this file.)
 create function :KEYQ_SCHEMA.chunk_events(c :KEYQ_SCHEMA.consumer, ch :KEYQ_SCHEMA.chunk, lim int) returns :KEYQ_SCHEMA.event[]
 language plpgsql
@@ -185,7 +191,8 @@ begin
     from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
            (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
            (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
-           ch.after_txid, ch.after_id, lim, :KEYQ_SCHEMA.consumer_buckets(c), ch.bucket) w);
+           ch.after_txid, ch.after_id, lim, :KEYQ_SCHEMA.consumer_buckets(c), ch.bucket) w
+   where ch.upto_txid is null or (w.ev_txid, w.ev_id) <= (ch.upto_txid, ch.upto_id));
 end $$;
 
 -- Claims the next chunk of c without waiting: a bucket with an older chunk
@@ -220,12 +227,15 @@ declare
   last :KEYQ_SCHEMA.event;
 begin
   evs := evs[1:n];
-  if got < take and n = got then
+  if n > 0 then
+    last := evs[n];
+  end if;
+  if n = got and (got < take or (n > 0 and (last.ev_txid, last.ev_id) = (ch.upto_txid, ch.upto_id))) then
+    -- Read to its end (a piece's end is its upto position).
     delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
   elsif n > 0 then
     -- The rest stays in the chunk for a later batch (nothing skipped,
     -- reordered or charged a retry).
-    last := evs[n];
     update :KEYQ_SCHEMA.chunk set after_txid = last.ev_txid, after_id = last.ev_id
      where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
   end if;

@@ -1,0 +1,86 @@
+-- keyq engine, part 8: cutting Tier A buckets into pieces (see
+-- 03_exclusive.sql). Called by prepare_exclusive, in the planner's short
+-- transaction.
+
+-- Cuts each free chunk of c that is alone in its bucket and holds more
+-- events than one batch (size events) into pieces, so that whatever a batch
+-- claims it reads whole: a slow batch then holds only its own piece, and the
+-- rest of its bucket flows to other workers at once (a batch cannot hand
+-- over the unread rest of a chunk it holds: nothing it writes is seen before
+-- it commits). Cuts are key-safe: a cut falls only where no key of the
+-- events before it has events after it, so no key lies in two pieces and
+-- concurrent pieces never contend. A piece holds as many whole key runs as
+-- fit in size events (one run longer than that is a piece of its own, read
+-- in part: its rest waits only when its own keys do). The chunk keeps its
+-- first piece (it ends at upto); each further piece starts where the one
+-- before ended. Reads at most 8 batches' worth of events per chunk: the
+-- last piece then holds the rest, cut again when the pieces before it are
+-- gone (a key of an earlier piece may have events in it; the key lock keeps
+-- them apart). Runs in the planner's transaction, under its lock; a chunk a
+-- batch holds is skipped (SKIP LOCKED), and only chunks to cut are locked.
+create function :KEYQ_SCHEMA.split_chunks(c :KEYQ_SCHEMA.consumer, size int) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  ch :KEYQ_SCHEMA.chunk;
+  evs :KEYQ_SCHEMA.event[];
+  cuts int[];
+  got int;
+  pos int;
+  nxt int;
+  n int := 0;
+begin
+  if size is null or size < 1 then
+    return 0;
+  end if;
+  for ch in
+    select * from :KEYQ_SCHEMA.chunk k
+     where k.consumer_id = c.consumer_id and k.upto_txid is null
+       and not exists (select 1 from :KEYQ_SCHEMA.chunk o
+                        where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id <> k.chunk_id)
+     order by k.chunk_id
+  loop
+    evs := :KEYQ_SCHEMA.chunk_events(c, ch, 8 * size + 1);
+    got := cardinality(evs);
+    continue when got <= size;
+    -- Only a chunk to cut is locked (a batch may claim the others meanwhile),
+    -- and only when no batch holds it and it is still as read.
+    perform 1 from :KEYQ_SCHEMA.chunk k
+      where k.consumer_id = c.consumer_id and k.chunk_id = ch.chunk_id and k.end_tick = ch.end_tick
+        and k.after_txid = ch.after_txid and k.after_id = ch.after_id and k.upto_txid is null
+      for update skip locked;
+    continue when not found;
+    -- Cut after event i when no key of events 1..i reaches past i.
+    select coalesce(array_agg(i order by i), '{}') into cuts
+      from (select i, max(reach) over (order by i) as reach
+              from (select i, case when (evs[i]).ev_key is null then i
+                                   else max(i) over (partition by (evs[i]).ev_key) end as reach
+                      from generate_subscripts(evs, 1) i) l) r
+     where reach = i and i < got;
+    pos := 0;
+    loop
+      -- The furthest cut within one batch, else the first one past it.
+      nxt := coalesce((select max(x) from unnest(cuts) x where x > pos and x <= pos + size),
+                      (select min(x) from unnest(cuts) x where x > pos));
+      exit when nxt is null;
+      if pos = 0 then
+        update :KEYQ_SCHEMA.chunk set upto_txid = evs[nxt].ev_txid, upto_id = evs[nxt].ev_id
+         where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+      else
+        insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, upto_txid, upto_id)
+        values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick,
+                evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, evs[nxt].ev_txid, evs[nxt].ev_id);
+      end if;
+      pos := nxt;
+      n := n + 1;
+    end loop;
+    if pos > 0 then  -- the rest after the last cut, to the window's end
+      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
+      values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick, evs[pos].ev_txid, evs[pos].ev_id, ch.bucket);
+      n := n + 1;
+    end if;
+  end loop;
+  return n;
+end $$;
