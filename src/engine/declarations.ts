@@ -343,7 +343,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "apply_queue_settings", "backoff", "block_key", "check_slots", "chunk_events", "claim_chunk", "claim_dedup",
   "consumer_buckets", "dedup_gc", "dlq_check", "dlq_requeue", "dlq_where", "ensure_slot_index", "event_json", "event_row",
   "get_consumer", "get_queue", "has_pending", "key_budget", "key_seed", "keys_prefix", "lock_key", "lock_keys",
-  "park_events", "plan_chunks", "prune_ticks", "read_chunk_part",
+  "park_events", "plan_chunks", "prune_ticks", "read_chunk_part", "split_chunks",
   "queue_json", "read_window", "release_heads", "release_key", "retry_policy", "rotate", "slot_of",
   "table_unread", "take_retries", "tick_all", "window_count", "window_events", "window_events_slot", "window_take", "xbuckets",
   // least privilege (functions/00_roles.sql)
