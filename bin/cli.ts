@@ -18,7 +18,7 @@
  *
  * @module
  */
-import { type Driver, type Keyq, keyq, KeyqError, type RevokeInput, type RoleGrants } from "../mod.ts";
+import { type TxDriver, type Keyq, keyq, KeyqError, type RevokeInput, type RoleGrants } from "../mod.ts";
 import { logCommand, settingFlags } from "./log.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
@@ -68,7 +68,7 @@ const USAGE = `usage: keyq <command> [args] [--schema S] [--json]
   revoke <role>                 take grants back: the same flags, or --all
   grants                        every role's grants
   help, --help, -h              this text;  --version  the version
-Durations: "500ms", "30s", "5m", "2h", "7d". Driver: postgres (postgres.js), else pg.
+Durations: "500ms", "30s", "5m", "2h", "7d". TxDriver: postgres (postgres.js), else pg.
 Environment: DATABASE_URL (required except for sql and help), KEYQ_SCHEMA.`;
 
 /** The flags every command accepts, and each command's own. */
@@ -125,7 +125,7 @@ export function parseCommandLine(argv: readonly string[]): Args {
 export async function connect(
   url: string,
   load: (specifier: string) => Promise<unknown> = (s) => import(s),
-): Promise<{ driver: Driver; close: () => Promise<void> }> {
+): Promise<{ driver: TxDriver; close: () => Promise<void> }> {
   try {
     const { default: postgres } = (await load("postgres")) as { default: typeof import("postgres") };
     const sql = postgres(url, { max: 2, onnotice: () => {} });

@@ -21,7 +21,7 @@
 
 import { randomBytes } from "node:crypto";
 import process from "node:process";
-import { type Driver, type Keyq, keyq, type KeyqEvent, type RunReport } from "../mod.ts";
+import { type TxDriver, type Keyq, keyq, type KeyqEvent, type RunReport } from "../mod.ts";
 import { fromPGlite } from "../src/drivers/pglite.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 
@@ -64,9 +64,9 @@ const brief = (r: RunReport) => `${r.events} events in ${r.batches} batch(es), $
 interface Db {
   label: string;
   schema: string;
-  driver: Driver;
+  driver: TxDriver;
   /** More clients on their own connections (real Postgres only), for concurrent workers. */
-  extraClient?: () => { driver: Driver; close: () => Promise<void> };
+  extraClient?: () => { driver: TxDriver; close: () => Promise<void> };
   close(): Promise<void>;
 }
 

@@ -2,7 +2,7 @@
 // real Postgres (postgres.js) and PGlite. Runs under Node, Deno and Bun.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import type { Driver } from "../src/driver.ts";
+import type { TxDriver } from "../src/driver.ts";
 import { databaseUrl, dbSkip, freshSchema } from "./helpers/db.ts";
 import { type DriverSpec, driverSpecs } from "./helpers/drivers.ts";
 
@@ -15,7 +15,7 @@ const targets = driverSpecs.filter((d) => d.id === "postgres-js" || d.id === "pg
 const pgSkip = await dbSkip();
 const skipOf = (spec: DriverSpec): string | false => spec.skip || (spec.id !== "pglite" && pgSkip);
 
-async function setUp(spec: DriverSpec): Promise<{ driver: Driver; other: Driver; close(): Promise<void> }> {
+async function setUp(spec: DriverSpec): Promise<{ driver: TxDriver; other: TxDriver; close(): Promise<void> }> {
   const url = spec.id === "pglite" ? "" : (await databaseUrl())!;
   const a = await spec.open(url);
   if (spec.id === "pglite") return { driver: a.driver, other: a.driver, close: a.close };
@@ -29,8 +29,8 @@ end $$`;
 
 for (const target of targets) {
   describe(`driver ${target.id}`, { skip: skipOf(target) }, () => {
-    let driver: Driver;
-    let other: Driver;
+    let driver: TxDriver;
+    let other: TxDriver;
     let close: () => Promise<void>;
     const schemas: string[] = [];
     const schema = (): string => {

@@ -319,6 +319,7 @@ describe("input contract", () => {
     const err = await refused(wide.run({ handler: () => {}, worker: 9, workers: 10 }), "INVALID_INPUT");
     assert.match(err.message, /4 slots/);
     await refused(wide.work({ handler: () => {}, worker: 4, workers: 5 }), "INVALID_INPUT");
+    // @ts-expect-error worker/workers are Tier B options: the type refuses them, JavaScript gets INVALID_INPUT
     await refused(f.q.exclusive("files", "ex").run({ handler: () => {}, worker: 0, workers: 2 }), "INVALID_INPUT");
     await refused(f.q.consumer("files", "bad").run({ handler: () => {}, maxEvents: 0 }), "INVALID_INPUT");
     assert.deepEqual(await f.raw(`select consumer_name from "${f.schema}".consumer`), [], "no consumer row was written");
@@ -407,8 +408,11 @@ describe("refusal before any request: drivers without transactions", () => {
       const before = shim!.requests;
       assert.ok(before >= 1, "the shim answered the send");
       const c = q.consumer("files", "c");
+      // @ts-expect-error the types give a client over a driver without transactions no consuming calls
       await refused(c.run({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
+      // @ts-expect-error (JavaScript callers get the run-time refusal)
       await refused(c.batch({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
+      // @ts-expect-error an ordered consumer's handle has no work()
       await refused(q.ordered("files", "o", { slots: 2 }).work({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
       assert.equal(shim!.requests - before, 0, "no request was made");
       assert.equal(await count(f, "consumer"), 0);

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import pg from "pg";
-import { type Driver, type Keyq, keyq, KeyqError } from "../mod.ts";
+import { type Driver, type Keyq, keyq, KeyqError, type TxDriver } from "../mod.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { backoffMs, classify } from "../src/faults.ts";
@@ -26,7 +26,7 @@ const sleep = (ms: number, signal?: AbortSignal) =>
   });
 
 /** A driver whose every call fails like a server that is down. */
-function downDriver(): Driver & { calls: number } {
+function downDriver(): TxDriver & { calls: number } {
   const refused = () => Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:1"), { code: "ECONNREFUSED" });
   const d = {
     name: "down",

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import pg from "pg";
 import postgres from "postgres";
 import { type Keyq, keyq } from "../mod.ts";
-import type { Driver, Executor } from "../src/driver.ts";
+import type { TxDriver, Executor } from "../src/driver.ts";
 import { type BunSqlLike, fromBunSql } from "../src/drivers/bun-sql.ts";
 import { Pool as NeonPool } from "@neondatabase/serverless";
 import { fromNeonPool } from "../src/drivers/neon.ts";
@@ -28,7 +28,7 @@ interface Spec {
   label: string;
   skip: string | false;
   /** One connection, so warming up prepares every statement where it is used. */
-  open(url: string): { driver: Driver; close(): Promise<unknown> };
+  open(url: string): { driver: TxDriver; close(): Promise<unknown> };
   /** Process-wide setup the driver needs first, and its undoing. */
   setup?(): Promise<void>;
   teardown?(): Promise<void>;
@@ -85,7 +85,7 @@ function consumer(q: Keyq, kind: Kind) {
  * not the batch's). One connection and one run at a time, so nothing else is
  * on the wire meanwhile.
  */
-function counted(driver: Driver, proxy: WireProxy, done: (c: WireCounts) => void): Driver {
+function counted(driver: TxDriver, proxy: WireProxy, done: (c: WireCounts) => void): TxDriver {
   return {
     ...driver,
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {

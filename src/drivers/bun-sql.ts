@@ -4,7 +4,7 @@
  *
  * @module
  */
-import type { Driver, Executor, Row, SqlParam } from "../driver.ts";
+import type { Executor, Row, SqlParam, TxDriver } from "../driver.ts";
 import { KeyqError } from "../errors.ts";
 
 /** The part of a `Bun.SQL` instance or transaction the adapter uses. */
@@ -90,11 +90,11 @@ async function run(q: BunSqlQueryable, text: string, params: readonly SqlParam[]
  * import { fromBunSql } from "@keyq/keyq/bun-sql";
  * const sql = new Bun.SQL("postgres://postgres@127.0.0.1:5432/test");
  * const db = fromBunSql(sql);
- * await db.transaction!((tx) => tx.query("select $1::text as hi", ["hello"]));
+ * await db.transaction((tx) => tx.query("select $1::text as hi", ["hello"]));
  * await sql.close();
  * ```
  */
-export function fromBunSql(sql: BunSqlLike): Driver {
+export function fromBunSql(sql: BunSqlLike): TxDriver {
   const prepare = sql.options?.prepare !== false;
   return {
     name: "bun-sql",

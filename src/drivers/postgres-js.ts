@@ -2,7 +2,7 @@
  * postgres.js adapter: `fromPostgresJs(sql)`. Typed structurally; imports nothing from `postgres`.
  * @module
  */
-import { type Driver, type Executor, ORM_STATEMENT, type Row, type SqlParam } from "../driver.ts";
+import { type Executor, ORM_STATEMENT, type Row, type SqlParam, type TxDriver } from "../driver.ts";
 import { KeyqError } from "../errors.ts";
 
 /** A pending postgres.js query; `.simple()` sends it by the simple protocol (several statements). */
@@ -285,7 +285,7 @@ function isTransaction(x: unknown): x is PostgresJsTransactionLike {
  * await sql.end();
  * ```
  */
-export function fromPostgresJs(sql: PostgresJsLike): Driver {
+export function fromPostgresJs(sql: PostgresJsLike): TxDriver {
   let verified = 0;
   const named = names();
   return {

@@ -23,7 +23,7 @@
  * @module
  */
 
-import type { Driver, Executor } from "../driver.ts";
+import { type Driver, type Executor, transactional } from "../driver.ts";
 import { KeyqError } from "../errors.ts";
 import { frozenFunctions, functions, functionsHash, functionsSerial, functionsVersion, type Migration, migrations } from "../generated/migrations.ts";
 import { mapError } from "./reply.ts";
@@ -189,14 +189,9 @@ async function applyFunctions(tx: Executor, schema: string): Promise<boolean> {
 
 /** Applies pending migrations; safe to call from many processes at once. */
 export async function migrate(driver: Driver, schema: string): Promise<MigrateResult> {
-  if (!driver.transaction) {
-    throw new KeyqError(
-      "TRANSACTIONS_UNSUPPORTED",
-      `The ${driver.name} driver has no interactive transactions, so it cannot migrate; use a Pool/Client driver or apply migrationSql() by hand.`,
-    );
-  }
+  const db = transactional(driver);
   try {
-    return await driver.transaction(async (tx) => {
+    return await db.transaction(async (tx) => {
       // "create … if not exists" on existing objects would print NOTICEs on every start.
       await tx.query("set local client_min_messages = warning");
       await tx.query("select pg_advisory_xact_lock(hashtextextended($1::text, 0))", [`keyq:migrate:${schema}`]);
