@@ -28,7 +28,7 @@ function counted(d: TxDriver): { driver: TxDriver; statements(): number } {
   const driver: TxDriver = {
     ...d,
     query: (text, params) => (n++, d.query(text, params)),
-    transaction: <T>(fn: (tx: Executor) => Promise<T>) => (n += 2, d.transaction!((tx) => fn(wrap(tx)))),
+    transaction: <T>(fn: (tx: Executor) => Promise<T>) => (n += 2, d.transaction((tx) => fn(wrap(tx)))),
   };
   return { driver, statements: () => n };
 }

@@ -62,7 +62,7 @@ export interface SendOptions {
   /**
    * The caller's open transaction: the events commit or roll back with the
    * caller's own writes (outbox pattern). Accepted: keyq's executor (the `tx`
-   * of `q.driver.transaction(fn)` or of a handler), or the driver's own
+   * of `q.transaction(fn)` or of a handler), or the driver's own
    * transaction object when the client's adapter recognises it — postgres.js
    * and Bun.SQL: the `tx` of `sql.begin` (or of `tx.savepoint`); pg: a
    * `Client`/`PoolClient` after `BEGIN`; PGlite: the `tx` of
