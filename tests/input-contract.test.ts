@@ -140,7 +140,7 @@ describe("input contract", () => {
     }), /roll back/);
     assert.equal(await count(f, "event"), base + 4);
     // keyq's own executor.
-    await f.q.driver.transaction!(async (tx) => void (await f.q.send("files", ev, { tx })));
+    await f.q.transaction(async (tx) => void (await f.q.send("files", ev, { tx })));
     assert.equal(await count(f, "event"), base + 5);
     // pg: a client inside BEGIN joins it; outside a transaction it is refused.
     await scoped(async (defer) => {

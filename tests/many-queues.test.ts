@@ -21,7 +21,7 @@ function lockCounting(inner: TxDriver): { driver: TxDriver; counts: number[] } {
   const counts: number[] = [];
   const tally = async (tx: Executor) => void counts.push(Number((await tx.query(LOCKS))[0]!.n));
   const transaction = <T>(fn: (tx: Executor) => Promise<T>): Promise<T> =>
-    inner.transaction!(async (tx) => {
+    inner.transaction(async (tx) => {
       const out = await fn(tx);
       await tally(tx);
       return out;

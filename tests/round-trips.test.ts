@@ -91,7 +91,7 @@ function counted(driver: TxDriver, proxy: WireProxy, done: (c: WireCounts) => vo
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
       const before = proxy.counts();
       try {
-        return await driver.transaction!(fn);
+        return await driver.transaction(fn);
       } finally {
         const now = proxy.counts();
         done(Object.fromEntries(Object.entries(now).map(([k, v]) => [k, v - before[k as keyof WireCounts]])) as unknown as WireCounts);

@@ -29,7 +29,7 @@ function counting(driver: TxDriver): { driver: TxDriver; log: string[][] } {
       transaction: (fn) => {
         const mine: string[] = [];
         log.push(mine);
-        return driver.transaction!((tx) => fn(wrap(tx, mine)));
+        return driver.transaction((tx) => fn(wrap(tx, mine)));
       },
     },
   };

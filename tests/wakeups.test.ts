@@ -33,7 +33,7 @@ function counted(d: TxDriver): { driver: TxDriver; statements(): number; listens
     ...d,
     name: d.name,
     query: (text, params) => (n++, d.query(text, params)),
-    transaction: <T>(fn: (tx: Executor) => Promise<T>) => (n += 2, d.transaction!((tx) => fn(wrap(tx)))),
+    transaction: <T>(fn: (tx: Executor) => Promise<T>) => (n += 2, d.transaction((tx) => fn(wrap(tx)))),
   };
   if (d.connections !== undefined) Object.assign(driver, { connections: d.connections });
   if (d.listen) driver.listen = (channel, cb) => (listens++, d.listen!(channel, cb));
