@@ -9,7 +9,15 @@ import * as v from "valibot";
 import { type Admin, admin } from "./ops/admin.ts";
 import type { ConsumerContext } from "./batch/batch.ts";
 import { type ConsumerOptions, exclusiveOptions, type ExclusiveOptions, orderedOptions, type OrderedOptions, plainOptions } from "./kinds/options.ts";
-import { type Consumer, type ConsumerHandle, makeConsumer, type OrderedConsumer, type OrderedHandle, withSlots } from "./kinds/consumer.ts";
+import {
+  type Consumer,
+  type ConsumerHandle,
+  makeConsumer,
+  type OrderedConsumer,
+  type OrderedHandle,
+  type StrictOrderedConsumer,
+  withSlots,
+} from "./kinds/consumer.ts";
 import { type DeadLetters, deadLetters } from "./ops/dlq.ts";
 import { type LogCalls, logCalls } from "./ops/positions.ts";
 import { type Controls, controls } from "./ops/controls.ts";
@@ -19,7 +27,7 @@ import { exclusiveKind, orderedKind, plainKind } from "./kinds/kinds.ts";
 import { migrate, migrationSql } from "./engine/migrate.ts";
 import type { PayloadSchema, SchemaFor } from "./payload.ts";
 import { dispatching, schemaFor } from "./events/dispatch.ts";
-import type { EventMap, EventTypes, SendArg, TypedConsumer, TypedOrderedConsumer, TypedQueue } from "./events/types.ts";
+import type { EventMap, EventTypes, SendArg, TypedConsumer, TypedOrderedConsumer, TypedQueue, TypedStrictOrderedConsumer } from "./events/types.ts";
 import { send, sendBatch } from "./produce/producer.ts";
 import { grant, grants, revoke } from "./roles/grants.ts";
 import type {
@@ -164,8 +172,12 @@ export interface Keyq<E extends EventMap = Record<never, never>> extends KeyqBas
    * one worker processes a key at any instant; no order promise.
    */
   exclusive<P = unknown>(queue: string, name: string, options?: ExclusiveOptions): Consumer<P>;
+  /** Tier B ordered consumer of a typed queue with the pause policy (strict order): per-event handlers only. */
+  ordered<Q extends TypedQueue<E>>(queue: Q, name: string, options: OrderedOptions & { onFailure: "pause" }): TypedStrictOrderedConsumer<E[Q]>;
   /** Tier B ordered consumer of a typed queue. */
   ordered<Q extends TypedQueue<E>>(queue: Q, name: string, options: OrderedOptions): TypedOrderedConsumer<E[Q]>;
+  /** Tier B ordered consumer with the pause policy (strict order per key): per-event handlers only. */
+  ordered<P = unknown>(queue: string, name: string, options: OrderedOptions & { onFailure: "pause" }): StrictOrderedConsumer<P>;
   /**
    * Tier B: an ordered consumer with N fixed slots; key K always goes to
    * slot `(hashtextextended(K, 0) % N + N) % N`, one worker per slot, FIFO
@@ -364,7 +376,8 @@ export function keyq<E extends EventMap = Record<never, never>>(driver: Driver, 
     },
     tick: a.tick,
     maintain: a.maintain,
-    ...consumers(driver, schema, (queue) => (typesOf(queue) ? undefined : schemaOf(queue)), typesOf, a, obs),
+    // The factories are untyped; the Keyq overloads type them per kind and queue.
+    ...(consumers(driver, schema, (queue) => (typesOf(queue) ? undefined : schemaOf(queue)), typesOf, a, obs) as unknown as Pick<Keyq<E>, keyof Factories>),
     dlq: deadLetters(driver, schema),
     status: a.status,
     grant: (input) => grant(driver, schema, input),

@@ -314,6 +314,7 @@ describe("input contract", () => {
 
   test("refusals before side effects: pause + handleBatch, a worker range with no slot, bad run options", { skip }, async () => {
     const ordered = f.q.ordered("files", "paused", { slots: 4, onFailure: "pause" });
+    // @ts-expect-error the pause policy takes per-event handlers only: the type refuses handleBatch, JavaScript gets INVALID_INPUT
     await refused(ordered.run({ handleBatch: () => {} }), "INVALID_INPUT");
     const wide = f.q.ordered("files", "wide", { slots: 4 });
     const err = await refused(wide.run({ handler: () => {}, worker: 9, workers: 10 }), "INVALID_INPUT");

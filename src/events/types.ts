@@ -18,7 +18,7 @@
  * @module
  */
 
-import type { Consumer, OrderedConsumer } from "../kinds/consumer.ts";
+import type { Consumer, OrderedConsumer, PerEventOnly, StrictOrderedConsumer } from "../kinds/consumer.ts";
 import type { PayloadSchema } from "../payload.ts";
 import type {
   BatchContext,
@@ -108,6 +108,9 @@ export type TypedConsumer<M extends EventTypes> = Omit<Consumer, keyof TypedCall
 
 /** A Tier B ordered consumer of a typed queue; its calls also take `worker`/`workers`. */
 export type TypedOrderedConsumer<M extends EventTypes> = Omit<OrderedConsumer, keyof TypedCalls<M>> & TypedCalls<M, SlotAssignment>;
+
+/** A Tier B ordered consumer of a typed queue with `onFailure: "pause"`: per-event handlers only (`handler` or `on`). */
+export type TypedStrictOrderedConsumer<M extends EventTypes> = Omit<StrictOrderedConsumer, keyof TypedCalls<M>> & TypedCalls<M, SlotAssignment & PerEventOnly>;
 
 /** The queues of `E` that have event types. */
 export type TypedQueue<E extends EventMap> = keyof E & string;

@@ -118,6 +118,26 @@ export interface OrderedConsumer<P = unknown> extends Consumer<P>, OrderedHandle
   work(options: WorkOptions<P> & SlotAssignment): Promise<RunReport>;
 }
 
+/** Options a strict-order consumer refuses: the pause policy holds a failed key's later events back per event, so no `handleBatch`. */
+export interface PerEventOnly {
+  /** Not with `onFailure: "pause"`: use `handler` (or `on`). */
+  handleBatch?: never;
+}
+
+/**
+ * A Tier B ordered consumer with `onFailure: "pause"` (strict order per
+ * key): its calls take per-event handlers only, since a failed head holds
+ * its key's later events back one by one.
+ */
+export interface StrictOrderedConsumer<P = unknown> extends OrderedConsumer<P> {
+  /** Consumes one batch (of one slot) in one transaction. */
+  batch(options: BatchOptions<P> & SlotAssignment & PerEventOnly): Promise<BatchReport>;
+  /** Ticks, maintains, then consumes batches until the budget or the backlog ends. */
+  run(options: RunOptions<P> & SlotAssignment & PerEventOnly): Promise<RunReport>;
+  /** Loops `run` with polling back-off until `signal` aborts. */
+  work(options: WorkOptions<P> & SlotAssignment & PerEventOnly): Promise<RunReport>;
+}
+
 /**
  * Runs the engine's concurrent index statements one by one, outside any
  * transaction, so producers keep writing while they run. False when the

@@ -64,6 +64,16 @@ export async function calls(): Promise<void> {
   // @ts-expect-error nor a typed exclusive one
   await q.exclusive("files", "tx").batch({ on: { FileCreated() {} }, worker: 0, workers: 2 });
 
+  // The pause policy (strict order) holds a failed key's later events back one by one: per-event handlers only.
+  await q.ordered("other", "strict", { slots: 4, onFailure: "pause" }).run({ handler, worker: 0, workers: 2 });
+  await q.ordered("files", "strict-typed", { slots: 4, onFailure: "pause" }).work({ on: { FileCreated() {} }, signal });
+  await q.ordered("other", "skip", { slots: 4, onFailure: "skip" }).run({ handleBatch: () => {} });
+  await q.ordered("other", "default", { slots: 4 }).batch({ handleBatch: () => {} });
+  // @ts-expect-error handleBatch under the pause policy
+  await q.ordered("other", "strict", { slots: 4, onFailure: "pause" }).run({ handleBatch: () => {} });
+  // @ts-expect-error nor on a typed queue
+  await q.ordered("files", "strict-typed", { slots: 4, onFailure: "pause" }).batch({ handleBatch: () => {} });
+
   // Options of one call are not taken by another.
   // @ts-expect-error budgetMs is a run()/work() option
   await q.consumer("other", "p").batch({ handler, budgetMs: 5 });
