@@ -18,7 +18,7 @@
  *
  * @module
  */
-import { type TxDriver, type Keyq, keyq, KeyqError, type RevokeInput, type RoleGrants } from "../mod.ts";
+import { type Keyq, keyq, KeyqError, type RevokeInput, type RoleGrants, type TxDriver } from "../mod.ts";
 import { logCommand, settingFlags } from "./log.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
@@ -68,7 +68,7 @@ const USAGE = `usage: keyq <command> [args] [--schema S] [--json]
   revoke <role>                 take grants back: the same flags, or --all
   grants                        every role's grants
   help, --help, -h              this text;  --version  the version
-Durations: "500ms", "30s", "5m", "2h", "7d". TxDriver: postgres (postgres.js), else pg.
+Durations: "500ms", "30s", "5m", "2h", "7d", or a number of milliseconds (the unit --json reports). Driver: postgres (postgres.js), else pg.
 Environment: DATABASE_URL (required except for sql and help), KEYQ_SCHEMA.`;
 
 /** The flags every command accepts, and each command's own. */
@@ -156,22 +156,23 @@ function number(flags: Args["flags"], name: string): number | undefined {
   return n;
 }
 
-function seconds(flags: Args["flags"], name: string): number | undefined {
+/** A duration flag in milliseconds: a bare number is milliseconds (what `status --json` reports), or text like "5m". */
+function ms(flags: Args["flags"], name: string): number | undefined {
   const v = flags[name];
   if (v === undefined) return undefined;
   try {
-    return durationMs(name, String(v))! / 1000;
+    return durationMs(name, String(v));
   } catch {
-    throw new UsageError(`Flag --${name} needs a duration like "30s", "5m", "1h" (got "${String(v)}").`);
+    throw new UsageError(`Flag --${name} needs a duration: milliseconds, or text like "30s", "5m", "1h" (got "${String(v)}").`);
   }
 }
 
 /** The thresholds of `status --check` from its flags (any threshold flag implies --check). */
 export function thresholds(flags: Args["flags"]): Thresholds | null {
   const given: Thresholds = {
-    maxTickAge: seconds(flags, "max-tick-age"),
+    maxTickAgeMs: ms(flags, "max-tick-age"),
     maxLag: number(flags, "max-lag"),
-    maxLagAge: seconds(flags, "max-lag-age"),
+    maxLagMs: ms(flags, "max-lag-age"),
     maxDead: number(flags, "max-dead"),
     maxBlocked: number(flags, "max-blocked"),
   };

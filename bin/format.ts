@@ -88,7 +88,7 @@ function distance(a: string, b: string): number {
   return d[b.length]!;
 }
 
-export { humanSeconds } from "../src/observe/check.ts";
+export { humanMs } from "../src/observe/check.ts";
 
 function cell(v: unknown): string {
   if (v === null || v === undefined) return "";

@@ -7,7 +7,7 @@
  */
 import type { MaintainReport, QueueInfo, QueueStatus } from "../mod.ts";
 import { QUEUE_SETTINGS } from "../src/ops/queue-settings.ts";
-import { humanSeconds } from "./format.ts";
+import { humanMs } from "./format.ts";
 
 export { checkStatus, DEFAULT_THRESHOLDS, type Thresholds } from "../src/observe/check.ts";
 
@@ -16,12 +16,12 @@ export function queueRows(status: QueueStatus[]): Record<string, unknown>[] {
   return status.map((s) => ({
     queue: s.queue,
     "last tick": s.lastTick ?? "never",
-    "tick age": humanSeconds(s.lastTickAge),
+    "tick age": humanMs(s.lastTickAgeMs),
     "not ticked": s.eventsSinceTick,
     // The same values as --json: ring tables are numbered from 0.
     "current table": s.currentTable,
     tables: s.tables,
-    retention: s.retention === null ? "none" : humanSeconds(s.retention),
+    retention: s.retention === null ? "none" : humanMs(s.retention),
     "retained since": s.retained?.since ?? "",
     "retained events": s.retained?.events ?? "",
     "retained bytes": s.retained?.bytes ?? "",
@@ -41,8 +41,8 @@ export function cursorRows(status: QueueStatus[]): Record<string, unknown>[] {
         paused: c.paused ? "PAUSED" : "",
         slot: c.kind === "ordered" ? cu.slot : "",
         "lag events": cu.lagEvents,
-        "lag": humanSeconds(cu.lagSeconds),
-        "polled": `${humanSeconds(cu.polledAgo)} ago`,
+        "lag": humanMs(cu.lagMs),
+        "polled": `${humanMs(cu.polledAgoMs)} ago`,
         stale: cu.stale ? "STALE" : "",
         retries: c.retries,
         dead: c.deadLetters,
@@ -60,7 +60,7 @@ export function queueSettings(q: QueueInfo): Record<string, unknown> {
     out[k.replace(/[A-Z]/g, (c) => ` ${c.toLowerCase()}`)] = k === "retention" && value === null
       ? "none"
       : spec.kind === "duration"
-      ? humanSeconds(value === undefined ? value : value / 1000) // QueueInfo durations are milliseconds
+      ? humanMs(value) // QueueInfo durations are milliseconds
       : value;
     // The same value as --json: ring tables are numbered from 0.
     if (k === "tables") out["current table"] = q.currentTable;

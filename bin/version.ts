@@ -1,7 +1,7 @@
 /**
  * The package version `keyq --version` prints. A constant, so it works from
- * the npm package, JSR and the repository alike; tests/cli.test.ts fails when
- * it differs from package.json.
+ * the npm package, JSR and the repository alike; written from package.json by
+ * scripts/version.ts (`npm version` runs it), checked by check:exports.
  *
  * @module
  */

@@ -4,7 +4,10 @@
  * immutable: tables, indexes, data, frozen functions) and
  * `src/sql/functions/NN_name.sql` (the engine functions, re-applied as a set
  * when their hash changes) and writes `src/generated/migrations.ts`; a changed
- * function set gets the next serial in `src/sql/function-set.json`.
+ * function set gets the next serial in `src/sql/function-set.json`. A
+ * migration that defines functions (0.1's 001–007) also gets its fresh form,
+ * without them (scripts/sql-statements.ts): migrate() installs an empty
+ * schema through those, so the function set creates each function once.
  *
  *   node --import tsx scripts/build-migrations.ts [sqlDir] [outFile]
  *
@@ -15,6 +18,7 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
+import { freshMigrations } from "./sql-statements.ts";
 
 /** One SQL source file: its base name (`001_engine.sql`) and its text. */
 export interface SqlFile {
@@ -98,8 +102,13 @@ export function renderMigrations(migrationFiles: SqlFile[], functionFiles: SqlFi
   checkFrozen(migrations, functions);
   // One template literal per file, line for line, so an engine change reads
   // in review as the same diff as its .sql file.
-  const mEntries = migrations.map(
-    (m) => `  {\n    version: ${m.version},\n    name: ${JSON.stringify(m.name)},\n    sql: \`${templateText(m.sql)}\`,\n  },\n`,
+  // A migration that defines functions also gets its fresh form (without
+  // them): an empty schema is installed through those, then the function set
+  // creates every function once.
+  const fresh = freshMigrations(migrations.map((m) => m.sql), FROZEN);
+  const mEntries = migrations.map((m, i) =>
+    `  {\n    version: ${m.version},\n    name: ${JSON.stringify(m.name)},\n    sql: \`${templateText(m.sql)}\`,\n` +
+    (fresh[i] === m.sql ? "" : `    fresh: \`${templateText(fresh[i]!)}\`,\n`) + `  },\n`
   );
   const fEntries = functions.map(
     (f) => `  {\n    name: ${JSON.stringify(f.name)},\n    sql: \`${templateText(f.sql)}\`,\n  },\n`,
@@ -111,7 +120,14 @@ export function renderMigrations(migrationFiles: SqlFile[], functionFiles: SqlFi
 export interface Migration {
   readonly version: number;
   readonly name: string;
+  /** The file's text, as databases upgrading through it run it. */
   readonly sql: string;
+  /**
+   * The text without its function definitions (but a frozen function's last
+   * one), for installing into an empty schema: the function set then creates
+   * every function once. Absent when the migration defines none.
+   */
+  readonly fresh?: string;
 }
 
 /** One file of engine functions (src/sql/functions/). */

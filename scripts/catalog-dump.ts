@@ -11,7 +11,7 @@
  *
  *   npm run snapshot   # rewrites src/sql/schema.snapshot.sql
  */
-import type { Sql } from "../tests/helpers/db.ts";
+import type { Sql } from "./lib/db.ts";
 
 /** The committed snapshot, relative to the repository root. */
 export const SNAPSHOT_PATH = "src/sql/schema.snapshot.sql";

@@ -1,6 +1,7 @@
 /**
  * Checks that the npm manifest (package.json), the JSR manifest (jsr.json) and
- * deno.json agree: same version, same subpath exports (npm points at built
+ * deno.json agree: the version everywhere is package.json's (scripts/version.ts:
+ * also bin/version.ts, the generated module, the README), same subpath exports (npm points at built
  * files, "./dist/src/drivers/x.js" ↔ "./src/drivers/x.ts"), every export
  * target exists, every driver in src/drivers/ is exported, and deno.json
  * maps "keyq" and "keyq/<sub>" to the same sources (for Deno tests and doc checks).
@@ -13,6 +14,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
+import { versionProblems } from "./version.ts";
 
 const root = resolve(fileURLToPath(import.meta.url), "../..");
 const checkDist = process.argv.includes("--dist");
@@ -121,9 +123,10 @@ for (const file of drivers) {
 }
 
 for (const [name, m] of [["jsr.json", jsr], ["deno.json", deno]] as const) {
-  if (m.version !== pkg.version) problems.push(`${name} version ${m.version} differs from package.json ${pkg.version}.`);
   if (m.name !== jsr.name) problems.push(`${name} name ${m.name} differs from jsr.json ${jsr.name}.`);
 }
+// The version is package.json's; jsr.json, deno.json, bin/version.ts, the generated module and the README's tarball name copy it.
+problems.push(...versionProblems(root));
 
 // Built declaration files must import siblings as .js (Deno resolves npm:keyq types literally).
 if (checkDist && existsSync(join(root, "dist"))) {

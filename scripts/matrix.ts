@@ -16,8 +16,7 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import type { Runtime } from "../tests/helpers/drivers.ts";
-import { END, renderTable, renderVersions, RUNTIMES, type RunResult, sectionOf, START } from "../tests/helpers/matrix.ts";
+import { END, renderTable, renderVersions, type Runtime, RUNTIMES, type RunResult, sectionOf, START } from "./lib/matrix.ts";
 
 const root = resolve(fileURLToPath(import.meta.url), "../..");
 

@@ -9,7 +9,7 @@ import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { keyq } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
-import { connect, databaseUrl, dropSchema, freshSchema } from "../tests/helpers/db.ts";
+import { connect, databaseUrl, dropSchema, freshSchema } from "./lib/db.ts";
 import { catalogDump, SNAPSHOT_PATH } from "./catalog-dump.ts";
 
 const url = await databaseUrl();

@@ -122,7 +122,9 @@ export interface KeyqBase<E extends EventMap = Record<never, never>> extends Log
   /**
    * Backlog, tick age and rotation per queue; lag, retries, dead letters,
    * blocked keys and stale cursors per consumer and slot. With `queue`, an
-   * unknown queue throws `QUEUE_NOT_FOUND`.
+   * unknown queue throws `QUEUE_NOT_FOUND`. Durations are milliseconds
+   * (`lastTickAgeMs`, `lagMs`, `polledAgoMs`, `retention`), the unit of the
+   * `status --check` thresholds and of every duration keyq takes.
    */
   status(options?: { queue?: string; staleAfter?: Duration }): Promise<QueueStatus[]>;
   /**

@@ -411,6 +411,13 @@ export interface MigrateResult {
   to: number;
   /** Versions applied by this call. */
   applied: number[];
+  /**
+   * The engine's function set: "applied" (created or replaced by this call),
+   * "current" (this build's was already there), "newer" (a newer keyq
+   * version's, or a later build of this version, is recorded: left alone;
+   * this process runs the older build).
+   */
+  functions: "applied" | "current" | "newer";
 }
 
 /** Result of `maintain()` for one queue. */
@@ -453,6 +460,12 @@ export interface DeadLetter<P = unknown> {
   error: { message: string; code?: string; name?: string } | null;
   /** When it was dead-lettered (ISO timestamp). */
   deadAt: string;
+  /**
+   * The W3C `traceparent` the event was sent under (keyq/otel), kept so a
+   * replayed delivery links to its producer again; null when the producer
+   * traced nothing (and for dead letters older than this field).
+   */
+  trace: string | null;
 }
 
 /** Filters of the dead-letter calls. Durations count back from now. */
@@ -489,10 +502,10 @@ export interface CursorStatus {
   slot: number;
   /** Events committed to the queue after the cursor's tick (queue-wide; deduplicated and rolled-back sends do not count), counted up to 100,000. */
   lagEvents: number;
-  /** Seconds since the cursor's tick. */
-  lagSeconds: number;
-  /** Seconds since a batch last looked at this cursor. */
-  polledAgo: number;
+  /** Milliseconds since the cursor's tick (compare with the `maxLagMs` threshold). */
+  lagMs: number;
+  /** Milliseconds since a batch last looked at this cursor. */
+  polledAgoMs: number;
   /** Not polled for `staleAfter`: it pins rotation, so the log grows. */
   stale: boolean;
   /** True while the cursor is inside a window it has not finished. */
@@ -527,8 +540,8 @@ export interface QueueStatus {
   rotatedAt: string;
   /** The newest tick's id; null before the first tick. */
   lastTick: string | null;
-  /** Seconds since the last tick. */
-  lastTickAge: number | null;
+  /** Milliseconds since the last tick; null before the first (compare with the `maxTickAgeMs` threshold). */
+  lastTickAgeMs: number | null;
   /** Events committed since the last tick (not yet in any window), counted up to 100,000. */
   eventsSinceTick: number;
   /** Milliseconds events are kept past their consumers; null: no retention (pass null or 0 to turn it off). */

@@ -22,12 +22,12 @@ import { httpCases } from "./suites/http.ts";
 import { dbSkip, requireDatabase } from "./helpers/db.ts";
 import { withFixture } from "./helpers/fixture.ts";
 import { closeShared, type DriverSpec, driverSpecs, fixtureFor, migrateCase, neonTraffic, runtimeName, runtimeVersion } from "./helpers/drivers.ts";
-import { type CellResult, checkColumn, type RunResult } from "./helpers/matrix.ts";
+import { type CellResult, checkColumn, matrixRows, type RunResult } from "./helpers/matrix.ts";
 
 const noDb = await dbSkip();
 const url = noDb ? "" : await requireDatabase();
 const runtime = runtimeName();
-const result: RunResult = { runtime, version: runtimeVersion(), finishedAt: "", cells: {} };
+const result: RunResult = { runtime, version: runtimeVersion(), finishedAt: "", rows: matrixRows(), cells: {} };
 
 /** The cases a driver must pass. */
 function casesFor(spec: DriverSpec): Case[] {

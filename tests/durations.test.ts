@@ -4,7 +4,8 @@
 // is accepted everywhere a duration is taken.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { QueueInfo, QueueSettings } from "../mod.ts";
+import { checkStatus, healthHandler, type QueueInfo, type QueueSettings } from "../mod.ts";
+import { thresholds } from "../bin/cli.ts";
 import { batchSettings } from "../src/batch/settings.ts";
 import { QUEUE_SETTINGS } from "../src/ops/queue-settings.ts";
 import { dbSkip } from "./helpers/db.ts";
@@ -85,3 +86,50 @@ test("run and work durations take numbers (milliseconds) and text alike", () => 
   assert.throws(() => batchSettings({ handler, budgetMs: 0 }, "run options"), /positive duration/);
   assert.throws(() => batchSettings({ handler, budgetMs: "2 days" }, "run options"), /at most 86400000 ms/);
 });
+
+test("status() reports milliseconds that pass back as settings, thresholds and staleAfter", { skip }, () =>
+  withPg(async (f) => {
+    await f.q.createQueue("st", { retention: "7d" });
+    const c = f.q.consumer("st", "audit");
+    await c.subscribe();
+    await f.q.send("st", { type: "T", payload: 1 });
+    await f.q.tick("st", { force: true });
+    await new Promise((r) => setTimeout(r, 60));
+    const [s] = await f.q.status({ queue: "st" });
+    const cu = s!.consumers[0]!.cursors[0]!;
+    // Milliseconds: at least the 60 ms waited, far below a minute (seconds would read 0.06).
+    for (const [name, ms] of [["lastTickAgeMs", s!.lastTickAgeMs!], ["lagMs", cu.lagMs], ["polledAgoMs", cu.polledAgoMs]] as const) {
+      assert.ok(ms >= 55 && ms < 60_000, `${name} ${ms} is milliseconds`);
+    }
+    // Every number status() reports is classified: a new field fails here until it is (a duration must be ms).
+    const numbers = new Set<string>();
+    const walk = (o: unknown, path: string): void => {
+      if (typeof o === "number") numbers.add(path.replace(/\.\d+/g, "[]"));
+      else if (o && typeof o === "object") for (const [k, v] of Object.entries(o)) walk(v, path ? `${path}.${k}` : k);
+    };
+    walk(s, "");
+    const durations = ["lastTickAgeMs", "retention", "consumers[].cursors[].lagMs", "consumers[].cursors[].polledAgoMs"];
+    const counts = ["tables", "currentTable", "eventsSinceTick", "retained.events", "retained.bytes", "consumers[].slots", "consumers[].retries",
+      "consumers[].deadLetters", "consumers[].blockedKeys", "consumers[].cursors[].slot", "consumers[].cursors[].lagEvents"];
+    assert.deepEqual([...numbers].sort(), [...durations, ...counts].sort());
+    // retention: the setting's unit and name, the same value listQueues reports, taken back as it is.
+    const listed = (await f.q.listQueues()).find((x) => x.name === "st")!;
+    assert.equal(s!.retention, 604_800_000);
+    assert.equal(s!.retention, listed.retention);
+    assert.equal((await f.q.createQueue("st", { retention: s!.retention })).created, false);
+    assert.equal((await f.q.updateQueue("st", { retention: s!.retention })).retention, 604_800_000);
+    // Ages as thresholds (API and CLI flags): the reported value itself is not crossed, 1 ms less is.
+    const at = { maxTickAgeMs: s!.lastTickAgeMs!, maxLagMs: cu.lagMs };
+    assert.deepEqual(checkStatus([s!], at), []);
+    assert.equal(checkStatus([s!], { maxTickAgeMs: at.maxTickAgeMs - 1, maxLagMs: at.maxLagMs - 1 }).length, 2);
+    const flags = thresholds({ "max-tick-age": String(at.maxTickAgeMs), "max-lag-age": String(at.maxLagMs) })!;
+    assert.deepEqual([flags.maxTickAgeMs, flags.maxLagMs], [at.maxTickAgeMs, at.maxLagMs]);
+    assert.deepEqual(checkStatus([s!], { ...flags, maxDead: undefined, maxBlocked: undefined, stale: false }), []);
+    // The health handler takes them too (the lag only grows, so 1 ms less is crossed on any later call).
+    assert.equal((await healthHandler(f.q, { thresholds: { maxLagMs: cu.lagMs - 1 } })(new Request("http://h/health"))).status, 503);
+    assert.equal((await healthHandler(f.q, { thresholds: { maxLagMs: cu.lagMs + 3_600_000 } })(new Request("http://h/health"))).status, 200);
+    // polledAgoMs as staleAfter: half of it marks the cursor stale, an hour more does not.
+    const stale = async (staleAfter: number) => (await f.q.status({ queue: "st", staleAfter }))[0]!.consumers[0]!.cursors[0]!.stale;
+    assert.equal(await stale(Math.max(1, cu.polledAgoMs / 2)), true);
+    assert.equal(await stale(cu.polledAgoMs + 3_600_000), false);
+  }));

@@ -2,27 +2,20 @@
 // refusals of text and JSON Postgres would change, `{ tx }` exactly as
 // documented, bounded numbers, refusals before side effects, poisoned
 // handler errors that never stall a consumer.
+// Drivers without transactions: tests/input-contract-http.test.ts.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import pg from "pg";
-import { neon, neonConfig } from "@neondatabase/serverless";
 import { keyq, KeyqError } from "../mod.ts";
-import { fromNeonHttp } from "../src/drivers/neon.ts";
 import { fromBunSql } from "../src/drivers/bun-sql.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { MAX_MESSAGE } from "../src/error-text.ts";
 import { dbSkip } from "./helpers/db.ts";
-import { type Fixture, pgFixture } from "./helpers/keyq.ts";
-import { withPg } from "./helpers/fixture.ts";
+import { count, type Fixture, pgFixture } from "./helpers/keyq.ts";
 import { scoped } from "./helpers/scope.ts";
-import { configureNeonHttp, type NeonHttpShim, startNeonHttpShim } from "./helpers/neon-http-shim.ts";
 import { refused } from "./helpers/refused.ts";
 
 const skip = await dbSkip();
-
-
-const count = async (f: Fixture, table: string): Promise<number> =>
-  Number((await f.raw(`select count(*)::int as n from "${f.schema}".${table}`))[0]!.n);
 
 /** Storable: no NUL, no unpaired surrogate. */
 const storable = (s: string): boolean => !/\0|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(s);
@@ -140,7 +133,7 @@ describe("input contract", () => {
     }), /roll back/);
     assert.equal(await count(f, "event"), base + 4);
     // keyq's own executor.
-    await f.q.transaction(async (tx) => void (await f.q.send("files", ev, { tx })));
+    await f.q.driver.transaction!(async (tx) => void (await f.q.send("files", ev, { tx })));
     assert.equal(await count(f, "event"), base + 5);
     // pg: a client inside BEGIN joins it; outside a transaction it is refused.
     await scoped(async (defer) => {
@@ -388,36 +381,5 @@ describe("input contract", () => {
     assert.equal(by.undefinedValue!.message, "undefined");
     assert.deepEqual([by.codeWithNul!.code, by.codeWithNul!.name], ["E\\u0000", "Bad\ufffd"]);
     assert.equal((await f.q.status({ queue: "poison" }))[0]!.consumers[0]!.cursors[0]!.windowOpen, false);
-  });
-});
-
-describe("refusal before any request: drivers without transactions", () => {
-  let shim: NeonHttpShim | undefined;
-  let restore: (() => void) | undefined;
-  after(async () => {
-    restore?.();
-    await shim?.stop();
-  });
-
-  test("Neon HTTP (through the local endpoint shim) makes 0 requests before TRANSACTIONS_UNSUPPORTED", { skip }, async () => {
-    shim = await startNeonHttpShim();
-    restore = configureNeonHttp(neonConfig, shim.url);
-    await withPg({ max: 1 }, async (f) => {
-      await f.q.createQueue("files");
-      const q = keyq(fromNeonHttp(neon(f.url) as never), { schema: f.schema });
-      await q.send("files", { type: "ViaHttp", payload: 1 }); // producing works over HTTP
-      const before = shim!.requests;
-      assert.ok(before >= 1, "the shim answered the send");
-      const c = q.consumer("files", "c");
-      // @ts-expect-error the types give a client over a driver without transactions no consuming calls
-      await refused(c.run({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
-      // @ts-expect-error (JavaScript callers get the run-time refusal)
-      await refused(c.batch({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
-      // @ts-expect-error an ordered consumer's handle has no work()
-      await refused(q.ordered("files", "o", { slots: 2 }).work({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
-      assert.equal(shim!.requests - before, 0, "no request was made");
-      assert.equal(await count(f, "consumer"), 0);
-      assert.equal(await count(f, "tick"), 1, "no tick was written (only createQueue's first one)");
-    });
   });
 });

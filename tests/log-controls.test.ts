@@ -128,7 +128,7 @@ describe("operator controls (CLI, spawned)", () => {
       await c.run({ handler: () => {} });
       const status = JSON.parse((await cli(["status", "files", "--json"], env)).out);
       assert.equal(status[0].retained.events, 3);
-      assert.equal(status[0].retention, 3600);
+      assert.equal(status[0].retention, 3_600_000, "milliseconds, as queues --json reports it");
       assert.match((await cli(["status", "files"], env)).out, /retained events/);
 
       assert.deepEqual(JSON.parse((await cli(["pause", "files", "audit", "--json"], env)).out), { consumer: "audit", paused: true, changed: true });

@@ -76,7 +76,7 @@ describe("retention", () => {
       assert.equal(plain.reduce((n, t) => n + t.rows, 0), 800, "without retention the third rotation truncated the passed table 0");
       assert.equal(plain[0]!.rows, 0);
       const [st] = await f.q.status({ queue: "kept" });
-      assert.equal(st!.retention, 3600);
+      assert.equal(st!.retention, 3_600_000, "milliseconds, as listQueues reports it");
       assert.equal(st!.retained.events, 1200);
       assert.ok(st!.retained.bytes >= kept.reduce((n, t) => n + t.bytes, 0) - 1);
       assert.equal(st!.retained.oldestEventId, "1");

@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { buildMigrations, functionsHash, HEADER, nextStamp, packageVersion, readSqlFiles, readStamp, renderMigrations } from "../scripts/build-migrations.ts";
+import { freshMigrations, splitStatements } from "../scripts/sql-statements.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 
@@ -113,4 +114,40 @@ test("renderMigrations refuses bad names, gaps and duplicates", () => {
     () => renderMigrations([{ name: "001_a.sql", text: "" }, { name: "001_b.sql", text: "" }]),
     /without gaps or duplicates/,
   );
+});
+
+test("splitStatements splits at semicolons outside quotes, dollar quotes and comments", () => {
+  const sql = `-- a; comment\ncreate table t (a text default 'x;''y');\n/* b; */ do $x$ begin perform 1; end $x$;\n` +
+    `select E'\\'; ', "a;b", $1;\n-- trailing; comment\n`;
+  const s = splitStatements(sql);
+  assert.deepEqual(s.map((x) => x.code), [
+    "create table t (a text default 'x;''y');",
+    "do $x$ begin perform 1; end $x$;",
+    `select E'\\'; ', "a;b", $1;`,
+    "",
+  ]);
+  assert.equal(s.map((x) => x.text).join(""), sql, "nothing lost");
+});
+
+test("fresh forms leave out function definitions but a frozen function's last one, and refuse a migration that calls a left-out one", () => {
+  const f = (name: string, body = "select 1") => `-- ${name} does this\ncreate or replace function :KEYQ_SCHEMA.${name}() returns int language sql as $$ ${body} $$;\n`;
+  const one = `-- header\n\ncreate table :KEYQ_SCHEMA.tick (a int);\n\n${f("tick")}\n${f("slot_of")}`;
+  const two = `${f("slot_of", "select 2")}create index on :KEYQ_SCHEMA.tick (a);\n`;
+  const [a, b, c] = freshMigrations([one, two, "select 3;\n"], ["slot_of"]);
+  assert.equal(a, "-- header\n\ncreate table :KEYQ_SCHEMA.tick (a int);\n");
+  assert.equal(b, two, "the frozen function's last definition stays");
+  assert.equal(c, "select 3;\n");
+  assert.throws(() => freshMigrations([one, "select :KEYQ_SCHEMA.tick();\n"], ["slot_of"]), /Migration 2 calls tick/);
+  assert.throws(() => freshMigrations([one, "create index on :KEYQ_SCHEMA.t (:KEYQ_SCHEMA.slot_of());\n", two], ["slot_of"]), /calls slot_of/);
+  assert.doesNotThrow(() => freshMigrations([one, "insert into :KEYQ_SCHEMA.tick (a) values (1);\n"], ["slot_of"]));
+});
+
+test("the generated module gives a migration a fresh form exactly when it defines functions", () => {
+  const out = renderMigrations(
+    [{ name: "001_a.sql", text: "create table :KEYQ_SCHEMA.t (a int);\ncreate function :KEYQ_SCHEMA.slot_of() returns int language sql as $$ select 1 $$;\n" },
+     { name: "002_b.sql", text: "create function :KEYQ_SCHEMA.f() returns int language sql as $$ select 1 $$;\nalter table :KEYQ_SCHEMA.t add b int;\n" }],
+    [],
+  );
+  assert.equal(out.match(/^ {4}fresh: `/gm)?.length, 1);
+  assert.match(out, /fresh: `alter table :KEYQ_SCHEMA\.t add b int;\n`/);
 });

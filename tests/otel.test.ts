@@ -123,6 +123,53 @@ describe("keyq/otel on Postgres", { skip }, () => {
     assert.notEqual(process[1]!.status.code, SpanStatusCode.ERROR);
   });
 
+  test("a dead letter keeps its event's trace context; a replay delivers it again, linked to the producer", async () => {
+    await f.q.createQueue("dead-traced", { maxRetries: 0 });
+    const c = f.q.consumer("dead-traced", "w");
+    await c.subscribe();
+    exporter.reset();
+    const sent = await f.q.send("dead-traced", { type: "T", payload: "x", key: "k" });
+    const producer = exporter.getFinishedSpans().find((s) => s.name === "send dead-traced")!;
+    const traceparent = toTraceparent(producer.spanContext());
+    const seen: (string | undefined)[] = [];
+    let fail = true;
+    const handler = (ev: { trace?: string }) => {
+      seen.push(ev.trace);
+      if (fail) throw new Error("dead on arrival");
+    };
+    assert.equal((await c.run({ handler })).deadLettered, 1, "maxRetries 0: the first failure dead-letters");
+    const [dead] = await f.q.dlq.list({ queue: "dead-traced" });
+    assert.equal(dead!.eventId, sent.id);
+    assert.equal(dead!.trace, traceparent, "the dead letter keeps the producer's trace context");
+    // Replayed: the delivery carries the trace again and its handler span links to the producer.
+    assert.equal(await f.q.dlq.replay([dead!.id]), 1);
+    fail = false;
+    exporter.reset();
+    for (let i = 0; i < 100 && seen.length < 2; i++) await c.run({ handler });
+    assert.deepEqual(seen, [traceparent, traceparent]);
+    const replayed = exporter.getFinishedSpans().find((s) => s.name === "process dead-traced")!;
+    assert.equal(replayed.links[0]?.context.spanId, producer.spanContext().spanId);
+    assert.equal(await f.q.dlq.count({ queue: "dead-traced" }), 0);
+
+    // An operator's dead-letter of a blocked head (Tier B pause) keeps it too.
+    await f.q.createQueue("head-traced", { maxRetries: 5, retryBase: "1h" });
+    const o = f.q.ordered("head-traced", "life", { slots: 2, onFailure: "pause" });
+    await o.subscribe();
+    exporter.reset();
+    await f.q.send("head-traced", { type: "T", payload: 1, key: "bad" });
+    const headTrace = toTraceparent(exporter.getFinishedSpans().find((s) => s.name === "send head-traced")!.spanContext());
+    await o.run({ handler: () => { throw new Error("poison"); } });
+    await f.q.settleHead("head-traced", "life", "bad", "deadLetter");
+    assert.equal((await f.q.dlq.list({ queue: "head-traced" }))[0]!.trace, headTrace);
+
+    // Untraced: a client without instrument() stores no trace context, and its dead letter says null.
+    const plain = keyq(f.q.driver, { schema: f.schema });
+    await plain.send("dead-traced", { type: "T", payload: "y" });
+    fail = true;
+    await plain.consumer("dead-traced", "w").run({ handler });
+    assert.deepEqual((await f.q.dlq.list({ queue: "dead-traced" })).map((d) => d.trace), [null]);
+  });
+
   test("parent: producer puts send and handler in one trace", async () => {
     const exp = new InMemorySpanExporter();
     const tp = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exp)] });
@@ -166,7 +213,12 @@ describe("keyq/otel on Postgres", { skip }, () => {
     // Gauges fed by status(): the consumer is caught up, one dead letter.
     assert.equal(await value(reader, "keyq.consumer.lag", { ...q, "messaging.consumer.group.name": "m" }), 0);
     assert.equal(await value(reader, "keyq.consumer.dead_letters", { ...q, "messaging.consumer.group.name": "m" }), 1);
-    assert.equal(typeof (await value(reader, "keyq.queue.tick_age", q)), "number");
+    // Time gauges in seconds (unit "s"), from status()'s milliseconds: the gauge read first, status() after it.
+    const t0 = Date.now();
+    const tickAge = (await value(reader, "keyq.queue.tick_age", q))!;
+    const [st] = await f.q.status({ queue: "metered" });
+    const between = Date.now() - t0;
+    assert.ok(tickAge * 1000 <= st!.lastTickAgeMs! + 1 && tickAge * 1000 >= st!.lastTickAgeMs! - between - 1, `tick_age ${tickAge} s, lastTickAgeMs ${st!.lastTickAgeMs}`);
     // Lifecycle events of the same workload.
     const mine = events.filter((e) => "batch" in e && (e.batch as { queue: string }).queue === "metered");
     assert.equal(mine.filter((e) => e.type === "events.deadLettered").length, 1);

@@ -5,72 +5,19 @@
 // ordered) costs at most 3 round trips (BEGIN, receive, COMMIT).
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import pg from "pg";
 import postgres from "postgres";
 import { type Keyq, keyq } from "../mod.ts";
-import type { TxDriver, Executor } from "../src/driver.ts";
-import { type BunSqlLike, fromBunSql } from "../src/drivers/bun-sql.ts";
-import { Pool as NeonPool } from "@neondatabase/serverless";
-import { fromNeonPool } from "../src/drivers/neon.ts";
-import { fromPg } from "../src/drivers/pg.ts";
+import type { Executor, TxDriver } from "../src/driver.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { dbSkip, requireDatabase } from "./helpers/db.ts";
-import { runtimeName, setupNeon, teardownNeon } from "./helpers/drivers.ts";
+import { driverSpecs, runtimeName, teardownNeon } from "./helpers/drivers.ts";
 import { type Fixture, pgFixture } from "./helpers/keyq.ts";
 import { startWireProxy, type WireCounts, type WireProxy } from "./helpers/wire-proxy.ts";
 
 const skip = await dbSkip();
 
-type BunSqlClass = new (url: string, options?: { max?: number }) => BunSqlLike & { close(): Promise<void> };
-const BunGlobal = (globalThis as { Bun?: { SQL: BunSqlClass } }).Bun;
-
-interface Spec {
-  label: string;
-  skip: string | false;
-  /** One connection, so warming up prepares every statement where it is used. */
-  open(url: string): { driver: TxDriver; close(): Promise<unknown> };
-  /** Process-wide setup the driver needs first, and its undoing. */
-  setup?(): Promise<void>;
-  teardown?(): Promise<void>;
-}
-
-const specs: Spec[] = [
-  {
-    label: "postgres.js",
-    skip: false,
-    open: (url) => {
-      const sql = postgres(url, { max: 1, idle_timeout: 5, onnotice: () => {} });
-      return { driver: fromPostgresJs(sql), close: () => sql.end({ timeout: 2 }) };
-    },
-  },
-  {
-    label: "pg Pool",
-    skip: false,
-    open: (url) => {
-      const pool = new pg.Pool({ connectionString: url, max: 1 });
-      return { driver: fromPg(pool), close: () => pool.end() };
-    },
-  },
-  {
-    // WebSocket to the local stand-in of Neon's proxy, which opens TCP to the counting proxy.
-    label: "Neon Pool",
-    skip: false,
-    setup: setupNeon,
-    teardown: teardownNeon,
-    open: (url) => {
-      const pool = new NeonPool({ connectionString: url, max: 1 });
-      return { driver: fromNeonPool(pool), close: () => pool.end() };
-    },
-  },
-  {
-    label: "Bun.SQL",
-    skip: !BunGlobal && "Bun.SQL is a global of the Bun runtime only",
-    open: (url) => {
-      const sql = new BunGlobal!.SQL(url, { max: 1 });
-      return { driver: fromBunSql(sql), close: () => sql.close() };
-    },
-  },
-];
+/** The pooled drivers of the one list (tests/helpers/drivers.ts), each opened on one connection. */
+const specs = driverSpecs.filter((d) => ["postgres-js", "pg-pool", "neon-pool", "bun-sql"].includes(d.id));
 
 const kinds = ["plain", "exclusive", "ordered"] as const;
 type Kind = (typeof kinds)[number];
@@ -115,8 +62,9 @@ for (const spec of specs) {
       const url = await requireDatabase();
       f = await pgFixture({ max: 2 });
       proxy = await startWireProxy(url);
-      await spec.setup?.();
-      const opened = spec.open(proxy.url);
+      // One connection, so warming up prepares every statement where it is used;
+      // Neon's Pool: a WebSocket to the local stand-in of Neon's proxy, which opens TCP to the counting proxy.
+      const opened = await spec.open(proxy.url, { max: 1, idleTimeout: 5 });
       close = opened.close;
       q = keyq(counted(opened.driver, proxy, (c) => (lastTx = c)), { schema: f.schema });
       await f.q.createQueue("jobs");
@@ -136,7 +84,7 @@ for (const spec of specs) {
 
     after(async () => {
       await close?.();
-      await spec.teardown?.();
+      await teardownNeon();
       await proxy?.stop();
       await f?.close();
     });
@@ -150,7 +98,7 @@ for (const spec of specs) {
       // No Parse/Describe/Flush exchange before the Bind. Neon's Pool (pg's
       // protocol code over a WebSocket) writes a Flush with every Sync, in the
       // same write: one turn each, which the round-trip count above checks.
-      if (spec.label !== "Neon Pool") assert.equal(c.waits, 5, show(c));
+      if (spec.id !== "neon-pool") assert.equal(c.waits, 5, show(c));
       else assert.equal(c.writes, 5, show(c));
     });
 

@@ -36,6 +36,7 @@ const PINNED: Record<string, string> = {
   "012_roles.sql": "03258761f8ae4496611209b9fcf83782ec5e02ad3ba87db212b1d81f98344027",
   "013_trace.sql": "e02e0ef10370447cbfbc020c860206e929cdfe1f28aa1709a74d73b0516b8e8c",
   "014_log.sql": "a914d2949522eeabaf1fc3ac502af0f65c875d7afb3955467dd4887ab41d5805",
+  "015_dead_letter_trace.sql": "cd0949726cc559b1c29df694cf31583298e18d6e0548f3860eeeb309137d0fe6",
 };
 
 test("migrations are immutable: each file's text is the pinned one (a change is a new migration)", () => {

@@ -126,13 +126,14 @@ test("an empty 0.1 schema upgrades to exactly the fresh schema; migrate() again 
     const sql = defer.use(connect(url), (s) => s.end({ timeout: 2 }));
     await install01(url, schema);
     const q = keyq(fromPostgresJs(sql), { schema });
-    await q.migrate();
+    const up = await q.migrate();
+    assert.equal(up.functions, "applied", "0.1's function set is replaced");
     assert.equal(await catalogDump(sql, schema), snapshot);
     const procs = `select string_agg(oid::text || ':' || xmin::text, ',' order by oid) as p from pg_proc where pronamespace = '"${schema}"'::regnamespace`;
     const [before] = await sql.unsafe(procs);
     const [set] = await sql.unsafe(`select hash, applied_at::text from "${schema}".function_set`);
     const again = await q.migrate();
-    assert.deepEqual(again, { from: latestVersion, to: latestVersion, applied: [] });
+    assert.deepEqual(again, { from: latestVersion, to: latestVersion, applied: [], functions: "current" });
     assert.deepEqual([...await sql.unsafe(procs)], [before], "no function re-created");
     assert.deepEqual([...await sql.unsafe(`select hash, applied_at::text from "${schema}".function_set`)], [set]);
     assert.equal(set!.hash, functionsHash);
@@ -191,8 +192,8 @@ test("function sets of one version are ordered by serial: a later build's set is
     await sql.unsafe(`update "${schema}".function_set set hash = 'a later build', serial = serial + 1`);
     await sql.unsafe(`create function "${schema}".later_only() returns int language sql as 'select 1'`);
     const later = await read();
-    await q.migrate();
-    await q.migrate();
+    assert.equal((await q.migrate()).functions, "newer", "migrate() says it left a newer set alone");
+    assert.equal((await q.migrate()).functions, "newer");
     assert.deepEqual(await read(), later, "the later build's set is left alone, call after call");
     const [f] = await sql.unsafe(`select to_regprocedure('"${schema}".later_only()')::text as f`);
     assert.ok(f!.f, "its functions stay");

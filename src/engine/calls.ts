@@ -18,6 +18,7 @@ import type { Executor, SqlParam } from "../driver.ts";
 import { fields, mapError, reply, type Shape } from "./reply.ts";
 import { isPlainBatch, type PlainBatch, type Received } from "./wire.ts";
 export type { Received, WireEvent } from "./wire.ts";
+import type { EngineQueueStatus } from "./status.ts";
 import type {
   BlockedKey,
   DeadLetter,
@@ -26,7 +27,6 @@ import type {
   SeekResult,
   MaintainReport,
   QueueInfo,
-  QueueStatus,
   RoleGrants,
   SendResult,
 } from "../types.ts";
@@ -183,7 +183,8 @@ export interface EngineCalls {
   updateQueue: [{ queue: string; settings: Record<string, number> }, QueueInfo];
   dropQueue: [{ queue: string }, { dropped: boolean }];
   listQueues: [Record<never, never>, QueueInfo[]];
-  status: [{ queue: string | null; staleAfter: number }, QueueStatus[]];
+  /** Durations in seconds, as SQL writes them; src/ops/status.ts converts them to milliseconds. */
+  status: [{ queue: string | null; staleAfter: number }, EngineQueueStatus[]];
   tick: [{ queue: string; force: boolean }, { tick: string | null }];
   maintain: [{ queue: string; forceRotate: boolean }, MaintainReport];
   send: [{ queue: string; type: string; payload: unknown; key: string | null; dedupKey: string | null; ttl: number | null; trace: string | null }, SendResult];

@@ -13,6 +13,10 @@
  *   argument list or a removed function needs no migration. A set recorded
  *   by a newer keyq version is left alone (no downgrade in a rolling deploy).
  * - Frozen functions (slot_of: indexes depend on it) live in migrations only.
+ * - An empty schema is installed through the migrations' fresh forms (their
+ *   function definitions left out, but a frozen function's last one): the
+ *   function set then creates each function once. A schema at any version
+ *   upgrades through the migrations' full texts, as it always did.
  * - After each re-creation, secureSql() applies least privilege
  *   (docs/roles.md): no EXECUTE for PUBLIC, SECURITY DEFINER entry
  *   functions, and every EXECUTE grant of the previous set given again.
@@ -25,13 +29,41 @@
 
 import { type Driver, type Executor, transactional } from "../driver.ts";
 import { KeyqError } from "../errors.ts";
-import { frozenFunctions, functions, functionsHash, functionsSerial, functionsVersion, type Migration, migrations } from "../generated/migrations.ts";
+import * as generated from "../generated/migrations.ts";
+import type { FunctionFile, Migration } from "../generated/migrations.ts";
 import { mapError } from "./reply.ts";
 import type { MigrateResult } from "../types.ts";
 import { checkSchemaName } from "../validate.ts";
 
+/**
+ * One build's engine: its migrations and function set, as
+ * src/generated/migrations.ts holds them. migrate() applies this build's;
+ * tests pass another build to play two deployments against one schema.
+ */
+export interface EngineBuild {
+  readonly migrations: readonly Migration[];
+  readonly frozenFunctions: readonly string[];
+  readonly functions: readonly FunctionFile[];
+  readonly functionsHash: string;
+  readonly functionsVersion: string;
+  readonly functionsSerial: number;
+}
+
+/**
+ * This build's engine (src/generated/migrations.ts).
+ *
+ * @example
+ * ```ts
+ * import { thisBuild } from "./migrate.ts";
+ * console.log(thisBuild.functionsVersion, thisBuild.functionsSerial);
+ * ```
+ */
+export const thisBuild: EngineBuild = generated;
+
+const versionOf = (b: EngineBuild): number => b.migrations.length === 0 ? 0 : b.migrations[b.migrations.length - 1]!.version;
+
 /** The newest schema version this build knows. */
-export const latestVersion: number = migrations.length === 0 ? 0 : migrations[migrations.length - 1]!.version;
+export const latestVersion: number = versionOf(thisBuild);
 
 function render(sql: string, schema: string): string {
   return sql.replaceAll(":KEYQ_SCHEMA_NAME", `'${schema}'`).replaceAll(":KEYQ_SCHEMA", `"${schema}"`);
@@ -55,7 +87,8 @@ function recordMigration(m: Migration, schema: string): string {
  * frozen ones: a changed signature or return type cannot be replaced), then
  * creates the set and records its hash. The schema belongs to keyq.
  */
-function functionSetSql(schema: string): string {
+function functionSetSql(schema: string, build: EngineBuild): string {
+  const { frozenFunctions, functions, functionsHash, functionsSerial, functionsVersion } = build;
   const keep = frozenFunctions.map((f) => `'${f}'`).join(", ");
   const drop = `do $keyq$
 declare f record;
@@ -76,7 +109,9 @@ begin
 end $keyq$;`;
   const record = `delete from "${schema}".function_set;
 insert into "${schema}".function_set (hash, version, serial) values ('${functionsHash}', '${functionsVersion}', ${functionsSerial});`;
-  return [drop, ...functions.map((f) => `-- functions/${f.name}.sql\n\n${render(f.sql, schema)}`), secureSql(schema), record].join("\n\n");
+  return [drop, ...functions.map((f) => `-- functions/${f.name}.sql\n\n${render(f.sql, schema)}`), secureSql(schema, frozenFunctions), record].join(
+    "\n\n",
+  );
 }
 
 /**
@@ -87,7 +122,7 @@ insert into "${schema}".function_set (hash, version, serial) values ('${function
  * DEFINER (they check the caller themselves); the EXECUTE grants captured
  * before the drop and the ones keyq's grants imply are given again.
  */
-function secureSql(schema: string): string {
+function secureSql(schema: string, frozenFunctions: readonly string[]): string {
   const keep = frozenFunctions.map((f) => `'${f}'`).join(", ");
   return `-- least privilege (docs/roles.md)
 do $keyq$
@@ -123,7 +158,8 @@ select "${schema}".apply_grants();`;
 
 /**
  * The whole engine as one SQL script, for DBAs who apply migrations by hand.
- * Running it is equivalent to `migrate()` on an empty schema.
+ * Running it is equivalent to `migrate()` on an empty schema: the
+ * migrations' fresh forms, then the function set (each function created once).
  *
  * @example
  * ```ts
@@ -134,11 +170,17 @@ select "${schema}".apply_grants();`;
  */
 export function migrationSql(schema = "keyq"): string {
   checkSchemaName(schema);
+  return installSql(schema, thisBuild);
+}
+
+/** migrationSql() of `build`. */
+function installSql(schema: string, build: EngineBuild): string {
   const parts = [`begin;`, bootstrap(schema)];
-  for (const m of migrations) {
-    parts.push(`-- ${String(m.version).padStart(3, "0")}_${m.name}.sql`, render(m.sql, schema), recordMigration(m, schema));
+  for (const m of build.migrations) {
+    const form = m.fresh === undefined ? "" : " (fresh install: its functions come from the function set)";
+    parts.push(`-- ${String(m.version).padStart(3, "0")}_${m.name}.sql${form}`, render(m.fresh ?? m.sql, schema), recordMigration(m, schema));
   }
-  parts.push(functionSetSql(schema), `commit;`);
+  parts.push(functionSetSql(schema, build), `commit;`);
   return parts.join("\n\n");
 }
 
@@ -154,24 +196,29 @@ function olderVersion(a: string, b: string): boolean {
   return false;
 }
 
+/** What migrate() did with the function set (MigrateResult.functions). */
+type SetOutcome = MigrateResult["functions"];
+
 /**
  * Re-applies the function set when the recorded hash is not this build's,
  * unless a newer set is recorded: a newer keyq version's (during a rolling
  * deploy, an old process that restarts must not put the old functions
- * back), or a later build of this version (a higher serial). A different set
- * of this version with this serial is refused: two builds would otherwise
- * replace each other's functions on every start.
+ * back), or a later build of this version (a higher serial): then it is
+ * left alone and the result says "newer". A different set of this version
+ * with this serial is refused: two builds would otherwise replace each
+ * other's functions on every start.
  */
-async function applyFunctions(tx: Executor, schema: string): Promise<boolean> {
+async function applyFunctions(tx: Executor, schema: string, build: EngineBuild): Promise<SetOutcome> {
+  const { functionsHash, functionsSerial, functionsVersion } = build;
   const rows = await tx.query(`select hash, version, serial::text as serial from "${schema}".function_set`);
   const recorded = rows.length === 1 ? rows[0]! : undefined;
-  if (recorded?.hash === functionsHash) return false;
+  if (recorded?.hash === functionsHash) return "current";
   if (recorded) {
     const version = String(recorded.version);
-    if (olderVersion(functionsVersion, version)) return false;
+    if (olderVersion(functionsVersion, version)) return "newer";
     if (!olderVersion(version, functionsVersion)) {
       const serial = Number(recorded.serial);
-      if (serial > functionsSerial) return false;
+      if (serial > functionsSerial) return "newer";
       if (serial === functionsSerial) {
         throw new KeyqError(
           "FUNCTION_SET_CONFLICT",
@@ -183,13 +230,32 @@ async function applyFunctions(tx: Executor, schema: string): Promise<boolean> {
       }
     }
   }
-  await tx.query(functionSetSql(schema));
-  return true;
+  await tx.query(functionSetSql(schema, build));
+  return "applied";
 }
 
 /** Applies pending migrations; safe to call from many processes at once. */
-export async function migrate(driver: Driver, schema: string): Promise<MigrateResult> {
+export function migrate(driver: Driver, schema: string): Promise<MigrateResult> {
+  return migrateBuild(thisBuild, driver, schema);
+}
+
+/**
+ * migrate() with another build's engine (tests: two deployments of one
+ * version against one schema). An empty schema (no migration recorded) is
+ * installed through the migrations' fresh forms.
+ *
+ * @example
+ * ```ts
+ * import type { Driver } from "../driver.ts";
+ * import { migrateBuild, thisBuild } from "./migrate.ts";
+ * declare const driver: Driver;
+ * const r = await migrateBuild(thisBuild, driver, "keyq");
+ * console.log(r.functions); // "applied", "current" or "newer"
+ * ```
+ */
+export async function migrateBuild(build: EngineBuild, driver: Driver, schema: string): Promise<MigrateResult> {
   const db = transactional(driver);
+  const latest = versionOf(build);
   try {
     return await db.transaction(async (tx) => {
       // "create … if not exists" on existing objects would print NOTICEs on every start.
@@ -198,25 +264,26 @@ export async function migrate(driver: Driver, schema: string): Promise<MigrateRe
       await tx.query(bootstrap(schema));
       const rows = await tx.query(`select coalesce(max(version), 0)::text as v from "${schema}".migration`);
       const from = Number(rows[0]?.v ?? 0);
-      if (from > latestVersion) {
+      if (from > latest) {
         throw new KeyqError(
           "SCHEMA_TOO_NEW",
-          `Schema "${schema}" is at version ${from}, newer than this keyq build knows (${latestVersion}); upgrade keyq.`,
-          { schema, version: from, known: latestVersion },
+          `Schema "${schema}" is at version ${from}, newer than this keyq build knows (${latest}); upgrade keyq.`,
+          { schema, version: from, known: latest },
         );
       }
       const applied: number[] = [];
-      for (const m of migrations) {
+      for (const m of build.migrations) {
         if (m.version <= from) continue;
-        await tx.query(render(m.sql, schema));
+        // From nothing, the function set creates every function: no migration's.
+        await tx.query(render(from === 0 ? m.fresh ?? m.sql : m.sql, schema));
         await tx.query(`insert into "${schema}".migration (version, name) values ($1::int, $2::text)`, [
           String(m.version),
           m.name,
         ]);
         applied.push(m.version);
       }
-      await applyFunctions(tx, schema);
-      return { from, to: Math.max(from, latestVersion), applied };
+      const functions = await applyFunctions(tx, schema, build);
+      return { from, to: Math.max(from, latest), applied, functions };
     });
   } catch (err) {
     throw mapError(err, schema);

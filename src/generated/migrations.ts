@@ -4,7 +4,14 @@
 export interface Migration {
   readonly version: number;
   readonly name: string;
+  /** The file's text, as databases upgrading through it run it. */
   readonly sql: string;
+  /**
+   * The text without its function definitions (but a frozen function's last
+   * one), for installing into an empty schema: the function set then creates
+   * every function once. Absent when the migration defines none.
+   */
+  readonly fresh?: string;
 }
 
 /** One file of engine functions (src/sql/functions/). */
@@ -546,6 +553,113 @@ begin
   return n;
 end $$;
 `,
+    fresh: `-- keyq engine, part 1: queues, the event log (a ring of tables per queue),
+-- ticks, consumers with cursors, the ticker, window reads, rotation.
+--
+-- :KEYQ_SCHEMA is replaced by the quoted, validated schema identifier and
+-- :KEYQ_SCHEMA_NAME by the same name as a string literal (for lock keys and
+-- dynamic DDL). Nothing else is ever spliced into this text.
+--
+-- Every function returns jsonb (read as text by the client), so driver type
+-- parsers never matter; errors use SQLSTATE KQ### with hint 'KEYQ:<CODE>'.
+
+create table :KEYQ_SCHEMA.queue (
+  queue_id         int primary key,
+  queue_name       text not null unique,
+  event_seq        regclass not null,
+  ntables          smallint not null default 3 check (ntables between 2 and 8),
+  cur_table        smallint not null default 0,
+  rotated_at       timestamptz not null default now(),
+  rotation_period  interval not null default '1 hour',
+  tick_max_count   int not null default 1000,
+  tick_max_lag     interval not null default '0 seconds',
+  tick_idle_period interval not null default '1 minute',
+  max_retries      int not null default 5,
+  retry_base       interval not null default '1 second',
+  retry_cap        interval not null default '1 hour',
+  created_at       timestamptz not null default now()
+);
+create sequence :KEYQ_SCHEMA.queue_id_seq as int;
+create sequence :KEYQ_SCHEMA.tick_id_seq;
+
+-- The log. Partitioned by queue, then by ring table; rows are never updated
+-- or deleted, only truncated a whole table at a time by rotation.
+-- ev_key is the partition key (PgQ's ev_extra1).
+create table :KEYQ_SCHEMA.event (
+  queue_id  int not null,
+  ev_table  smallint not null,
+  ev_id     bigint not null,
+  ev_txid   xid8 not null default pg_current_xact_id(),
+  ev_time   timestamptz not null default now(),
+  ev_type   text not null,
+  ev_key    text,
+  ev_data   jsonb not null
+) partition by list (queue_id);
+-- Windows are read in (txid, id) order: one producer's events keep their
+-- send order, and progress inside a window is a (txid, id) position.
+create index on :KEYQ_SCHEMA.event (ev_txid, ev_id);
+
+create table :KEYQ_SCHEMA.tick (
+  queue_id       int not null references :KEYQ_SCHEMA.queue on delete cascade,
+  tick_id        bigint not null,
+  tick_time      timestamptz not null default now(),
+  tick_snapshot  pg_snapshot not null,
+  tick_event_seq bigint not null,
+  primary key (queue_id, tick_id)
+);
+
+-- Producer dedup (the SQS/NATS model): one live event per (queue, key) until
+-- expires_at. Claimed with INSERT … ON CONFLICT in the sending transaction.
+create table :KEYQ_SCHEMA.dedup (
+  queue_id   int not null references :KEYQ_SCHEMA.queue on delete cascade,
+  dedup_key  text not null,
+  ev_id      bigint not null,
+  expires_at timestamptz not null,
+  primary key (queue_id, dedup_key)
+);
+create index on :KEYQ_SCHEMA.dedup (queue_id, expires_at);
+
+create table :KEYQ_SCHEMA.consumer (
+  consumer_id   int primary key generated always as identity,
+  queue_id      int not null references :KEYQ_SCHEMA.queue on delete cascade,
+  consumer_name text not null,
+  kind          text not null default 'plain' check (kind in ('plain', 'exclusive', 'ordered')),
+  slots         int not null default 1 check (slots between 1 and 1024),
+  settings      jsonb not null default '{}',
+  created_at    timestamptz not null default now(),
+  unique (queue_id, consumer_name)
+);
+
+-- One cursor per consumer (per slot for ordered consumers). tick_id is the
+-- last fully consumed tick; while a window is open, end_tick_id is its end
+-- and (last_txid, last_id) the durable position inside it. Updated once per
+-- batch (HOT: no indexed column changes), never per event.
+create table :KEYQ_SCHEMA.cursor (
+  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,
+  slot        int not null default 0,
+  tick_id     bigint not null,
+  end_tick_id bigint,
+  last_txid   xid8,
+  last_id     bigint,
+  polled_at   timestamptz,
+  batch_at    timestamptz,
+  primary key (consumer_id, slot)
+) with (fillfactor = 50);
+
+-- Helpers ---------------------------------------------------------------------
+
+-- Queues ----------------------------------------------------------------------
+
+-- Producer --------------------------------------------------------------------
+
+-- Ticker ----------------------------------------------------------------------
+
+-- Window reads ----------------------------------------------------------------
+
+-- Consumers -------------------------------------------------------------------
+
+-- Maintenance -----------------------------------------------------------------
+`,
   },
   {
     version: 2,
@@ -937,6 +1051,47 @@ begin
                             'dedupExpired', :KEYQ_SCHEMA.dedup_gc(q.queue_id, 5000));
 end $$;
 `,
+    fresh: `-- keyq engine, part 2: failures. Retries belong to one consumer (and slot),
+-- never to the queue, so a fan-out queue retries only where it failed. Rows
+-- copy the event, so a pending retry never pins rotation. The happy path
+-- writes nothing here: rows appear only when a handler fails.
+
+create table :KEYQ_SCHEMA.retry (
+  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,
+  slot        int not null default 0,
+  ev_id       bigint not null,
+  ev_txid     xid8 not null,
+  ev_time     timestamptz not null,
+  ev_type     text not null,
+  ev_key      text,
+  ev_data     jsonb not null,
+  retry       int not null,          -- failed deliveries so far
+  due_at      timestamptz not null,
+  last_error  jsonb,
+  primary key (consumer_id, ev_id)
+);
+create index on :KEYQ_SCHEMA.retry (consumer_id, slot, due_at, ev_txid, ev_id);
+
+create table :KEYQ_SCHEMA.dead_letter (
+  dl_id       bigint primary key generated always as identity,
+  queue_id    int not null references :KEYQ_SCHEMA.queue on delete cascade,
+  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,
+  slot        int not null,
+  ev_id       bigint not null,
+  ev_txid     xid8 not null,
+  ev_time     timestamptz not null,
+  ev_type     text not null,
+  ev_key      text,
+  ev_data     jsonb not null,
+  attempts    int not null,
+  error       jsonb,
+  dead_at     timestamptz not null default now()
+);
+create index on :KEYQ_SCHEMA.dead_letter (consumer_id, ev_key, ev_txid, ev_id);
+create index on :KEYQ_SCHEMA.dead_letter (queue_id, dead_at);
+
+-- Dead letters -------------------------------------------------------------
+`,
   },
   {
     version: 3,
@@ -1082,6 +1237,28 @@ begin
   end if;
   return jsonb_build_object('busy', false, 'events', :KEYQ_SCHEMA.lock_keys(c, out));
 end $$;
+`,
+    fresh: `-- keyq engine, part 3: Tier A, the exclusive consumer. Many workers share one
+-- consumer; at most one of them processes a key at any instant; no order.
+--
+-- A planner (run in the ticker's short transaction, never in a batch) cuts
+-- each new window into chunks of at most chunk_size events, so one big window
+-- still feeds every worker. A batch claims one chunk with SKIP LOCKED (never
+-- waiting on another worker), reads it, and try-locks every key of the batch
+-- in the same statement. Deleting the claimed chunk row commits with the
+-- batch; a rollback or a killed backend puts it back at once.
+
+create table :KEYQ_SCHEMA.chunk (
+  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,
+  chunk_id    bigint not null,
+  start_tick  bigint not null,
+  end_tick    bigint not null,
+  after_txid  xid8 not null,   -- exclusive start position in the window
+  after_id    bigint not null,
+  n           int not null,    -- events left in the chunk
+  primary key (consumer_id, chunk_id)
+);
+create sequence :KEYQ_SCHEMA.chunk_id_seq;
 `,
   },
   {
@@ -1305,6 +1482,26 @@ as $$
   where b.consumer_id = (:KEYQ_SCHEMA.get_consumer(queue, consumer)).consumer_id
 $$;
 `,
+    fresh: `-- keyq engine, part 4: Tier B, the ordered consumer. N fixed slots per
+-- (queue, consumer); key K always maps to slot_of(K, N); each slot is its own
+-- cursor, read by one worker at a time, FIFO within a key.
+--
+-- Read amplification: an expression index on (slot_of(ev_key, N), ev_txid,
+-- ev_id) is built on the queue's log for each persisted N, so a slot reads
+-- its own rows only instead of the whole stream.
+
+-- Pause policy (G3): a compact marker per blocked key. While it exists, later
+-- events of the key wait in the retry rows as held rows (due 'infinity',
+-- retry count untouched); acking or dead-lettering the head releases them.
+create table :KEYQ_SCHEMA.blocked (
+  consumer_id int not null references :KEYQ_SCHEMA.consumer on delete cascade,
+  slot        int not null,
+  ev_key      text not null,
+  head_id     bigint not null,
+  since       timestamptz not null default now(),
+  primary key (consumer_id, slot, ev_key)
+);
+`,
   },
   {
     version: 5,
@@ -1364,6 +1561,9 @@ begin
   end loop;
   return out;
 end $$;
+`,
+    fresh: `-- keyq engine, part 5: status for operators and alerts, and a ticker for
+-- every queue (for a pg_cron schedule; never required).
 `,
   },
   {
@@ -1583,6 +1783,19 @@ update :KEYQ_SCHEMA.queue q
        left_at = pg_catalog.array_fill(q.rotated_at, array[q.ntables::int]);
 
 alter table :KEYQ_SCHEMA.consumer add column paused_at timestamptz;
+`,
+  },
+  {
+    version: 15,
+    name: "dead_letter_trace",
+    sql: `-- Since 0.1: a dead letter keeps the W3C trace context (traceparent) its
+-- event was sent under (event.ev_trace, 013), so the dead letter names its
+-- producer and a replayed delivery links to the producer's span again
+-- (keyq/otel). Null when the producer traced nothing, and for dead letters
+-- written before this migration. Functions are in
+-- src/sql/functions/02_failures.sql (ack, dlq_list, dlq_requeue) and
+-- 07_positions.sql (settle_head).
+alter table :KEYQ_SCHEMA.dead_letter add column ev_trace text;
 `,
   },
 ];
@@ -2826,9 +3039,9 @@ begin
     end if;
     if r.retry + 1 > p.max_retries then
       insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
-                                            ev_key, ev_data, attempts, error)
+                                            ev_key, ev_data, attempts, error, ev_trace)
       values (c.queue_id, c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key,
-              r.ev_data, r.retry + 1, f->'error');
+              r.ev_data, r.retry + 1, f->'error', r.ev_trace);
       delete from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = r.ev_id;
       n_dead := n_dead + 1;
       if pause and r.ev_key is not null then
@@ -2894,7 +3107,7 @@ as $$
   select coalesce(jsonb_agg(jsonb_build_object(
            'id', d.dl_id::text, 'queue', q.queue_name, 'consumer', c.consumer_name, 'slot', d.slot,
            'eventId', d.ev_id::text, 'type', d.ev_type, 'key', d.ev_key, 'payload', d.ev_data,
-           'time', d.ev_time, 'attempts', d.attempts, 'error', d.error, 'deadAt', d.dead_at)
+           'time', d.ev_time, 'attempts', d.attempts, 'error', d.error, 'deadAt', d.dead_at, 'trace', d.ev_trace)
            order by d.dl_id), '[]')
   from (select * from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)
          order by x.dl_id limit lim) d
@@ -2913,6 +3126,8 @@ $$;
 
 -- Moves dead letters back to their own consumer's retries, due now, with a
 -- fresh retry budget. Same due time → delivered in original (txid, id) order.
+-- The trace context goes back with them: the replayed delivery links to the
+-- producer that sent the event.
 create function :KEYQ_SCHEMA.dlq_requeue(ids bigint[]) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -2924,8 +3139,8 @@ begin
     delete from :KEYQ_SCHEMA.dead_letter where dl_id = any (ids) returning *
   )
   insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
-                                  retry, due_at, last_error)
-  select consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, 0, now(), error
+                                  retry, due_at, last_error, ev_trace)
+  select consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, 0, now(), error, ev_trace
     from moved
   on conflict (consumer_id, ev_id) do update set due_at = excluded.due_at, retry = 0;
   get diagnostics n = row_count;
@@ -4191,9 +4406,9 @@ begin
   end;
   if found and action = 'deadLetter' then
     insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
-                                          ev_key, ev_data, attempts, error)
+                                          ev_key, ev_data, attempts, error, ev_trace)
     values (c.queue_id, c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key,
-            r.ev_data, r.retry, coalesce(r.last_error, '{}'::jsonb) || '{"settledBy": "operator"}');
+            r.ev_data, r.retry, coalesce(r.last_error, '{}'::jsonb) || '{"settledBy": "operator"}', r.ev_trace);
   end if;
   delete from :KEYQ_SCHEMA.retry x where x.consumer_id = c.consumer_id and x.ev_id = b.head_id;
   perform :KEYQ_SCHEMA.release_key(c, b.slot, key);
@@ -4204,7 +4419,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "9e9a15129c660dea2a8f1c40666bd215e6b825a66055defe00a5ee3dee2e59e2";
+export const functionsHash: string = "6d633e4f181506ee4c2b519aadcfb26823f2a85d8f8a15489148d120bce0695c";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -4214,4 +4429,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 7;
+export const functionsSerial: number = 8;

@@ -8,21 +8,7 @@ import type { BatchSettings } from "../batch/settings.ts";
 import { KeyqError } from "../errors.ts";
 import { backoffMs, classify } from "../faults.ts";
 import type { BatchReport, RunReport } from "../types.ts";
-import { pollWaker, type Waker } from "../observe/wake.ts";
-
-/** Sleeps `ms`, waking early when `signal` aborts. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const done = () => {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener("abort", done, { once: true });
-  });
-}
+import { pollWaker, sleep, type Waker } from "../observe/wake.ts";
 
 /** An empty report to add batches to. */
 export function emptyReport(): RunReport {

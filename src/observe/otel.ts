@@ -11,7 +11,9 @@
  * - counters `keyq.events.sent|handled|retried|dead_lettered|dropped|deferred`,
  *   a histogram `keyq.batch.duration` (seconds), and observable gauges fed by
  *   `status()`: `keyq.consumer.lag` (events), `keyq.consumer.lag_age` (s),
- *   `keyq.queue.tick_age` (s), `keyq.consumer.dead_letters`.
+ *   `keyq.queue.tick_age` (s), `keyq.consumer.dead_letters`. Every time
+ *   metric is in seconds (unit `s`), as the OpenTelemetry semantic
+ *   conventions ask; `status()` itself reports milliseconds.
  *
  * @example
  * ```ts
@@ -248,14 +250,14 @@ export function instrument(q: Observable, options: OtelOptions = {}): () => void
     const status = await q.status();
     for (const s of status) {
       const qa = { "messaging.system": SYSTEM, "messaging.destination.name": s.queue };
-      if (s.lastTickAge !== null) r.observe(tickAge, s.lastTickAge, qa);
+      if (s.lastTickAgeMs !== null) r.observe(tickAge, s.lastTickAgeMs / 1000, qa);
       for (const c of s.consumers) {
         const ca = { ...qa, "messaging.consumer.group.name": c.name, "keyq.consumer.kind": c.kind };
         r.observe(deadLetters, c.deadLetters, ca);
         for (const cu of c.cursors) {
           const sa = { ...ca, "messaging.destination.partition.id": String(cu.slot) };
           r.observe(lag, cu.lagEvents, sa);
-          r.observe(lagAge, cu.lagSeconds, sa);
+          r.observe(lagAge, cu.lagMs / 1000, sa);
         }
       }
     }

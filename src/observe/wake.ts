@@ -48,7 +48,18 @@ export function pollWaker(): Waker {
   return { mode: "poll", wait: (ms, signal) => sleep(ms, signal).then(() => false as const), running: () => {}, close: async () => {} };
 }
 
-function sleep(ms: number, signal?: AbortSignal, wake?: (f: () => void) => void): Promise<void> {
+/**
+ * Sleeps `ms`, waking early when `signal` aborts or when the function handed
+ * to `wake` is called (a notification cuts an idle sleep short).
+ *
+ * @example
+ * ```ts
+ * const ctl = new AbortController();
+ * setTimeout(() => ctl.abort(), 10);
+ * await sleep(60_000, ctl.signal); // returns after about 10 ms
+ * ```
+ */
+export function sleep(ms: number, signal?: AbortSignal, wake?: (f: () => void) => void): Promise<void> {
   return new Promise((resolve) => {
     if (signal?.aborted) return resolve();
     const done = () => {

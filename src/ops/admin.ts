@@ -8,14 +8,13 @@
 import * as v from "valibot";
 import type { Driver } from "../driver.ts";
 import { engine } from "../engine/calls.ts";
-import { KeyqError } from "../errors.ts";
 import { infoInMs, queueSettings, sameSettings } from "./queue-settings.ts";
-import type { Duration, MaintainReport, QueueInfo, QueueSettings, QueueStatus } from "../types.ts";
-import { checkName, duration, durationMs, parse } from "../validate.ts";
+import type { MaintainReport, QueueInfo, QueueSettings, QueueStatus } from "../types.ts";
+import { checkName, parse } from "../validate.ts";
+import { status, type StatusOptions } from "./status.ts";
 
 const tickSchema = v.strictObject({ force: v.optional(v.boolean("expected true or false")) });
 const maintainSchema = v.strictObject({ forceRotate: v.optional(v.boolean("expected true or false")) });
-const statusSchema = v.strictObject({ queue: v.optional(v.unknown()), staleAfter: v.optional(duration) });
 
 /** The admin calls of a client, plus the unchecked tick and maintain its consumers use. */
 export interface Admin {
@@ -25,25 +24,12 @@ export interface Admin {
   listQueues(): Promise<QueueInfo[]>;
   tick(queue: string, options?: { force?: boolean }): Promise<string | null>;
   maintain(queue?: string, options?: { forceRotate?: boolean }): Promise<MaintainReport[]>;
-  status(options?: { queue?: string; staleAfter?: Duration }): Promise<QueueStatus[]>;
+  /** Every duration in milliseconds (`lastTickAgeMs`, `lagMs`, `polledAgoMs`, `retention`). */
+  status(options?: StatusOptions): Promise<QueueStatus[]>;
   /** Advances one queue's ticker; the new tick id or null. */
   tickOne(queue: string, force: boolean): Promise<string | null>;
   /** Maintains one queue. */
   maintainOne(queue: string, forceRotate: boolean): Promise<MaintainReport>;
-}
-
-/** A status call naming a queue that does not exist is an error, not an empty list. */
-async function status(driver: Driver, schema: string, opts: unknown = {}): Promise<QueueStatus[]> {
-  const o = parse(statusSchema, opts, "status options");
-  const queue = o.queue === undefined ? null : checkName("queue", o.queue);
-  const staleAfter = durationMs("staleAfter", o.staleAfter ?? 300_000, 1)! / 1000;
-  const rows = await engine.status(driver, schema, { queue, staleAfter });
-  if (queue !== null && rows.length === 0) {
-    throw new KeyqError("QUEUE_NOT_FOUND", `Queue "${queue}" does not exist; create it with createQueue("${queue}") or list them with listQueues().`, {
-      queue,
-    });
-  }
-  return rows;
 }
 
 /** The admin calls over `driver` in `schema`. */

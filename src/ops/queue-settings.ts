@@ -77,8 +77,15 @@ export function queueSettings(settings: unknown, creating: boolean): Record<stri
   return engineUnits(s);
 }
 
-/** Seconds (the engine's unit) to milliseconds, to the microsecond an interval holds. */
-function secondsToMs(s: number): number {
+/**
+ * Seconds (the engine's unit) to milliseconds, to the microsecond an interval holds.
+ *
+ * @example
+ * ```ts ignore
+ * secondsToMs(1.5); // 1500
+ * ```
+ */
+export function secondsToMs(s: number): number {
   return Math.round(s * 1e6) / 1e3;
 }
 

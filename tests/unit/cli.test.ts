@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
 import { KeyqError, type QueueStatus } from "../../mod.ts";
 import { cliMessage, connect, parseCommandLine, report, thresholds } from "../../bin/cli.ts";
-import { humanSeconds, parseArgs, renderTable, UsageError } from "../../bin/format.ts";
+import { humanMs, parseArgs, renderTable, UsageError } from "../../bin/format.ts";
 import { checkStatus, DEFAULT_THRESHOLDS, queueSettings } from "../../bin/status.ts";
 import { VERSION } from "../../bin/version.ts";
 import { scoped } from "../helpers/scope.ts";
@@ -41,8 +41,8 @@ describe("keyq CLI: parsing and formatting (no database)", () => {
   });
 
   test("human units: durations and queue settings in a stable order", () => {
-    assert.deepEqual([0.25, 1.23, 42, 300, 5400, 172800].map(humanSeconds), ["250 ms", "1.2 s", "42 s", "5 min", "1.5 h", "2 d"]);
-    assert.equal(humanSeconds(null), "");
+    assert.deepEqual([250, 1_230, 42_000, 300_000, 5_400_000, 172_800_000].map(humanMs), ["250 ms", "1.2 s", "42 s", "5 min", "1.5 h", "2 d"]);
+    assert.equal(humanMs(null), "");
     const info = { name: "files", tables: 3, currentTable: 0, rotatedAt: "r", rotationPeriod: 3_600_000, tickMaxCount: 1000, tickMaxLag: 0, tickIdlePeriod: 60_000, maxRetries: 5, retryBase: 1000, retryCap: 3_600_000, retention: null, createdAt: "c" };
     const shown = queueSettings(info);
     assert.deepEqual(Object.keys(shown), ["name", "tables", "current table", "max retries", "retry base", "retry cap", "rotation period", "tick max count", "tick max lag", "tick idle period", "retention", "created at"]);
@@ -62,12 +62,14 @@ describe("keyq CLI: parsing and formatting (no database)", () => {
   test("status --check thresholds: defaults, overrides, and what crosses them", () => {
     assert.equal(thresholds({}), null);
     assert.deepEqual(thresholds({ check: true }), DEFAULT_THRESHOLDS);
-    assert.deepEqual(thresholds({ "max-lag": "10", "max-tick-age": "1m" }), { ...DEFAULT_THRESHOLDS, maxLag: 10, maxTickAge: 60 });
+    assert.deepEqual(thresholds({ "max-lag": "10", "max-tick-age": "1m" }), { ...DEFAULT_THRESHOLDS, maxLag: 10, maxTickAgeMs: 60_000 });
+    // A bare number is milliseconds, the unit status --json reports.
+    assert.deepEqual(thresholds({ "max-lag-age": "1500", "max-tick-age": "2500.5" }), { ...DEFAULT_THRESHOLDS, maxLagMs: 1500, maxTickAgeMs: 2500.5 });
     assert.throws(() => thresholds({ "max-lag": "ten" }), /--max-lag needs a whole number/);
     assert.throws(() => thresholds({ "max-tick-age": "soon" }), /--max-tick-age needs a duration/);
-    const cursor = { slot: 2, lagEvents: 50, lagSeconds: 120, polledAgo: 900, stale: true, windowOpen: false };
+    const cursor = { slot: 2, lagEvents: 50, lagMs: 120_000, polledAgoMs: 900_000, stale: true, windowOpen: false };
     const status: QueueStatus[] = [{
-      queue: "files", tables: 3, currentTable: 0, rotatedAt: "", lastTick: "7", lastTickAge: 400, eventsSinceTick: 0,
+      queue: "files", tables: 3, currentTable: 0, rotatedAt: "", lastTick: "7", lastTickAgeMs: 400_000, eventsSinceTick: 0,
       retention: null, retained: { fromTick: "1", since: "", oldestEventId: null, oldestEventTime: null, events: 0, bytes: 0 },
       consumers: [{ name: "lifecycle", kind: "ordered", slots: 8, paused: false, retries: 0, deadLetters: 3, blockedKeys: 1, cursors: [cursor] }],
     }];
@@ -78,10 +80,18 @@ describe("keyq CLI: parsing and formatting (no database)", () => {
       "queue files, consumer lifecycle: 1 blocked keys (max 0)",
       "queue files, consumer lifecycle, slot 2: stale, not polled for 15 min (it holds back rotation)",
     ]);
-    assert.deepEqual(checkStatus(status, { maxLag: 10, maxLagAge: 60 }), [
-      "queue files, consumer lifecycle, slot 2: 50 events behind (max 10)",
-      "queue files, consumer lifecycle, slot 2: 2 min behind (max 1 min)",
-    ]);
+    for (const maxLagMs of [60_000, "1m", "60s"]) {
+      assert.deepEqual(checkStatus(status, { maxLag: 10, maxLagMs }), [
+        "queue files, consumer lifecycle, slot 2: 50 events behind (max 10)",
+        "queue files, consumer lifecycle, slot 2: 2 min behind (max 1 min)",
+      ]);
+    }
+    // The reported values as thresholds: exactly at them is not crossed, a millisecond less is.
+    assert.deepEqual(checkStatus(status, { maxTickAgeMs: 400_000, maxLagMs: 120_000 }), []);
+    assert.equal(checkStatus(status, { maxTickAgeMs: 399_999, maxLagMs: 119_999 }).length, 2);
+    // The former names (seconds) are refused, not silently left unchecked.
+    assert.throws(() => checkStatus(status, { maxTickAge: 300 } as never), /Unknown option "maxTickAge" in thresholds; did you mean "maxTickAgeMs"\?/);
+    assert.throws(() => checkStatus(status, { maxLagMs: "soon" }), /Option "maxLagMs" is "soon"/);
   });
 
   test("errors name CLI commands, not JavaScript calls", () => {

@@ -64,3 +64,19 @@ test("src/: every import stays in its layer or goes down (docs/architecture.md)"
   assert.ok(edges > 50, `found ${edges} imports`);
   assert.deepEqual(problems, []);
 });
+
+test("scripts/ never import tests/: what scripts and tests share lives in scripts/lib", () => {
+  const root = fileURLToPath(new URL("../..", import.meta.url));
+  const tests = join(root, "tests");
+  const problems: string[] = [];
+  let edges = 0;
+  for (const file of files(join(root, "scripts"))) {
+    for (const m of readFileSync(file, "utf8").matchAll(/^(?:import|export)\s[^;]*?\sfrom\s+"(\.{1,2}\/[^"]+)";/gm)) {
+      edges++;
+      const to = normalize(join(file, "..", m[1]!));
+      if (!relative(tests, to).startsWith("..")) problems.push(`${relative(root, file)} imports ${relative(root, to)}`);
+    }
+  }
+  assert.ok(edges >= 8, `found ${edges} imports`);
+  assert.deepEqual(problems, []);
+});

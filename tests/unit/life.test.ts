@@ -6,7 +6,8 @@ import type { BatchSettings } from "../../src/batch/settings.ts";
 import type { Executor } from "../../src/driver.ts";
 import { KeyqError } from "../../src/errors.ts";
 import { batchLife, timer } from "../../src/batch/life.ts";
-import { addUp, emptyReport, runLoop, sleep, workLoop } from "../../src/kinds/loop.ts";
+import { addUp, emptyReport, runLoop, workLoop } from "../../src/kinds/loop.ts";
+import { sleep } from "../../src/observe/wake.ts";
 import type { BatchReport } from "../../src/types.ts";
 
 const ok: Executor = { query: () => Promise.resolve([{ ok: 1 }]) };

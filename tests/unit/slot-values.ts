@@ -1,5 +1,5 @@
 /**
- * slot_of(key, n) as Postgres 15 computed it once (src/sql/004_ordered.sql),
+ * slot_of(key, n) as Postgres 15 computed it once (src/sql/migrations/004_ordered.sql),
  * committed so that a change to the function shows up as a failing test:
  * slot indexes and every ordered consumer's routing depend on these values
  * staying the same across releases. `hash` is hashtextextended(key, 0).

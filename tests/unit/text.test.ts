@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { describeError, MAX_MESSAGE, storable } from "../../src/error-text.ts";
 import { checkJson, checkText, show, textProblem } from "../../src/text.ts";
-import { refusal } from "./refusal.ts";
+import { refusal } from "../helpers/refused.ts";
 
 /** No NUL, no unpaired surrogate. */
 const clean = (s: string): boolean => !/\0|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(s);

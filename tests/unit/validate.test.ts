@@ -5,7 +5,7 @@ import { describe, test } from "node:test";
 import * as v from "valibot";
 import { KeyqError } from "../../src/errors.ts";
 import { checkId, checkName, checkSchemaName, closest, durationMs, int, MAX_INTERVAL_MS, MAX_TIMEOUT_MS, parse, text } from "../../src/validate.ts";
-import { refusal } from "./refusal.ts";
+import { refusal } from "../helpers/refused.ts";
 
 describe("identifiers", () => {
   test("schema names: lowercase, digits, _, at most 63 bytes, not pg_", () => {

