@@ -24,12 +24,12 @@
  */
 
 export { keyq } from "./src/client.ts";
-export type { ConsumerOptions, ExclusiveOptions, Keyq, KeyqOptions, OrderedOptions } from "./src/client.ts";
+export type { ConsumerOptions, ExclusiveOptions, Keyq, KeyqBase, KeyqOptions, OrderedOptions } from "./src/client.ts";
 export type { DeadLetters } from "./src/ops/dlq.ts";
-export type { Consumer, OrderedConsumer, SubscribeOptions } from "./src/kinds/consumer.ts";
+export type { Consumer, ConsumerHandle, OrderedConsumer, OrderedHandle, PerEventOnly, StrictOrderedConsumer, SubscribeOptions } from "./src/kinds/consumer.ts";
 export type { LogCalls } from "./src/ops/positions.ts";
 export type { Controls } from "./src/ops/controls.ts";
-export type { Driver, Executor, Row, SqlParam } from "./src/driver.ts";
+export type { Driver, Executor, Row, SqlParam, TxDriver } from "./src/driver.ts";
 export { KeyqError } from "./src/errors.ts";
 export type { KeyqErrorCode } from "./src/errors.ts";
 export { latestVersion, migrationSql } from "./src/engine/migrate.ts";

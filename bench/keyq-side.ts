@@ -36,7 +36,7 @@ export function orderedOf(q: Keyq): OrderedFn | undefined {
 
 /** True when this build of keyq has Tier B (`q.ordered`). */
 export function hasTierB(): boolean {
-  const q = keyq({ name: "probe", query: () => Promise.resolve([]) });
+  const q = keyq({ name: "probe", query: () => Promise.resolve([]) }) as Keyq;
   return orderedOf(q) !== undefined;
 }
 

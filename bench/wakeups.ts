@@ -7,7 +7,7 @@
  * @module
  */
 
-import { type Driver, type Executor, keyq } from "../mod.ts";
+import { type Executor, type Keyq, keyq, type TxDriver } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { APP, connect, type Sql } from "./db.ts";
 import { QUEUE, setup, teardown } from "./keyq-side.ts";
@@ -18,22 +18,22 @@ import { type FilePayload, makeEvents, nowMs, quantile, sleep, until } from "./u
 export type Kind = "plain" | "exclusive" | "ordered";
 
 /** `driver` with every statement counted (BEGIN and COMMIT included); listen passes through. */
-function counted(d: Driver): { driver: Driver; statements(): number } {
+function counted(d: TxDriver): { driver: TxDriver; statements(): number } {
   let n = 0;
   const wrap = (tx: Executor): Executor => ({
     query: (text, params) => (n++, tx.query(text, params)),
     ...(tx.savepoint ? { savepoint: <T>(fn: (sp: Executor) => Promise<T>) => (n++, tx.savepoint!((sp) => fn(wrap(sp)))) } : {}),
     ...(tx.signal ? { signal: tx.signal } : {}),
   });
-  const driver: Driver = {
+  const driver: TxDriver = {
     ...d,
     query: (text, params) => (n++, d.query(text, params)),
-    transaction: <T>(fn: (tx: Executor) => Promise<T>) => (n += 2, d.transaction!((tx) => fn(wrap(tx)))),
+    transaction: <T>(fn: (tx: Executor) => Promise<T>) => (n += 2, d.transaction((tx) => fn(wrap(tx)))),
   };
   return { driver, statements: () => n };
 }
 
-function consumerOf(q: ReturnType<typeof keyq>, kind: Kind, s: Sizes) {
+function consumerOf(q: Keyq, kind: Kind, s: Sizes) {
   if (kind === "plain") return q.consumer<FilePayload>(QUEUE, "bench");
   if (kind === "exclusive") return q.exclusive<FilePayload>(QUEUE, "bench", { deferDelay: s.deferMs });
   return q.ordered<FilePayload>(QUEUE, "bench", { slots: s.slots });

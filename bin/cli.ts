@@ -18,7 +18,7 @@
  *
  * @module
  */
-import { type Driver, type Keyq, keyq, KeyqError, type RevokeInput, type RoleGrants } from "../mod.ts";
+import { type Keyq, keyq, KeyqError, type RevokeInput, type RoleGrants, type TxDriver } from "../mod.ts";
 import { logCommand, settingFlags } from "./log.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
@@ -125,7 +125,7 @@ export function parseCommandLine(argv: readonly string[]): Args {
 export async function connect(
   url: string,
   load: (specifier: string) => Promise<unknown> = (s) => import(s),
-): Promise<{ driver: Driver; close: () => Promise<void> }> {
+): Promise<{ driver: TxDriver; close: () => Promise<void> }> {
   try {
     const { default: postgres } = (await load("postgres")) as { default: typeof import("postgres") };
     const sql = postgres(url, { max: 2, onnotice: () => {} });

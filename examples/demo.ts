@@ -21,7 +21,7 @@
 
 import { randomBytes } from "node:crypto";
 import process from "node:process";
-import { type Driver, type Keyq, keyq, type KeyqEvent, type RunReport } from "../mod.ts";
+import { type TxDriver, type Keyq, keyq, type KeyqEvent, type RunReport } from "../mod.ts";
 import { fromPGlite } from "../src/drivers/pglite.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 
@@ -64,9 +64,9 @@ const brief = (r: RunReport) => `${r.events} events in ${r.batches} batch(es), $
 interface Db {
   label: string;
   schema: string;
-  driver: Driver;
+  driver: TxDriver;
   /** More clients on their own connections (real Postgres only), for concurrent workers. */
-  extraClient?: () => { driver: Driver; close: () => Promise<void> };
+  extraClient?: () => { driver: TxDriver; close: () => Promise<void> };
   close(): Promise<void>;
 }
 
@@ -159,12 +159,12 @@ async function main(): Promise<void> {
     const ids = await q.sendBatch<FileEvent>(QUEUE, batch);
     batch.forEach((e, i) => sent.push({ via: "sendBatch", id: ids[i]!.id, type: e.type, key: e.key, path: e.payload.path }));
     // Outbox: the event commits or rolls back with the business write.
-    await q.driver.transaction!(async (tx) => {
+    await q.transaction(async (tx) => {
       await tx.query(`insert into "${q.schema}".upload values ($1, $2)`, ["initech", "/memo.txt"]);
       const r = await q.send<FileEvent>(QUEUE, { type: "FileCreated", key: "initech", payload: { path: "/memo.txt", size: 300 } }, { tx });
       sent.push({ via: "send { tx }", id: r.id, type: "FileCreated", key: "initech", path: "/memo.txt" });
     });
-    await q.driver.transaction!(async (tx) => {
+    await q.transaction(async (tx) => {
       await q.send<FileEvent>(QUEUE, { type: "FileCreated", key: "initech", payload: { path: "/lost.txt" } }, { tx });
       throw new Error("business write failed");
     }).catch(() => sent.push({ via: "send { tx }, rolled back", id: "—", type: "FileCreated", key: "initech", path: "/lost.txt (never visible)" }));

@@ -27,7 +27,7 @@
 import { randomBytes } from "node:crypto";
 import process from "node:process";
 import { pathToFileURL } from "node:url";
-import { type Driver, type Executor, keyq, type KeyqEvent, type RunReport } from "../mod.ts";
+import { type TxDriver, type Executor, keyq, type KeyqEvent, type RunReport } from "../mod.ts";
 import { fromPGlite } from "../src/drivers/pglite.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 
@@ -84,7 +84,7 @@ async function migrateTenant(ev: KeyqEvent<MigrateTenant>, tx: Executor): Promis
 }
 
 /** The database of one invocation: its own connection, closed at the end. */
-async function connect(): Promise<{ driver: Driver; close: () => Promise<void> }> {
+async function connect(): Promise<{ driver: TxDriver; close: () => Promise<void> }> {
   const url = process.env.DATABASE_URL;
   if (url) {
     const { default: postgres } = await import("postgres");

@@ -17,7 +17,7 @@
  * printed at the start) and drops only that schema at the end (KEYQ_KEEP=1
  * keeps it). It never touches KEYQ_SCHEMA or any schema it did not create.
  */
-import { type Executor, keyq, type KeyqEvent, type RunReport } from "keyq";
+import { type Executor, type Keyq, keyq, type KeyqEvent, type RunReport } from "keyq";
 import { fromPGlite } from "keyq/pglite";
 import { fromPostgresJs } from "keyq/postgres-js";
 
@@ -46,7 +46,7 @@ async function apply(ev: KeyqEvent<FileEvent>, tx: Executor, schema: string): Pr
 }
 
 /** One cron run of worker `index` of `workers`. */
-export async function handler(q: ReturnType<typeof keyq>, index: number, workers: number): Promise<RunReport> {
+export async function handler(q: Keyq, index: number, workers: number): Promise<RunReport> {
   return await q.ordered<FileEvent>("files", "file-state", { slots: 8, helpAfter: "2m" }).run({
     worker: index,
     workers,
@@ -61,7 +61,7 @@ async function main(): Promise<void> {
   const schema = `lifecycle_${[...crypto.getRandomValues(new Uint8Array(4))].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
   console.log(`schema ${schema} (${url ? "PostgreSQL at DATABASE_URL" : "embedded PGlite"})`);
   let close: () => Promise<void>;
-  let q: ReturnType<typeof keyq>;
+  let q: Keyq;
   if (url) {
     const { default: postgres } = await import("postgres");
     const sql = postgres(url, { max: 2, onnotice: () => {} });

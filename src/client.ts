@@ -9,17 +9,25 @@ import * as v from "valibot";
 import { type Admin, admin } from "./ops/admin.ts";
 import type { ConsumerContext } from "./batch/batch.ts";
 import { type ConsumerOptions, exclusiveOptions, type ExclusiveOptions, orderedOptions, type OrderedOptions, plainOptions } from "./kinds/options.ts";
-import { type Consumer, makeConsumer, type OrderedConsumer, withSlots } from "./kinds/consumer.ts";
+import {
+  type Consumer,
+  type ConsumerHandle,
+  makeConsumer,
+  type OrderedConsumer,
+  type OrderedHandle,
+  type StrictOrderedConsumer,
+  withSlots,
+} from "./kinds/consumer.ts";
 import { type DeadLetters, deadLetters } from "./ops/dlq.ts";
 import { type LogCalls, logCalls } from "./ops/positions.ts";
 import { type Controls, controls } from "./ops/controls.ts";
-import type { Driver, Executor } from "./driver.ts";
+import { type Driver, type Executor, transactional, type TxDriver } from "./driver.ts";
 import { KeyqError } from "./errors.ts";
 import { exclusiveKind, orderedKind, plainKind } from "./kinds/kinds.ts";
 import { migrate, migrationSql } from "./engine/migrate.ts";
 import type { PayloadSchema, SchemaFor } from "./payload.ts";
 import { dispatching, schemaFor } from "./events/dispatch.ts";
-import type { EventMap, EventTypes, SendArg, TypedConsumer, TypedOrderedConsumer, TypedQueue } from "./events/types.ts";
+import type { EventMap, EventTypes, SendArg, TypedConsumer, TypedOrderedConsumer, TypedQueue, TypedStrictOrderedConsumer } from "./events/types.ts";
 import { send, sendBatch } from "./produce/producer.ts";
 import { grant, grants, revoke } from "./roles/grants.ts";
 import type {
@@ -64,17 +72,19 @@ export interface KeyqOptions<E extends EventMap = EventMap> {
 }
 
 /**
- * The keyq client; `E` is the typed event map given to `keyq()`. Log calls
- * (seek, history, replayKey) and operator controls (pause, resume,
- * settleHead, blocked, unsubscribe) are in LogCalls and Controls.
+ * The calls of a keyq client that need no interactive transaction: queues,
+ * producing, inspecting, operating, and consumer handles (subscribe, seek,
+ * unsubscribe). It is what `keyq()` returns over a driver without
+ * transactions (Neon's HTTP `neon()`); {@link Keyq} adds `migrate`,
+ * `transaction` and the consuming calls. Log calls (seek, history,
+ * replayKey) and operator controls (pause, resume, settleHead, blocked,
+ * unsubscribe) are in LogCalls and Controls.
  */
-export interface Keyq<E extends EventMap = Record<never, never>> extends LogCalls, Controls {
+export interface KeyqBase<E extends EventMap = Record<never, never>> extends LogCalls, Controls {
   /** The engine's schema. */
   readonly schema: string;
   /** The driver this client uses. */
   readonly driver: Driver;
-  /** Applies pending engine migrations (idempotent, safe concurrently). */
-  migrate(): Promise<MigrateResult>;
   /** The engine as one SQL script, for DBAs. */
   migrationSql(): string;
   /**
@@ -101,25 +111,12 @@ export interface Keyq<E extends EventMap = Record<never, never>> extends LogCall
   tick(queue: string, options?: { force?: boolean }): Promise<string | null>;
   /** Rotation and housekeeping for one queue or all; skips queues another caller holds. */
   maintain(queue?: string, options?: { forceRotate?: boolean }): Promise<MaintainReport[]>;
-  /** A plain consumer: one cursor reading every event in order (typed handlers on a typed queue). */
-  consumer<Q extends TypedQueue<E>>(queue: Q, name: string, options?: ConsumerOptions): TypedConsumer<E[Q]>;
-  /** A plain consumer: one cursor reading every event in order. */
-  consumer<P = unknown>(queue: string, name: string, options?: ConsumerOptions): Consumer<P>;
-  /** Tier A exclusive consumer of a typed queue. */
-  exclusive<Q extends TypedQueue<E>>(queue: Q, name: string, options?: ExclusiveOptions): TypedConsumer<E[Q]>;
-  /**
-   * Tier A: an exclusive consumer shared by any number of workers; at most
-   * one worker processes a key at any instant; no order promise.
-   */
-  exclusive<P = unknown>(queue: string, name: string, options?: ExclusiveOptions): Consumer<P>;
-  /** Tier B ordered consumer of a typed queue. */
-  ordered<Q extends TypedQueue<E>>(queue: Q, name: string, options: OrderedOptions): TypedOrderedConsumer<E[Q]>;
-  /**
-   * Tier B: an ordered consumer with N fixed slots; key K always goes to
-   * slot `(hashtextextended(K, 0) % N + N) % N`, one worker per slot, FIFO
-   * within a key. N is persisted; another N is rejected.
-   */
-  ordered<P = unknown>(queue: string, name: string, options: OrderedOptions): OrderedConsumer<P>;
+  /** A plain consumer's handle (subscribe, seek, unsubscribe); consuming needs a driver with transactions. */
+  consumer(queue: string, name: string, options?: ConsumerOptions): ConsumerHandle;
+  /** A Tier A exclusive consumer's handle; consuming needs a driver with transactions. */
+  exclusive(queue: string, name: string, options?: ExclusiveOptions): ConsumerHandle;
+  /** A Tier B ordered consumer's handle (with slotOf and blockedKeys); consuming needs a driver with transactions. */
+  ordered(queue: string, name: string, options: OrderedOptions): OrderedHandle;
   /** Dead letters: list, count, replay, replay a key in order, purge. */
   readonly dlq: DeadLetters;
   /**
@@ -147,6 +144,48 @@ export interface Keyq<E extends EventMap = Record<never, never>> extends LogCall
    * removes it.
    */
   observe(observer: Observer): () => void;
+}
+
+/**
+ * The keyq client over a driver with interactive transactions (every
+ * adapter but Neon's HTTP `neon()`); `E` is the typed event map given to
+ * `keyq()`. Adds to {@link KeyqBase} `migrate`, `transaction` and consumers
+ * that consume.
+ */
+export interface Keyq<E extends EventMap = Record<never, never>> extends KeyqBase<E> {
+  /** The driver this client uses. */
+  readonly driver: TxDriver;
+  /** Applies pending engine migrations (idempotent, safe concurrently). */
+  migrate(): Promise<MigrateResult>;
+  /**
+   * Runs `fn` in one transaction of the driver (BEGIN … COMMIT, ROLLBACK
+   * when `fn` throws) and resolves to what it returned: for your own work,
+   * e.g. your writes and `send(…, { tx })` committed together.
+   */
+  transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T>;
+  /** A plain consumer: one cursor reading every event in order (typed handlers on a typed queue). */
+  consumer<Q extends TypedQueue<E>>(queue: Q, name: string, options?: ConsumerOptions): TypedConsumer<E[Q]>;
+  /** A plain consumer: one cursor reading every event in order. */
+  consumer<P = unknown>(queue: string, name: string, options?: ConsumerOptions): Consumer<P>;
+  /** Tier A exclusive consumer of a typed queue. */
+  exclusive<Q extends TypedQueue<E>>(queue: Q, name: string, options?: ExclusiveOptions): TypedConsumer<E[Q]>;
+  /**
+   * Tier A: an exclusive consumer shared by any number of workers; at most
+   * one worker processes a key at any instant; no order promise.
+   */
+  exclusive<P = unknown>(queue: string, name: string, options?: ExclusiveOptions): Consumer<P>;
+  /** Tier B ordered consumer of a typed queue with the pause policy (strict order): per-event handlers only. */
+  ordered<Q extends TypedQueue<E>>(queue: Q, name: string, options: OrderedOptions & { onFailure: "pause" }): TypedStrictOrderedConsumer<E[Q]>;
+  /** Tier B ordered consumer of a typed queue. */
+  ordered<Q extends TypedQueue<E>>(queue: Q, name: string, options: OrderedOptions): TypedOrderedConsumer<E[Q]>;
+  /** Tier B ordered consumer with the pause policy (strict order per key): per-event handlers only. */
+  ordered<P = unknown>(queue: string, name: string, options: OrderedOptions & { onFailure: "pause" }): StrictOrderedConsumer<P>;
+  /**
+   * Tier B: an ordered consumer with N fixed slots; key K always goes to
+   * slot `(hashtextextended(K, 0) % N + N) % N`, one worker per slot, FIFO
+   * within a key. N is persisted; another N is rejected.
+   */
+  ordered<P = unknown>(queue: string, name: string, options: OrderedOptions): OrderedConsumer<P>;
 }
 
 export type { ConsumerOptions, ExclusiveOptions, OrderedOptions } from "./kinds/options.ts";
@@ -247,6 +286,24 @@ function consumers(
  * await audit.run({ handler: (ev) => console.log(ev.type, ev.key, ev.payload) });
  * ```
  */
+export function keyq<E extends EventMap = Record<never, never>>(driver: TxDriver, options?: KeyqOptions<E>): Keyq<E>;
+/**
+ * Creates a keyq client over a driver without interactive transactions
+ * (Neon's HTTP `neon()`): it produces, inspects and operates; `migrate`,
+ * `transaction` and consuming need a {@link TxDriver}.
+ *
+ * @example
+ * ```ts
+ * import { keyq } from "@keyq/keyq";
+ * import { fromNeonHttp } from "@keyq/keyq/neon";
+ * import { neon } from "@neondatabase/serverless";
+ *
+ * const q = keyq(fromNeonHttp(neon(process.env.DATABASE_URL!)));
+ * await q.send("files", { type: "FileCreated", payload: { path: "/a" }, key: "tenant-1" });
+ * console.log(await q.status({ queue: "files" }));
+ * ```
+ */
+export function keyq<E extends EventMap = Record<never, never>>(driver: Driver, options?: KeyqOptions<E>): KeyqBase<E>;
 export function keyq<E extends EventMap = Record<never, never>>(driver: Driver, options: KeyqOptions<E> = {}): Keyq<E> {
   const o = parse(optionsSchema, options, "keyq options");
   const schema = checkSchemaName(o.schema ?? "keyq");
@@ -302,8 +359,9 @@ export function keyq<E extends EventMap = Record<never, never>>(driver: Driver, 
   };
   return {
     schema,
-    driver,
+    driver: driver as TxDriver, // a driver without transactions gets the KeyqBase type; its consuming calls refuse at run time
     migrate: () => migrate(driver, schema),
+    transaction: (fn) => transactional(driver).transaction(fn),
     migrationSql: () => migrationSql(schema),
     createQueue: a.createQueue,
     updateQueue: a.updateQueue,
@@ -320,7 +378,8 @@ export function keyq<E extends EventMap = Record<never, never>>(driver: Driver, 
     },
     tick: a.tick,
     maintain: a.maintain,
-    ...consumers(driver, schema, (queue) => (typesOf(queue) ? undefined : schemaOf(queue)), typesOf, a, obs),
+    // The factories are untyped; the Keyq overloads type them per kind and queue.
+    ...(consumers(driver, schema, (queue) => (typesOf(queue) ? undefined : schemaOf(queue)), typesOf, a, obs) as unknown as Pick<Keyq<E>, keyof Factories>),
     dlq: deadLetters(driver, schema),
     status: a.status,
     grant: (input) => grant(driver, schema, input),

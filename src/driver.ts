@@ -16,6 +16,8 @@
  * @module
  */
 
+import { KeyqError } from "./errors.ts";
+
 /**
  * Statements from keyq's ORM helpers (`kyselyDialect`, `drizzleProxy`) start
  * with this comment. Their parameters are the ORM's own values (numbers,
@@ -72,19 +74,16 @@ export interface Executor {
 }
 
 /**
- * A database connection or pool as the core sees it. `transaction` is optional:
- * a driver without interactive transactions (Neon's HTTP `neon()`) can produce
- * and inspect, and the consuming calls refuse it with `TRANSACTIONS_UNSUPPORTED`.
+ * A database connection or pool as the core sees it. Its `transaction` is
+ * optional: a driver without interactive transactions (Neon's HTTP `neon()`)
+ * can produce and inspect; consumers, `migrate()` and `q.transaction()` need
+ * a {@link TxDriver}, which every other adapter returns.
  *
  * @example
  * ```ts
  * import type { Driver } from "@keyq/keyq";
- * const rows: unknown[] = [];
- * const fake: Driver = {
- *   name: "fake",
- *   query: async () => rows as never,
- *   transaction: async (fn) => await fn({ query: async () => [] }),
- * };
+ * const fake: Driver = { name: "fake", query: async () => [] };
+ * console.log(fake.name);
  * ```
  */
 export interface Driver extends Executor {
@@ -99,7 +98,8 @@ export interface Driver extends Executor {
   readonly connections?: number;
   /**
    * Runs `fn` inside one transaction (BEGIN … COMMIT, ROLLBACK when `fn`
-   * throws) on one connection, and resolves to what `fn` returned.
+   * throws) on one connection, and resolves to what `fn` returned. Absent
+   * on a driver without interactive transactions; a {@link TxDriver} has it.
    */
   transaction?<T>(fn: (tx: Executor) => Promise<T>): Promise<T>;
   /**
@@ -118,4 +118,54 @@ export interface Driver extends Executor {
    * what sits between it and the server.
    */
   listen?(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>;
+}
+
+/**
+ * A driver with interactive transactions: what consumers, `migrate()` and
+ * `q.transaction(fn)` need. Every adapter but Neon's HTTP `neon()` returns
+ * one, so `keyq(driver)` over it has the whole client.
+ *
+ * @example
+ * ```ts
+ * import type { TxDriver } from "@keyq/keyq";
+ * const fake: TxDriver = {
+ *   name: "fake",
+ *   query: async () => [],
+ *   transaction: async (fn) => await fn({ query: async () => [] }),
+ * };
+ * console.log(await fake.transaction((tx) => tx.query("select 1")));
+ * ```
+ */
+export interface TxDriver extends Driver {
+  /**
+   * Runs `fn` inside one transaction (BEGIN … COMMIT, ROLLBACK when `fn`
+   * throws) on one connection, and resolves to what `fn` returned.
+   */
+  transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T>;
+}
+
+/**
+ * The driver as a {@link TxDriver}, or `TRANSACTIONS_UNSUPPORTED` when it has
+ * no interactive transactions: the one refusal of consumers, `migrate()` and
+ * `q.transaction()` (the types refuse such a driver already; this is for
+ * JavaScript callers and drivers typed loosely).
+ *
+ * @example
+ * ```ts
+ * import { transactional } from "./driver.ts";
+ * const http = { name: "neon-http", query: async () => [] };
+ * try {
+ *   transactional(http);
+ * } catch (err) {
+ *   console.log((err as { code?: string }).code); // "TRANSACTIONS_UNSUPPORTED"
+ * }
+ * ```
+ */
+export function transactional(driver: Driver): TxDriver {
+  if (typeof driver.transaction === "function") return driver as TxDriver;
+  throw new KeyqError(
+    "TRANSACTIONS_UNSUPPORTED",
+    `The ${driver.name} driver has no interactive transactions, so it cannot consume, migrate or run q.transaction(); use a Pool or Client driver (for Neon: fromNeonPool), or apply migrationSql() by hand.`,
+    { driver: driver.name },
+  );
 }

@@ -62,6 +62,32 @@ const MESSAGES: [RegExp, FaultKind][] = [
   [/socket hang up|WebSocket (was )?closed|Connection (closed|ended) unexpectedly/i, "connection"],
 ];
 
+/** The kind a driver code or SQLSTATE says; undefined for a code of no known kind. */
+function codeKind(code: unknown): FaultKind | undefined {
+  if (typeof code !== "string") return undefined;
+  if (code in DRIVER) return DRIVER[code]!;
+  if (code in SQLSTATE) return SQLSTATE[code]!;
+  if (/^08[0-9A-Z]{3}$/.test(code)) return "connection";
+  return undefined;
+}
+
+/**
+ * True when the error's own `code` says its connection is gone (a driver or
+ * socket code, a shutdown or idle-timeout SQLSTATE, class 08): the one list
+ * the driver adapters check (postgres.js stops a transaction's queries on
+ * it). Messages and causes are `classify`'s business.
+ *
+ * @example
+ * ```ts
+ * import { connectionLost } from "./faults.ts";
+ * console.log(connectionLost({ code: "57P01" })); // true: pg_terminate_backend
+ * console.log(connectionLost({ code: "23505" })); // false: a unique violation
+ * ```
+ */
+export function connectionLost(err: unknown): boolean {
+  return codeKind((err as { code?: unknown } | null)?.code) === "connection";
+}
+
 /**
  * Classifies an error: "connection", "transient" or "permanent". A
  * `KeyqError` is permanent except `BAD_REPLY` (a reply from a confused
@@ -77,10 +103,8 @@ export function classify(err: unknown, depth = 0): FaultKind {
   const e = err as { code?: unknown; errno?: unknown; bunCode?: unknown; message?: unknown; cause?: unknown } | null;
   if (!e || typeof e !== "object") return "permanent";
   for (const code of [e.code, e.bunCode, e.errno]) {
-    if (typeof code !== "string") continue;
-    if (code in DRIVER) return DRIVER[code]!;
-    if (code in SQLSTATE) return SQLSTATE[code]!;
-    if (/^08[0-9A-Z]{3}$/.test(code)) return "connection";
+    const kind = codeKind(code);
+    if (kind) return kind;
   }
   const message = typeof e.message === "string" ? e.message : "";
   for (const [re, kind] of MESSAGES) if (re.test(message)) return kind;

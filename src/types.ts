@@ -62,7 +62,7 @@ export interface SendOptions {
   /**
    * The caller's open transaction: the events commit or roll back with the
    * caller's own writes (outbox pattern). Accepted: keyq's executor (the `tx`
-   * of `q.driver.transaction(fn)` or of a handler), or the driver's own
+   * of `q.transaction(fn)` or of a handler), or the driver's own
    * transaction object when the client's adapter recognises it — postgres.js
    * and Bun.SQL: the `tx` of `sql.begin` (or of `tx.savepoint`); pg: a
    * `Client`/`PoolClient` after `BEGIN`; PGlite: the `tx` of
@@ -287,9 +287,32 @@ export interface BatchOptions<P = unknown> {
    * as is, and refused (`INVALID_INPUT`) when shorter than `batchTimeout`.
    */
   idleTimeout?: Duration;
-  /** Tier B static assignment: this worker's index, 0 ≤ worker < workers. */
+  /**
+   * Stops the call: in a batch the handlers' signal fires, no further
+   * handler starts and what finished commits; `run()` starts no further
+   * batch; `work()` also stops promptly while polling or backing off.
+   */
+  signal?: AbortSignal;
+}
+
+/**
+ * Tier B static assignment, taken by the `batch`, `run` and `work` of an
+ * ordered consumer only: worker k of `workers` reads slots k, k + workers, …
+ * (and helps on a slot nobody polled for `helpAfter`). Give both or neither.
+ *
+ * @example
+ * ```ts
+ * import type { OrderedConsumer, SlotAssignment } from "@keyq/keyq";
+ * async function drain(c: OrderedConsumer, me: SlotAssignment): Promise<void> {
+ *   await c.run({ ...me, handler: (ev) => console.log(ev.slot, ev.id) });
+ * }
+ * console.log(typeof drain);
+ * ```
+ */
+export interface SlotAssignment {
+  /** This worker's index, 0 ≤ worker < workers. */
   worker?: number;
-  /** Tier B static assignment: how many workers share the slots. */
+  /** How many workers share the slots. */
   workers?: number;
 }
 
@@ -381,12 +404,6 @@ export interface RunReport extends Omit<BatchReport, "busy" | "limits"> {
 
 /** Options of `work`: `run` in a loop until the signal aborts. */
 export interface WorkOptions<P = unknown> extends RunOptions<P> {
-  /**
-   * Stops the loop promptly in any state: while polling, while backing off,
-   * and in a batch (its handlers' signal fires, no further handler starts,
-   * what finished commits).
-   */
-  signal?: AbortSignal;
   /** Shortest idle wait between polls (default 100 ms): milliseconds or text like `"250ms"`. */
   minPollMs?: Duration;
   /** Longest idle wait between polls (default 5 s): milliseconds or text like `"5s"`. */

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import pg from "pg";
-import { keyq } from "../mod.ts";
+import { type Keyq, keyq } from "../mod.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { dbSkip } from "./helpers/db.ts";
 import { withPg } from "./helpers/fixture.ts";
@@ -30,7 +30,7 @@ describe("chaos", () => {
         await f.raw(
           `create table "${f.schema}".effects (seq bigserial, ev_id bigint, key text, n int, worker int, started timestamptz, ended timestamptz)`,
         );
-        const consumerOf = (q: ReturnType<typeof keyq>) =>
+        const consumerOf = (q: Keyq) =>
           tier === "exclusive"
             ? q.exclusive<number>("q", "c", { deferDelay: 10 })
             : q.ordered<number>("q", "c", { slots: 8, onFailure: "pause" });

@@ -2,7 +2,7 @@
 // real Postgres (postgres.js) and PGlite. Runs under Node, Deno and Bun.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import type { Driver } from "../src/driver.ts";
+import type { TxDriver } from "../src/driver.ts";
 import { databaseUrl, dbSkip, freshSchema } from "./helpers/db.ts";
 import { type DriverSpec, driverSpecs } from "./helpers/drivers.ts";
 
@@ -15,7 +15,7 @@ const targets = driverSpecs.filter((d) => d.id === "postgres-js" || d.id === "pg
 const pgSkip = await dbSkip();
 const skipOf = (spec: DriverSpec): string | false => spec.skip || (spec.id !== "pglite" && pgSkip);
 
-async function setUp(spec: DriverSpec): Promise<{ driver: Driver; other: Driver; close(): Promise<void> }> {
+async function setUp(spec: DriverSpec): Promise<{ driver: TxDriver; other: TxDriver; close(): Promise<void> }> {
   const url = spec.id === "pglite" ? "" : (await databaseUrl())!;
   const a = await spec.open(url);
   if (spec.id === "pglite") return { driver: a.driver, other: a.driver, close: a.close };
@@ -29,8 +29,8 @@ end $$`;
 
 for (const target of targets) {
   describe(`driver ${target.id}`, { skip: skipOf(target) }, () => {
-    let driver: Driver;
-    let other: Driver;
+    let driver: TxDriver;
+    let other: TxDriver;
     let close: () => Promise<void>;
     const schemas: string[] = [];
     const schema = (): string => {
@@ -91,14 +91,14 @@ for (const target of targets) {
     test("transaction commits on success and rolls back when fn throws", async () => {
       const s = schema();
       await driver.query(`create schema ${s}; create table ${s}.t (v text)`);
-      const out = await driver.transaction!(async (tx) => {
+      const out = await driver.transaction(async (tx) => {
         await tx.query(`insert into ${s}.t values ($1)`, ["committed"]);
         const seen = await tx.query(`select count(*)::text as n from ${s}.t`, []);
         return seen[0]!.n;
       });
       assert.equal(out, "1");
       await assert.rejects(
-        driver.transaction!(async (tx) => {
+        driver.transaction(async (tx) => {
           await tx.query(`insert into ${s}.t values ($1)`, ["rolled back"]);
           throw new Error("handler failed");
         }),
@@ -110,7 +110,7 @@ for (const target of targets) {
 
     test("pg_try_advisory_xact_lock inside a transaction", async () => {
       const key = String(Math.floor(Math.random() * 1e9));
-      const got = await driver.transaction!(async (tx) => {
+      const got = await driver.transaction(async (tx) => {
         const [r] = await tx.query("select pg_try_advisory_xact_lock($1::bigint) as ok", [key]);
         if (target.id !== "pglite") {
           // Another connection cannot take the lock while this transaction holds it.
@@ -129,7 +129,7 @@ for (const target of targets) {
         () => driver.query(KQ_RAISE),
         () => driver.query(`select 1 as a; ${KQ_RAISE}`),
         () => driver.query(KQ_RAISE, []),
-        () => driver.transaction!((tx) => tx.query(KQ_RAISE, [])),
+        () => driver.transaction((tx) => tx.query(KQ_RAISE, [])),
       ]) {
         await assert.rejects(run(), (err: { code?: unknown; hint?: unknown; message?: unknown }) => {
           assert.equal(err.code, "KQ001");

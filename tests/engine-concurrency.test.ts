@@ -20,7 +20,7 @@ describe("engine under concurrency", () => {
       const hold = gate();
       const sentA = gate();
       let idA = "";
-      const a = f.q.driver.transaction!(async (tx: Executor) => {
+      const a = f.q.transaction(async (tx: Executor) => {
         idA = (await f.q.send("files", { type: "E", payload: "first, commits late" }, { tx })).id;
         sentA.open();
         await hold.wait;
@@ -56,14 +56,14 @@ describe("engine under concurrency", () => {
             for (const r of ids) committed.add(r.id);
           } else if (roll === 2) {
             const ids: string[] = [];
-            await f.q.driver.transaction!(async (tx) => {
+            await f.q.transaction(async (tx) => {
               ids.push((await f.q.send("files", { type: "E", payload: n++ }, { tx })).id);
               await new Promise((r) => setTimeout(r, (i % 3) * 3));
               ids.push((await f.q.send("files", { type: "E", payload: n++ }, { tx })).id);
             });
             for (const id of ids) committed.add(id);
           } else {
-            await assert.rejects(f.q.driver.transaction!(async (tx) => {
+            await assert.rejects(f.q.transaction(async (tx) => {
               await f.q.send("files", { type: "Rolled back", payload: n++ }, { tx });
               throw new Error("rollback");
             }));

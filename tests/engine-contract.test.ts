@@ -125,7 +125,7 @@ for (const t of targets) {
         await f.q.consumer("files", "audit").subscribe();
         for (let i = 0; i < 5; i++) await f.q.send("files", { type: "E", payload: i, dedupKey: "once" });
         await assert.rejects(
-          f.q.driver.transaction!(async (tx) => {
+          f.q.transaction(async (tx) => {
             await f.q.send("files", { type: "E", payload: "undone" }, { tx });
             throw new Error("roll back");
           }),

@@ -31,8 +31,11 @@ describe("refusal before any request: drivers without transactions", () => {
       const before = shim!.requests;
       assert.ok(before >= 1, "the shim answered the send");
       const c = q.consumer("files", "c");
+      // @ts-expect-error the types give a client over a driver without transactions no consuming calls
       await refused(c.run({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
+      // @ts-expect-error (JavaScript callers get the run-time refusal)
       await refused(c.batch({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
+      // @ts-expect-error an ordered consumer's handle has no work()
       await refused(q.ordered("files", "o", { slots: 2 }).work({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
       assert.equal(shim!.requests - before, 0, "no request was made");
       assert.equal(await count(f, "consumer"), 0);

@@ -307,11 +307,13 @@ describe("input contract", () => {
 
   test("refusals before side effects: pause + handleBatch, a worker range with no slot, bad run options", { skip }, async () => {
     const ordered = f.q.ordered("files", "paused", { slots: 4, onFailure: "pause" });
+    // @ts-expect-error the pause policy takes per-event handlers only: the type refuses handleBatch, JavaScript gets INVALID_INPUT
     await refused(ordered.run({ handleBatch: () => {} }), "INVALID_INPUT");
     const wide = f.q.ordered("files", "wide", { slots: 4 });
     const err = await refused(wide.run({ handler: () => {}, worker: 9, workers: 10 }), "INVALID_INPUT");
     assert.match(err.message, /4 slots/);
     await refused(wide.work({ handler: () => {}, worker: 4, workers: 5 }), "INVALID_INPUT");
+    // @ts-expect-error worker/workers are Tier B options: the type refuses them, JavaScript gets INVALID_INPUT
     await refused(f.q.exclusive("files", "ex").run({ handler: () => {}, worker: 0, workers: 2 }), "INVALID_INPUT");
     await refused(f.q.consumer("files", "bad").run({ handler: () => {}, maxEvents: 0 }), "INVALID_INPUT");
     assert.deepEqual(await f.raw(`select consumer_name from "${f.schema}".consumer`), [], "no consumer row was written");

@@ -7,7 +7,7 @@
 // parameter plans (and locks) every queue's partitions; this test fails then.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import type { Driver, Executor, Keyq, Row, SqlParam } from "../mod.ts";
+import type { TxDriver, Executor, Keyq, Row, SqlParam } from "../mod.ts";
 import { keyq } from "../mod.ts";
 import { dbSkip } from "./helpers/db.ts";
 import { type PgFixture, withPg } from "./helpers/fixture.ts";
@@ -17,16 +17,16 @@ const skip = await dbSkip();
 const LOCKS = "select count(*)::int as n from pg_catalog.pg_locks where pid = pg_catalog.pg_backend_pid() and locktype = 'relation'";
 
 /** A driver that counts the relation locks each transaction holds at its end (autocommit statements run as one). */
-function lockCounting(inner: Driver): { driver: Driver; counts: number[] } {
+function lockCounting(inner: TxDriver): { driver: TxDriver; counts: number[] } {
   const counts: number[] = [];
   const tally = async (tx: Executor) => void counts.push(Number((await tx.query(LOCKS))[0]!.n));
   const transaction = <T>(fn: (tx: Executor) => Promise<T>): Promise<T> =>
-    inner.transaction!(async (tx) => {
+    inner.transaction(async (tx) => {
       const out = await fn(tx);
       await tally(tx);
       return out;
     });
-  const driver: Driver = {
+  const driver: TxDriver = {
     name: inner.name,
     connections: inner.connections,
     query: (text: string, params?: readonly SqlParam[]): Promise<Row[]> => transaction((tx) => tx.query(text, params)),

@@ -7,7 +7,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import postgres from "postgres";
 import { type Keyq, keyq } from "../mod.ts";
-import type { Driver, Executor } from "../src/driver.ts";
+import type { Executor, TxDriver } from "../src/driver.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { dbSkip, requireDatabase } from "./helpers/db.ts";
 import { driverSpecs, runtimeName, teardownNeon } from "./helpers/drivers.ts";
@@ -32,13 +32,13 @@ function consumer(q: Keyq, kind: Kind) {
  * not the batch's). One connection and one run at a time, so nothing else is
  * on the wire meanwhile.
  */
-function counted(driver: Driver, proxy: WireProxy, done: (c: WireCounts) => void): Driver {
+function counted(driver: TxDriver, proxy: WireProxy, done: (c: WireCounts) => void): TxDriver {
   return {
     ...driver,
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
       const before = proxy.counts();
       try {
-        return await driver.transaction!(fn);
+        return await driver.transaction(fn);
       } finally {
         const now = proxy.counts();
         done(Object.fromEntries(Object.entries(now).map(([k, v]) => [k, v - before[k as keyof WireCounts]])) as unknown as WireCounts);

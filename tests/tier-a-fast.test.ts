@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { keyq } from "../mod.ts";
-import type { Driver, Executor } from "../mod.ts";
+import type { TxDriver, Executor } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { connect, dbSkip } from "./helpers/db.ts";
 import { withPg } from "./helpers/fixture.ts";
@@ -13,7 +13,7 @@ import { sleep, worker } from "./helpers/sync.ts";
 const skip = await dbSkip();
 
 /** Wraps a driver: records every statement a batch transaction sends and every driver savepoint it opens. */
-function counting(driver: Driver): { driver: Driver; log: string[][] } {
+function counting(driver: TxDriver): { driver: TxDriver; log: string[][] } {
   const log: string[][] = [];
   const wrap = (tx: Executor, mine: string[]): Executor => ({
     ...tx,
@@ -29,7 +29,7 @@ function counting(driver: Driver): { driver: Driver; log: string[][] } {
       transaction: (fn) => {
         const mine: string[] = [];
         log.push(mine);
-        return driver.transaction!((tx) => fn(wrap(tx, mine)));
+        return driver.transaction((tx) => fn(wrap(tx, mine)));
       },
     },
   };

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 import pg from "pg";
 import postgres from "postgres";
-import { type Driver, type Executor, keyq, type LifecycleEvent } from "../mod.ts";
+import { type TxDriver, type Executor, keyq, type LifecycleEvent } from "../mod.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPGlite } from "../src/drivers/pglite.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
@@ -21,7 +21,7 @@ const url = skip ? "" : await requireDatabase();
 after(closeShared);
 
 /** The driver with every statement counted (BEGIN and COMMIT included); listen passes through. */
-function counted(d: Driver): { driver: Driver; statements(): number; listens(): number } {
+function counted(d: TxDriver): { driver: TxDriver; statements(): number; listens(): number } {
   let n = 0;
   let listens = 0;
   const wrap = (tx: Executor): Executor => ({
@@ -29,11 +29,11 @@ function counted(d: Driver): { driver: Driver; statements(): number; listens(): 
     ...(tx.savepoint ? { savepoint: <T>(fn: (sp: Executor) => Promise<T>) => (n++, tx.savepoint!((sp) => fn(wrap(sp)))) } : {}),
     ...(tx.signal ? { signal: tx.signal } : {}),
   });
-  const driver: Driver = {
+  const driver: TxDriver = {
     ...d,
     name: d.name,
     query: (text, params) => (n++, d.query(text, params)),
-    transaction: <T>(fn: (tx: Executor) => Promise<T>) => (n += 2, d.transaction!((tx) => fn(wrap(tx)))),
+    transaction: <T>(fn: (tx: Executor) => Promise<T>) => (n += 2, d.transaction((tx) => fn(wrap(tx)))),
   };
   if (d.connections !== undefined) Object.assign(driver, { connections: d.connections });
   if (d.listen) driver.listen = (channel, cb) => (listens++, d.listen!(channel, cb));
@@ -50,7 +50,7 @@ async function until(what: string, ok: () => boolean, ms = 15_000): Promise<void
 }
 
 /** Starts work() on `driver` and returns what the test needs to watch it. */
-async function worker(driver: Driver, schema: string, options: { minPollMs: number; maxPollMs: number }) {
+async function worker(driver: TxDriver, schema: string, options: { minPollMs: number; maxPollMs: number }) {
   const q = keyq(driver, { schema });
   await q.migrate();
   await q.createQueue("jobs");
@@ -66,7 +66,7 @@ async function worker(driver: Driver, schema: string, options: { minPollMs: numb
   return { q, events, handled, mode, batches, stop: async () => (ac.abort(), await done) };
 }
 
-const listeners: { name: string; open(): Promise<{ driver: Driver; close(): Promise<void> }> }[] = [
+const listeners: { name: string; open(): Promise<{ driver: TxDriver; close(): Promise<void> }> }[] = [
   {
     name: "postgres.js",
     open: () => {
@@ -157,7 +157,7 @@ describe("wake-ups", { skip }, () => {
     try {
       const base = counted(fromPostgresJs(sql));
       const { listen: _l, ...rest } = base.driver;
-      const w = await worker(rest as Driver, schema, { minPollMs: 20, maxPollMs: 50 });
+      const w = await worker(rest as TxDriver, schema, { minPollMs: 20, maxPollMs: 50 });
       try {
         await until("the mode", () => w.mode() !== undefined);
         assert.equal(w.mode()!.mode, "poll");

@@ -11,7 +11,7 @@
  */
 
 import type { BatchSettings } from "./settings.ts";
-import type { Driver, Executor } from "../driver.ts";
+import { type Driver, type Executor, transactional } from "../driver.ts";
 import type { AckOutcome, AckReply, EventRef, LocalTimeouts, Received, WireEvent } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
 import { classify } from "../faults.ts";
@@ -235,17 +235,6 @@ async function failure(a: Attempt, err: unknown): Promise<unknown> {
   return mapError(err, a.ctx.schema);
 }
 
-/** Refuses a driver without interactive transactions. */
-function transactional(driver: Driver): <T>(fn: (tx: Executor) => Promise<T>) => Promise<T> {
-  if (!driver.transaction) {
-    throw new KeyqError(
-      "TRANSACTIONS_UNSUPPORTED",
-      `The ${driver.name} driver has no interactive transactions, so it cannot consume; use a Pool or Client driver (for Neon: fromNeonPool).`,
-    );
-  }
-  return driver.transaction.bind(driver);
-}
-
 /** The batch's attempt with its phase tracked by machine.ts. */
 function attempt(ctx: ConsumerContext, s: BatchSettings, kind: BatchKind, br: BatchRun, local: LocalTimeouts): Attempt & { phase(): Phase } {
   let phase: Phase = "receiving";
@@ -274,7 +263,8 @@ function attempt(ctx: ConsumerContext, s: BatchSettings, kind: BatchKind, br: Ba
  * BUDGET_GRACE_MS (or batchTimeout, whichever is sooner).
  */
 export async function runBatch(ctx: ConsumerContext, s: BatchSettings, kind: BatchKind, until?: number, bounded = false): Promise<BatchReport> {
-  const transaction = transactional(ctx.driver);
+  const db = transactional(ctx.driver);
+  const transaction = db.transaction.bind(db);
   const dl = deadline(Date.now(), s.batchTimeoutMs, bounded ? until : undefined);
   const by = dl.by === "budget" ? `the run's budget, budgetMs ${s.budgetMs} ms plus ${BUDGET_GRACE_MS} ms of grace` : undefined;
   const life = batchLife(dl.ms, s.signal, by);

@@ -4,8 +4,9 @@
  *
  * @module
  */
-import type { Driver, Executor, Row, SqlParam } from "../driver.ts";
+import type { Executor, Row, SqlParam, TxDriver } from "../driver.ts";
 import { KeyqError } from "../errors.ts";
+import { poolerError, wentAstray } from "./shared.ts";
 
 /** The part of a `Bun.SQL` instance or transaction the adapter uses. */
 export interface BunSqlQueryable {
@@ -41,30 +42,13 @@ const viaText = (text: string): string => text.replace(/(\$\d+)\s*::\s*(jsonb?)\
 
 /**
  * With `prepare: true` (Bun's default) every statement with values is a
- * named prepared statement ("P0", "P1", … per connection). A transaction-mode
- * pooler hands each transaction any server connection, where that name is
- * missing (26000), taken (42P05) or another statement (08P01 "bind message
- * supplies 3 parameters, but prepared statement "P7" requires 2"; measured
- * through PgBouncer 1.18; with matching parameters another client's statement
- * can even run). Those errors become PREPARED_STATEMENTS_UNSUPPORTED.
+ * named prepared statement ("P0", "P1", … per connection); behind a
+ * transaction-mode pooler they go astray (shared.ts), and those errors
+ * become PREPARED_STATEMENTS_UNSUPPORTED.
  */
-function astray(err: unknown, prepared: boolean): boolean {
-  const e = err as { code?: unknown; message?: unknown } | null;
-  if (!prepared || !e) return false;
-  return e.code === "26000" || e.code === "42P05" || (e.code === "08P01" && /prepared statement/.test(String(e.message)));
-}
+const astray = (err: unknown, prepared: boolean): boolean => prepared && wentAstray(err, true);
 
-function astrayError(cause: unknown): KeyqError {
-  const e = cause as { code?: unknown; message?: unknown };
-  return new KeyqError(
-    "PREPARED_STATEMENTS_UNSUPPORTED",
-    `Bun.SQL sent a named prepared statement that this server connection does not have or holds as another statement (${
-      String(e.code)
-    }: ${String(e.message)}): a transaction-mode pooler (PgBouncer, Supavisor, a pooled serverless endpoint) is in front of Postgres. Create the client with new Bun.SQL(url, { prepare: false }).`,
-    { code: e.code, prepare: true },
-    { cause },
-  );
-}
+const astrayError = (cause: unknown): KeyqError => poolerError("Bun.SQL", "new Bun.SQL(url, { prepare: false })", cause);
 
 async function run(q: BunSqlQueryable, text: string, params: readonly SqlParam[] | undefined, prepare: boolean): Promise<Row[]> {
   try {
@@ -90,11 +74,11 @@ async function run(q: BunSqlQueryable, text: string, params: readonly SqlParam[]
  * import { fromBunSql } from "@keyq/keyq/bun-sql";
  * const sql = new Bun.SQL("postgres://postgres@127.0.0.1:5432/test");
  * const db = fromBunSql(sql);
- * await db.transaction!((tx) => tx.query("select $1::text as hi", ["hello"]));
+ * await db.transaction((tx) => tx.query("select $1::text as hi", ["hello"]));
  * await sql.close();
  * ```
  */
-export function fromBunSql(sql: BunSqlLike): Driver {
+export function fromBunSql(sql: BunSqlLike): TxDriver {
   const prepare = sql.options?.prepare !== false;
   return {
     name: "bun-sql",

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import type { Driver, Row, SqlParam } from "../driver.ts";
+import type { Driver, Row, SqlParam, TxDriver } from "../driver.ts";
 import { fromPg, type PgClientLike, type PgPoolLike } from "./pg.ts";
 
 /** The part of Neon's HTTP query function (`neon(url)`) the adapter uses. */
@@ -24,11 +24,11 @@ export interface NeonHttpLike {
  * import { fromNeonPool } from "@keyq/keyq/neon";
  * const pool = new Pool({ connectionString: process.env.DATABASE_URL });
  * const db = fromNeonPool(pool);
- * await db.transaction!((tx) => tx.query("select 1::text as one"));
+ * await db.transaction((tx) => tx.query("select 1::text as one"));
  * await pool.end();
  * ```
  */
-export function fromNeonPool(pool: PgPoolLike): Driver {
+export function fromNeonPool(pool: PgPoolLike): TxDriver {
   return { ...fromPg(pool), name: "neon-pool" };
 }
 
@@ -46,7 +46,7 @@ export function fromNeonPool(pool: PgPoolLike): Driver {
  * await client.end();
  * ```
  */
-export function fromNeonClient(client: PgClientLike): Driver {
+export function fromNeonClient(client: PgClientLike): TxDriver {
   return { ...fromPg(client), name: "neon-client" };
 }
 

@@ -2,7 +2,7 @@
  * node-postgres (`pg`) adapter, typed structurally: it imports nothing from `pg`.
  * @module
  */
-import type { Driver, Executor, Row, SqlParam } from "../driver.ts";
+import type { Driver, Executor, Row, SqlParam, TxDriver } from "../driver.ts";
 import { KeyqError } from "../errors.ts";
 
 /** The part of a `pg` `Client` the adapter uses. */
@@ -145,7 +145,7 @@ function sharedListen(
   };
 }
 
-function poolDriver(pool: PgPoolLike): Driver {
+function poolDriver(pool: PgPoolLike): TxDriver {
   if (pool.on && pool.listenerCount && pool.listenerCount("error") === 0) pool.on("error", idleError);
   return {
     name: "pg",
@@ -192,7 +192,7 @@ function poolDriver(pool: PgPoolLike): Driver {
   };
 }
 
-function clientDriver(client: PgClientLike): Driver {
+function clientDriver(client: PgClientLike): TxDriver {
   let turn: Promise<unknown> = Promise.resolve();
   const serial = <T>(job: () => Promise<T>): Promise<T> => {
     const next = turn.then(job, job);
@@ -242,6 +242,6 @@ function clientDriver(client: PgClientLike): Driver {
  * await pool.end();
  * ```
  */
-export function fromPg(poolOrClient: PgPoolLike | PgClientLike): Driver {
+export function fromPg(poolOrClient: PgPoolLike | PgClientLike): TxDriver {
   return "totalCount" in poolOrClient ? poolDriver(poolOrClient) : clientDriver(poolOrClient);
 }

@@ -4,7 +4,7 @@
  *
  * @module
  */
-import type { Driver, Executor, Row, SqlParam } from "../driver.ts";
+import type { Executor, Row, SqlParam, TxDriver } from "../driver.ts";
 
 /** The part of a PGlite instance (or transaction) the adapter uses. */
 export interface PGliteTxLike {
@@ -42,7 +42,7 @@ async function run(db: PGliteTxLike, text: string, params?: readonly SqlParam[])
  * await pg.close();
  * ```
  */
-export function fromPGlite(db: PGliteLike): Driver {
+export function fromPGlite(db: PGliteLike): TxDriver {
   return {
     name: "pglite",
     connections: 1,

@@ -2,8 +2,10 @@
  * postgres.js adapter: `fromPostgresJs(sql)`. Typed structurally; imports nothing from `postgres`.
  * @module
  */
-import { type Driver, type Executor, ORM_STATEMENT, type Row, type SqlParam } from "../driver.ts";
-import { KeyqError } from "../errors.ts";
+import { type Executor, ORM_STATEMENT, type Row, type SqlParam, type TxDriver } from "../driver.ts";
+import type { KeyqError } from "../errors.ts";
+import { connectionLost } from "../faults.ts";
+import { poolerError, wentAstray } from "./shared.ts";
 
 /** A pending postgres.js query; `.simple()` sends it by the simple protocol (several statements). */
 export interface PostgresJsQueryLike extends PromiseLike<unknown> {
@@ -83,19 +85,13 @@ async function autocommit(sql: PostgresJsLike, text: string, params: readonly Sq
   try {
     return await run(sql, text, params, named);
   } catch (err) {
-    const code = (err as { code?: unknown } | null)?.code;
-    if (params !== undefined && sql.options?.prepare !== false && (code === "42P05" || code === "26000")) throw astrayError(err);
+    if (params !== undefined && sql.options?.prepare !== false && wentAstray(err, true)) throw astrayError(err);
     throw err;
   }
 }
 
-/** postgres.js error codes for a connection that is gone. */
-const GONE = new Set(["CONNECTION_CLOSED", "CONNECTION_DESTROYED", "CONNECT_TIMEOUT", "57P01", "57P02", "57P03", "25P03", "57P05"]);
-
-function gone(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === "string" && (GONE.has(code) || code.startsWith("08") || /^E(CONNRESET|PIPE|CONNREFUSED)$/.test(code));
-}
+/** A connection that is gone, by the one list of codes (faults.ts). */
+const gone = connectionLost;
 
 /** A transaction's connection state, shared by its executors. */
 interface TxState {
@@ -119,24 +115,12 @@ interface TxState {
  * transaction: a SAVEPOINT fails with 26000, and a COMMIT silently becomes a
  * ROLLBACK (measured: 200 events handled 2,165 times, every run "successful").
  */
-const ASTRAY = new Set(["26000", "42P05", "08P01"]);
-
 function noteAstray(st: TxState, prepare: boolean, err: unknown): void {
-  const code = (err as { code?: unknown } | null)?.code;
-  if (prepare && typeof code === "string" && ASTRAY.has(code)) st.astray ??= err;
+  if (prepare && wentAstray(err)) st.astray ??= err;
 }
 
-function astrayError(cause: unknown): KeyqError {
-  const e = cause as { code?: unknown; message?: unknown } | null;
-  return new KeyqError(
-    "PREPARED_STATEMENTS_UNSUPPORTED",
-    `postgres.js sent a named prepared statement that this server connection does not have (${
-      e?.code ? `${String(e.code)}: ` : ""
-    }${String(e?.message ?? "its COMMIT silently rolled back")}): a transaction-mode pooler (PgBouncer, Supavisor, a pooled serverless endpoint) is in front of Postgres. Create the client with postgres(url, { prepare: false }). The batch was rolled back.`,
-    { code: e?.code, prepare: true },
-    cause === undefined ? undefined : { cause },
-  );
-}
+const astrayError = (cause: unknown): KeyqError =>
+  poolerError("postgres.js", "postgres(url, { prepare: false })", cause, "its COMMIT silently rolled back", " The batch was rolled back.");
 
 /** Transactions whose COMMIT is verified while `prepare` is on (then the check stops costing a round trip). */
 const PROBATION = 100;
@@ -285,7 +269,7 @@ function isTransaction(x: unknown): x is PostgresJsTransactionLike {
  * await sql.end();
  * ```
  */
-export function fromPostgresJs(sql: PostgresJsLike): Driver {
+export function fromPostgresJs(sql: PostgresJsLike): TxDriver {
   let verified = 0;
   const named = names();
   return {

@@ -27,7 +27,7 @@
  * @module
  */
 
-import type { Driver, Executor } from "../driver.ts";
+import { type Driver, type Executor, transactional } from "../driver.ts";
 import { KeyqError } from "../errors.ts";
 import * as generated from "../generated/migrations.ts";
 import type { FunctionFile, Migration } from "../generated/migrations.ts";
@@ -254,15 +254,10 @@ export function migrate(driver: Driver, schema: string): Promise<MigrateResult> 
  * ```
  */
 export async function migrateBuild(build: EngineBuild, driver: Driver, schema: string): Promise<MigrateResult> {
-  if (!driver.transaction) {
-    throw new KeyqError(
-      "TRANSACTIONS_UNSUPPORTED",
-      `The ${driver.name} driver has no interactive transactions, so it cannot migrate; use a Pool/Client driver or apply migrationSql() by hand.`,
-    );
-  }
+  const db = transactional(driver);
   const latest = versionOf(build);
   try {
-    return await driver.transaction(async (tx) => {
+    return await db.transaction(async (tx) => {
       // "create … if not exists" on existing objects would print NOTICEs on every start.
       await tx.query("set local client_min_messages = warning");
       await tx.query("select pg_advisory_xact_lock(hashtextextended($1::text, 0))", [`keyq:migrate:${schema}`]);

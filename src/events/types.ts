@@ -18,9 +18,21 @@
  * @module
  */
 
-import type { Consumer, OrderedConsumer } from "../kinds/consumer.ts";
+import type { Consumer, OrderedConsumer, PerEventOnly, StrictOrderedConsumer } from "../kinds/consumer.ts";
 import type { PayloadSchema } from "../payload.ts";
-import type { BatchContext, BatchOptions, BatchReport, HandlerContext, HandlerTx, KeyqEvent, RunOptions, RunReport, SendInput, WorkOptions } from "../types.ts";
+import type {
+  BatchContext,
+  BatchOptions,
+  BatchReport,
+  HandlerContext,
+  HandlerTx,
+  KeyqEvent,
+  RunOptions,
+  RunReport,
+  SendInput,
+  SlotAssignment,
+  WorkOptions,
+} from "../types.ts";
 
 /** The event types of one queue: each type's name with the Standard Schema of its payload. */
 export type EventTypes = Record<string, PayloadSchema>;
@@ -81,21 +93,24 @@ export type TypedRunOptions<M extends EventTypes> = Omit<RunOptions, HandlerKeys
 /** `work` options of a typed consumer. */
 export type TypedWorkOptions<M extends EventTypes> = Omit<WorkOptions, HandlerKeys> & TypedHandlers<M>;
 
-/** The consuming calls of a typed consumer. */
-export interface TypedCalls<M extends EventTypes> {
+/** The consuming calls of a typed consumer; `X` are the kind's own options (an ordered consumer's `worker`/`workers`). */
+export interface TypedCalls<M extends EventTypes, X = Record<never, never>> {
   /** Consumes one batch in one transaction. */
-  batch(options: TypedBatchOptions<M>): Promise<BatchReport>;
+  batch(options: TypedBatchOptions<M> & X): Promise<BatchReport>;
   /** Ticks, maintains, then consumes batches until the budget or the backlog ends. */
-  run(options: TypedRunOptions<M>): Promise<RunReport>;
+  run(options: TypedRunOptions<M> & X): Promise<RunReport>;
   /** Loops `run` with polling back-off until `signal` aborts. */
-  work(options: TypedWorkOptions<M>): Promise<RunReport>;
+  work(options: TypedWorkOptions<M> & X): Promise<RunReport>;
 }
 
 /** A consumer of a typed queue: handlers get the queue's event union. */
 export type TypedConsumer<M extends EventTypes> = Omit<Consumer, keyof TypedCalls<M>> & TypedCalls<M>;
 
-/** A Tier B ordered consumer of a typed queue. */
-export type TypedOrderedConsumer<M extends EventTypes> = Omit<OrderedConsumer, keyof TypedCalls<M>> & TypedCalls<M>;
+/** A Tier B ordered consumer of a typed queue; its calls also take `worker`/`workers`. */
+export type TypedOrderedConsumer<M extends EventTypes> = Omit<OrderedConsumer, keyof TypedCalls<M>> & TypedCalls<M, SlotAssignment>;
+
+/** A Tier B ordered consumer of a typed queue with `onFailure: "pause"`: per-event handlers only (`handler` or `on`). */
+export type TypedStrictOrderedConsumer<M extends EventTypes> = Omit<StrictOrderedConsumer, keyof TypedCalls<M>> & TypedCalls<M, SlotAssignment & PerEventOnly>;
 
 /** The queues of `E` that have event types. */
 export type TypedQueue<E extends EventMap> = keyof E & string;

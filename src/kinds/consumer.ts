@@ -11,6 +11,7 @@ import { type BatchSettings, batchSettings } from "../batch/settings.ts";
 import { type ConsumerContext, runBatch } from "../batch/batch.ts";
 import { engine } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
+import { transactional } from "../driver.ts";
 import type { ConsumerKind } from "./kinds.ts";
 import { runLoop, workLoop } from "./loop.ts";
 import { observeBatch } from "../observe/batches.ts";
@@ -20,7 +21,7 @@ import { mapError } from "../engine/reply.ts";
 import * as v from "valibot";
 import { target } from "../ops/positions.ts";
 import type { Target } from "../engine/calls.ts";
-import type { BatchOptions, BatchReport, BlockedKey, RunOptions, RunReport, SeekResult, StartPosition, WorkOptions } from "../types.ts";
+import type { BatchOptions, BatchReport, BlockedKey, RunOptions, RunReport, SeekResult, SlotAssignment, StartPosition, WorkOptions } from "../types.ts";
 import { checkName, checkText, int, parse, show } from "../validate.ts";
 
 /** Options of `subscribe`. */
@@ -39,10 +40,21 @@ const subscribeSchema = v.strictObject({ from: v.optional(v.unknown()) });
 const seekSchema = v.strictObject({ slot: v.optional(int(0, 1023)) });
 
 /**
- * A consumer of a queue. Every kind has the same calls; what a batch reads
- * and who may run it at once depends on the kind.
+ * The calls of a consumer that need no batch transaction: create, move and
+ * remove it. A client over a driver without interactive transactions (Neon's
+ * HTTP `neon()`) gives only these; {@link Consumer} adds the consuming calls.
+ *
+ * @example
+ * ```ts
+ * import type { ConsumerHandle } from "@keyq/keyq";
+ * async function rewind(c: ConsumerHandle): Promise<void> {
+ *   await c.subscribe();
+ *   await c.seek("earliest");
+ * }
+ * console.log(typeof rewind);
+ * ```
  */
-export interface Consumer<P = unknown> {
+export interface ConsumerHandle {
   /** The queue it reads. */
   readonly queue: string;
   /** The consumer's name. */
@@ -61,6 +73,13 @@ export interface Consumer<P = unknown> {
   seek(to: StartPosition, options?: { slot?: number }): Promise<SeekResult>;
   /** Removes the consumer with its cursor, retries and dead letters; true when it existed. */
   unsubscribe(): Promise<boolean>;
+}
+
+/**
+ * A consumer of a queue. Every kind has the same calls; what a batch reads
+ * and who may run it at once depends on the kind.
+ */
+export interface Consumer<P = unknown> extends ConsumerHandle {
   /** Consumes one batch in one transaction. */
   batch(options: BatchOptions<P>): Promise<BatchReport>;
   /** Ticks, maintains, then consumes batches until the budget or the backlog ends. */
@@ -69,8 +88,8 @@ export interface Consumer<P = unknown> {
   work(options: WorkOptions<P>): Promise<RunReport>;
 }
 
-/** A Tier B ordered consumer: the shared calls plus its slots. */
-export interface OrderedConsumer<P = unknown> extends Consumer<P> {
+/** The Tier B extras of an ordered consumer: its slots and blocked keys. */
+export interface OrderedHandle extends ConsumerHandle {
   /**
    * The slot count N of this handle. Every engine call of the handle
    * (`subscribe`, `batch`, `run`, `work`, `slotOf`) checks it against the
@@ -84,6 +103,39 @@ export interface OrderedConsumer<P = unknown> extends Consumer<P> {
   slotOf(key: string | null): Promise<number>;
   /** Keys blocked behind a failed head (pause policy), with their held events. */
   blockedKeys(): Promise<BlockedKey[]>;
+}
+
+/**
+ * A Tier B ordered consumer: the shared calls plus its slots; its batch,
+ * run and work also take the static assignment `worker`/`workers`.
+ */
+export interface OrderedConsumer<P = unknown> extends Consumer<P>, OrderedHandle {
+  /** Consumes one batch (of one slot) in one transaction. */
+  batch(options: BatchOptions<P> & SlotAssignment): Promise<BatchReport>;
+  /** Ticks, maintains, then consumes batches until the budget or the backlog ends. */
+  run(options: RunOptions<P> & SlotAssignment): Promise<RunReport>;
+  /** Loops `run` with polling back-off until `signal` aborts. */
+  work(options: WorkOptions<P> & SlotAssignment): Promise<RunReport>;
+}
+
+/** Options a strict-order consumer refuses: the pause policy holds a failed key's later events back per event, so no `handleBatch`. */
+export interface PerEventOnly {
+  /** Not with `onFailure: "pause"`: use `handler` (or `on`). */
+  handleBatch?: never;
+}
+
+/**
+ * A Tier B ordered consumer with `onFailure: "pause"` (strict order per
+ * key): its calls take per-event handlers only, since a failed head holds
+ * its key's later events back one by one.
+ */
+export interface StrictOrderedConsumer<P = unknown> extends OrderedConsumer<P> {
+  /** Consumes one batch (of one slot) in one transaction. */
+  batch(options: BatchOptions<P> & SlotAssignment & PerEventOnly): Promise<BatchReport>;
+  /** Ticks, maintains, then consumes batches until the budget or the backlog ends. */
+  run(options: RunOptions<P> & SlotAssignment & PerEventOnly): Promise<RunReport>;
+  /** Loops `run` with polling back-off until `signal` aborts. */
+  work(options: WorkOptions<P> & SlotAssignment & PerEventOnly): Promise<RunReport>;
 }
 
 /**
@@ -131,13 +183,7 @@ async function subscribe(ctx: ConsumerContext, name: string, k: ConsumerKind, st
 
 /** Checks batch/run/work options for `k`; every refusal happens before the consumer row, a tick or a batch is written. */
 function consumeSettings(ctx: ConsumerContext, k: ConsumerKind, options: unknown, what: string): BatchSettings {
-  if (!ctx.driver.transaction) {
-    throw new KeyqError(
-      "TRANSACTIONS_UNSUPPORTED",
-      `The ${ctx.driver.name} driver has no interactive transactions, so it cannot consume; use a Pool or Client driver (for Neon: fromNeonPool).`,
-      { driver: ctx.driver.name },
-    );
-  }
+  transactional(ctx.driver);
   const s = batchSettings(options, what, k.maxEvents);
   k.check(s);
   return s;

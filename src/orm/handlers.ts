@@ -60,7 +60,7 @@ export interface KyselyDialectLike<A, I, C> {
 
 /**
  * A Kysely dialect whose only connection is keyq's transaction `tx` (the
- * `tx` of a handler, or of `q.driver.transaction`). Kysely's own
+ * `tx` of a handler, or of `q.transaction`). Kysely's own
  * `db.transaction()` is refused on it: the batch owns the transaction.
  *
  * @example

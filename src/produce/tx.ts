@@ -1,6 +1,6 @@
 /**
  * What `{ tx }` accepts: keyq's own executor (the `tx` of
- * `q.driver.transaction`, or of a handler), or a native transaction object
+ * `q.transaction`, or of a handler), or a native transaction object
  * the client's driver adapter recognises (`Driver.adopt`: the `tx` of a
  * postgres.js `sql.begin`, a `pg` client inside BEGIN). Anything else is
  * refused before a query runs: an event written outside the caller's
@@ -20,7 +20,7 @@ import type { Driver, Executor, Row, SqlParam } from "../driver.ts";
 import { KeyqError } from "../errors.ts";
 import { show } from "../text.ts";
 
-const HOW = "pass the transaction itself: keyq's (q.driver.transaction(async (tx) => …)), your driver's " +
+const HOW = "pass the transaction itself: keyq's (q.transaction(async (tx) => …)), your driver's " +
   "(postgres.js sql.begin(async (tx) => …), a pg client after BEGIN) or your ORM's (the tx of Drizzle's db.transaction, " +
   "Kysely's db.transaction().execute, Prisma's $transaction(async (tx) => …), Knex's knex.transaction)";
 

@@ -17,7 +17,7 @@ import { Client as NeonClient, neon, neonConfig, Pool as NeonPool } from "@neond
 import assert from "node:assert/strict";
 import postgres from "postgres";
 import { keyq, type KeyqOptions, latestVersion } from "../../mod.ts";
-import type { Driver } from "../../src/driver.ts";
+import type { TxDriver } from "../../src/driver.ts";
 import { type BunSqlLike, fromBunSql } from "../../src/drivers/bun-sql.ts";
 import { fromNeonClient, fromNeonHttp, fromNeonPool } from "../../src/drivers/neon.ts";
 import { fromPg } from "../../src/drivers/pg.ts";
@@ -52,7 +52,7 @@ export function runtimeVersion(): string {
 
 /** An opened driver and how to close its client. */
 export interface Opened {
-  driver: Driver;
+  driver: TxDriver;
   close(): Promise<void>;
 }
 
@@ -231,7 +231,9 @@ export const driverSpecs: DriverSpec[] = [
     skip: false,
     open: async (url) => {
       await setupNeon();
-      return { driver: fromNeonHttp(neon(url)), close: async () => {} };
+      // Typed as a TxDriver so the shared suites take it: the types refuse its consuming
+      // calls, and suites/http.ts proves that each one refuses at run time too.
+      return { driver: fromNeonHttp(neon(url)) as TxDriver, close: async () => {} };
     },
   },
   {

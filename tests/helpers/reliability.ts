@@ -3,7 +3,7 @@
  * sleep, a driver whose server is down, overlap counting of handler calls,
  * and a COMMIT made slow on purpose.
  */
-import type { Driver } from "../../mod.ts";
+import type { TxDriver } from "../../mod.ts";
 export const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve) => {
     const t = setTimeout(resolve, ms);
@@ -14,7 +14,7 @@ export const sleep = (ms: number, signal?: AbortSignal) =>
   });
 
 /** A driver whose every call fails like a server that is down. */
-export function downDriver(): Driver & { calls: number } {
+export function downDriver(): TxDriver & { calls: number } {
   const refused = () => Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:1"), { code: "ECONNREFUSED" });
   const d = {
     name: "down",

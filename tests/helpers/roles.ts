@@ -11,7 +11,7 @@
 import assert from "node:assert/strict";
 import postgres from "postgres";
 import { type Keyq, keyq, KeyqError } from "../../mod.ts";
-import type { Driver } from "../../src/driver.ts";
+import type { TxDriver } from "../../src/driver.ts";
 import { fromPostgresJs } from "../../src/drivers/postgres-js.ts";
 import { type Cluster, startCluster } from "./cluster.ts";
 
@@ -183,4 +183,4 @@ export async function assertRow(part: Part, q: Keyq, owner: Keyq, tag: string): 
 }
 
 /** A keyq client in schema kq over `driver`. */
-export const client = (driver: Driver): Keyq => keyq(driver, { schema: SCHEMA });
+export const client = (driver: TxDriver): Keyq => keyq(driver, { schema: SCHEMA });

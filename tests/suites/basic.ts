@@ -98,14 +98,14 @@ export const basicCases: Case[] = [
       await f.q.consumer("files", "audit").subscribe();
       const driver = f.q.driver;
       await assert.rejects(
-        driver.transaction!(async (tx) => {
+        driver.transaction(async (tx) => {
           await f.q.send("files", { type: "Lost", payload: 1 }, { tx });
           await f.q.sendBatch("files", [{ type: "Lost", payload: 2 }], { tx });
           throw new Error("business write failed");
         }),
         /business write failed/,
       );
-      await driver.transaction!(async (tx) => {
+      await driver.transaction(async (tx) => {
         await f.q.send("files", { type: "Kept", payload: 3 }, { tx });
       });
       const seen = await drain(f.q, "files", "audit");

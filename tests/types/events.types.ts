@@ -2,9 +2,9 @@
 // every `@ts-expect-error` line must be an error (tsc fails on an unused one).
 // Checked by `npx tsc -p tests/types/tsconfig.json` (CI) and the main tsconfig; never run.
 import * as v from "valibot";
-import { type Driver, type EventOf, keyq, type KeyqEvent, type SendEventOf } from "../../mod.ts";
+import { type EventOf, keyq, type KeyqEvent, type SendEventOf, type TxDriver } from "../../mod.ts";
 
-declare const driver: Driver;
+declare const driver: TxDriver;
 
 const files = {
   FileCreated: v.object({ path: v.string(), size: v.number() }),

@@ -17,7 +17,7 @@ const base = ["driver.ts", "errors.ts", "error-text.ts", "faults.ts", "payload.t
 export const allowed: Record<string, string[]> = {
   base: [],
   generated: [],
-  drivers: ["driver.ts", "errors.ts"],
+  drivers: ["driver.ts", "errors.ts", "faults.ts"],
   engine: ["base", "generated"],
   batch: ["base", "engine"],
   ops: ["base", "engine"],

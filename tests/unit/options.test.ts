@@ -2,14 +2,14 @@
 // refusal here happens before keyq sends a single query, so no database.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { type Driver, keyq } from "../../mod.ts";
+import { type Consumer, type Driver, keyq, type TxDriver } from "../../mod.ts";
 import { refused } from "../helpers/refused.ts";
 
 
 /** A driver with transactions that counts what reaches it. */
-function counting(): { driver: Driver; queries: () => number } {
+function counting(): { driver: TxDriver; queries: () => number } {
   let n = 0;
-  const driver: Driver = { name: "fake", query: () => (n++, Promise.resolve([])), transaction: (fn) => (n++, fn(driver)) };
+  const driver: TxDriver = { name: "fake", query: () => (n++, Promise.resolve([])), transaction: (fn) => (n++, fn(driver)) };
   return { driver, queries: () => n };
 }
 
@@ -61,13 +61,30 @@ describe("refusal before any request: drivers without transactions", () => {
     let queries = 0;
     const fake: Driver = { name: "fake-http", query: () => (queries++, Promise.resolve([])) };
     const q = keyq(fake, { schema: "kq_fake" });
-    const consumers = [q.consumer("files", "c"), q.exclusive("files", "x"), q.ordered("files", "o", { slots: 2 })];
+    // The types give such a client no consuming calls (tests/types/drivers.types.ts); JavaScript callers get the refusal.
+    const consumers = [q.consumer("files", "c"), q.exclusive("files", "x"), q.ordered("files", "o", { slots: 2 })] as unknown as Consumer[];
+    const messages = new Set<string>();
     for (const c of consumers) {
-      await refused(c.run({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
-      await refused(c.work({ handler: () => {}, signal: AbortSignal.timeout(10_000) }), "TRANSACTIONS_UNSUPPORTED");
-      await refused(c.batch({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED");
+      messages.add((await refused(c.run({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED")).message);
+      messages.add((await refused(c.work({ handler: () => {}, signal: AbortSignal.timeout(10_000) }), "TRANSACTIONS_UNSUPPORTED")).message);
+      messages.add((await refused(c.batch({ handler: () => {} }), "TRANSACTIONS_UNSUPPORTED")).message);
     }
+    // @ts-expect-error migrate() needs a TxDriver
+    messages.add((await refused(() => q.migrate(), "TRANSACTIONS_UNSUPPORTED")).message);
+    // @ts-expect-error q.transaction() needs a TxDriver
+    messages.add((await refused(() => q.transaction(() => Promise.resolve()), "TRANSACTIONS_UNSUPPORTED")).message);
+    assert.deepEqual([...messages], [
+      "The fake-http driver has no interactive transactions, so it cannot consume, migrate or run q.transaction(); use a Pool or Client driver (for Neon: fromNeonPool), or apply migrationSql() by hand.",
+    ], "one refusal, one message");
     assert.equal(queries, 0);
+  });
+
+  test("q.transaction(fn) runs fn in the driver's transaction and resolves to its result", async () => {
+    const { driver, queries } = counting();
+    const q = keyq(driver, { schema: "kq_fake" });
+    const out = await q.transaction(async (tx) => (await tx.query("select 1")).length + 41);
+    assert.equal(out, 41);
+    assert.equal(queries(), 2, "the fake's transaction and the query in it");
   });
 
 });
