@@ -14,7 +14,7 @@ export interface PostgresJsQueryLike extends PromiseLike<unknown> {
 /** The part of a postgres.js `sql` (or transaction `tx`) the adapter uses. */
 export interface PostgresJsTxLike {
   /** `sql.unsafe(text, params, { prepare })`; `prepare` is ignored when the client has `prepare: false`. */
-  unsafe(text: string, params?: unknown[], options?: { prepare?: boolean }): PostgresJsQueryLike;
+  unsafe(text: string, params?: unknown[], options?: { prepare?: boolean; onexecute?: (connection: PostgresJsConnection) => unknown }): PostgresJsQueryLike;
   /** `sql.typed(value, oid)`: a parameter with an explicit type. */
   typed(value: string, oid: number): unknown;
 }
@@ -31,8 +31,24 @@ export interface PostgresJsLike extends PostgresJsTxLike {
   begin(fn: (tx: PostgresJsTransactionLike) => Promise<unknown>): PromiseLike<unknown>;
   /** The parsed options; `prepare` (default true) makes postgres.js name its statements. */
   readonly options?: { readonly prepare?: boolean; readonly max?: number };
+  /** `sql.reserve()` (postgres.js 3.4): one connection of the pool to itself until `release()`. */
+  reserve?(): Promise<PostgresJsReservedLike>;
   /** `sql.listen(channel, fn)`: LISTEN on postgres.js's own dedicated connection. */
   listen?(channel: string, fn: (payload: string) => void): PromiseLike<{ unlisten(): PromiseLike<unknown> }>;
+}
+
+/**
+ * The connection postgres.js hands a query's `onexecute` option (as its own
+ * `begin()` does): it calls the connection's `onclose` when the socket closes.
+ */
+export interface PostgresJsConnection {
+  onclose?: ((err: unknown) => void) | null;
+}
+
+/** A reserved connection of postgres.js (`sql.reserve()`). */
+export interface PostgresJsReservedLike extends PostgresJsTxLike {
+  /** Hands the connection back to the pool. */
+  release(): void;
 }
 
 /** Whether a statement text may be a named prepared statement (true for the first `MAX_NAMED` texts seen). */
@@ -105,8 +121,6 @@ interface TxState {
   astray?: unknown;
   /** The driver's choice of texts to name. */
   named: Names;
-  /** A statement of the transaction's own scope failed: postgres.js will refuse to commit it. */
-  failed?: boolean;
 }
 
 /**
@@ -137,9 +151,6 @@ function astrayError(cause: unknown): KeyqError {
     cause === undefined ? undefined : { cause },
   );
 }
-
-/** Transactions whose COMMIT is verified while `prepare` is on (then the check stops costing a round trip). */
-const PROBATION = 100;
 
 function deadError(cause: unknown): Error {
   return Object.assign(new Error("The transaction's connection was lost; no further query is sent on it.", { cause }), {
@@ -183,13 +194,7 @@ function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: bo
     signal: st.ctl.signal,
     // The transaction's own scope: SAVEPOINT statements work (see transaction()).
     ...(top ? { savepointStatements: true } : {}),
-    query: top
-      ? (text, params) =>
-        guarded(st, tx, text, params, prepare).catch((err: unknown) => {
-          st.failed = true;
-          throw err;
-        })
-      : (text, params) => guarded(st, tx, text, params, prepare),
+    query: (text, params) => guarded(st, tx, text, params, prepare),
     async savepoint<T>(fn: (sp: Executor) => Promise<T>): Promise<T> {
       if (st.dead) throw deadError(st.ctl.signal.reason);
       const name = `s${made.n++}_keyq`;
@@ -221,19 +226,73 @@ function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: bo
 }
 
 /**
- * COMMIT sent by the adapter, then BEGIN (in the same write), so that the
- * ROLLBACK postgres.js sends after a statement failed finds an empty
- * transaction to end. A COMMIT that answers ROLLBACK (the transaction was
- * aborted after all) is an error: nothing was committed.
+ * The first statement of a transaction on `r`, with BEGIN issued just
+ * before it: postgres.js writes what is issued in one tick together, so
+ * both cost one round trip. BEGIN's `onexecute` hands over the connection,
+ * whose close is then heard at once (as postgres.js's own `begin()` does).
  */
-async function commitItself(tx: PostgresJsTxLike): Promise<void> {
-  const commit = tx.unsafe("commit").simple();
-  const begin = tx.unsafe("begin").simple();
-  Promise.resolve(begin).catch(() => {});
-  const r = (await commit) as { command?: string };
-  await begin;
-  if (r.command !== "COMMIT") {
-    throw Object.assign(new Error(`keyq: the transaction's COMMIT answered ${String(r.command)}: it was aborted and rolled back.`), { code: "25P02" });
+function opener(r: PostgresJsReservedLike, st: TxState, heard: { closed: boolean; conn?: PostgresJsConnection }): Promise<unknown> {
+  const onexecute = (c: PostgresJsConnection) => {
+    heard.conn = c;
+    c.onclose = (err) => {
+      heard.closed = true;
+      kill(st, err);
+    };
+    return true; // the connection takes the next query at once (pipelined)
+  };
+  const begin = Promise.resolve(r.unsafe("begin", [], { onexecute }).simple());
+  begin.catch((err: unknown) => gone(err) && kill(st, err));
+  return begin;
+}
+
+/**
+ * BEGIN … COMMIT on a reserved connection, sent by the adapter: BEGIN in
+ * the same write as the transaction's first statement, COMMIT (simple
+ * protocol, never a prepared statement that could go astray) when `fn`
+ * resolves, ROLLBACK when it throws. A COMMIT that answers ROLLBACK (the
+ * transaction was aborted) is an error. A lost connection rejects at once,
+ * while `fn` may still run: its further queries are refused (guarded), and
+ * neither COMMIT nor ROLLBACK is written to it.
+ */
+async function reserved<T>(r: PostgresJsReservedLike, st: TxState, prepare: boolean, fn: (tx: Executor) => Promise<T>): Promise<T> {
+  const heard: { closed: boolean; conn?: PostgresJsConnection } = { closed: false };
+  let begin: Promise<unknown> | undefined;
+  const tx: Executor = {
+    signal: st.ctl.signal,
+    query(text, params) {
+      const first = begin ??= st.dead ? undefined : opener(r, st, heard);
+      const out = guarded(st, r, text, params, prepare);
+      return first ? first.then(() => out, (err: unknown) => (out.catch(() => {}), Promise.reject(err))) : out;
+    },
+  };
+  // The connection's own error (a kill, a restart, an idle timeout), as postgres.js's begin() rejected with it.
+  const lost = new Promise<never>((_, reject) => {
+    const fail = () => reject(st.ctl.signal.reason);
+    if (st.ctl.signal.aborted) fail();
+    else st.ctl.signal.addEventListener("abort", fail, { once: true });
+  });
+  lost.catch(() => {});
+  let ended = false; // COMMIT was sent: no ROLLBACK after it
+  try {
+    const work = fn(tx);
+    work.catch(() => {}); // it may settle after the connection was lost
+    const out = await Promise.race([work, lost]);
+    if (!begin) return out;
+    if (st.dead) throw st.ctl.signal.reason;
+    ended = true;
+    const commit = Promise.resolve(r.unsafe("commit").simple()) as Promise<{ command?: string }>;
+    const res = await Promise.race([commit.catch((err: unknown) => Promise.reject(gone(err) ? (kill(st, err), err) : err)), lost]);
+    if (res.command !== "COMMIT") {
+      throw Object.assign(new Error(`keyq: the transaction's COMMIT answered ${String(res.command)}: it was aborted and rolled back.`), { code: "25P02" });
+    }
+    return out;
+  } catch (err) {
+    if (begin && !ended && !st.dead) await Promise.resolve(r.unsafe("rollback").simple()).catch((e: unknown) => gone(e) && kill(st, e));
+    if (st.astray) throw astrayError(st.astray);
+    throw err;
+  } finally {
+    if (heard.conn) heard.conn.onclose = null;
+    if (!heard.closed) r.release();
   }
 }
 
@@ -286,7 +345,6 @@ function isTransaction(x: unknown): x is PostgresJsTransactionLike {
  * ```
  */
 export function fromPostgresJs(sql: PostgresJsLike): Driver {
-  let verified = 0;
   const named = names();
   return {
     name: "postgres-js",
@@ -306,51 +364,9 @@ export function fromPostgresJs(sql: PostgresJsLike): Driver {
       }
       : {}),
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
+      if (!sql.reserve) throw new Error("keyq: postgres.js 3.4 or newer is needed (sql.reserve)");
       const st: TxState = { dead: false, ctl: new AbortController(), named };
-      const prepare = sql.options?.prepare !== false;
-      const verify = prepare && verified < PROBATION;
-      let xid: Promise<Row[]> | undefined;
-      let out: T;
-      let committed: { out: T } | undefined;
-      try {
-        out = (await sql.begin(async (tx) => {
-          try {
-            const out = await fn(wrapTransaction(tx, st, prepare));
-            if (st.failed && !st.dead) {
-              // A statement failed and was rolled back to a savepoint: the transaction is
-              // fine, but postgres.js would roll it back, so it is committed here.
-              await commitItself(tx);
-              committed = { out };
-              return out; // postgres.js then rolls back the empty transaction commitItself began
-            }
-            // Not awaited: it goes out in the same write as postgres.js's COMMIT (no round trip of its own).
-            if (verify && !st.dead) {
-              xid = run(tx, "select pg_current_xact_id_if_assigned()::text as x");
-              xid.catch(() => {}); // observed now: it may fail before begin() settles (its error is the transaction's)
-            }
-            return st.dead ? await never : out;
-          } catch (err) {
-            if (st.dead) return await never;
-            throw err;
-          }
-        })) as T;
-      } catch (err) {
-        xid?.catch(() => {}); // settles with the transaction; its error is the transaction's
-        if (st.astray) throw astrayError(st.astray);
-        if (committed) return committed.out;
-        if (gone(err)) kill(st, err);
-        throw err;
-      }
-      if (st.astray) throw astrayError(st.astray);
-      // It failed only in an aborted transaction, whose COMMIT then rolled back without an error.
-      const x = xid && (await xid.catch((err: unknown) => Promise.reject(astrayError(err))))[0]?.x;
-      if (typeof x === "string") {
-        // A COMMIT whose prepared statement went astray rolls back without an error: ask the server.
-        const [r] = await autocommit(sql, "select pg_xact_status($1::xid8)::text as s", [x], named);
-        if (r?.s === "aborted") throw astrayError(null);
-        verified++;
-      }
-      return out;
+      return await reserved(await sql.reserve(), st, sql.options?.prepare !== false, fn);
     },
   };
 }
