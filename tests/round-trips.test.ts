@@ -19,6 +19,7 @@ import { Pool as NeonPool } from "@neondatabase/serverless";
 import { fromNeonPool } from "../src/drivers/neon.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
+import { inlined } from "../src/engine/calls.ts";
 import { dbSkip, requireDatabase } from "./helpers/db.ts";
 import { runtimeName, setupNeon, teardownNeon } from "./helpers/drivers.ts";
 import { type Fixture, pgFixture } from "./helpers/keyq.ts";
@@ -95,7 +96,7 @@ const BATCH: Record<string, { noop: number; writing: number }> = {
  * binds), and a type query when it connects.
  */
 const COLD: Record<string, Record<(typeof kinds)[number], number>> = {
-  "postgres.js": { plain: 13, exclusive: 13, ordered: 17 },
+  "postgres.js": { plain: 10, exclusive: 10, ordered: 14 },
   "pg Pool": { plain: 8, exclusive: 8, ordered: 12 },
   "Neon Pool": { plain: 8, exclusive: 8, ordered: 12 },
   "Bun.SQL": { plain: 14, exclusive: 14, ordered: 20 },
@@ -275,4 +276,22 @@ test("postgres.js adapter: names the first 200 distinct statement texts, then se
   assert.deepEqual(seen.slice(200, 205).map((s) => s.prepare), Array(5).fill(false));
   assert.equal(seen[205]!.prepare, true);
   assert.equal(seen[206]!.prepare, undefined);
+});
+
+test("engine statements sent once per run inline their parameters as literals that read back unchanged", { skip }, async () => {
+  const url = await requireDatabase();
+  const sql = postgres(url, { max: 1, onnotice: () => {} });
+  try {
+    const values = ["plain", "it's", "back\\slash", "\\'; select 1; --", "E'x'", "$1::text", "", "tab\tnew\nline", "ünï ☃"];
+    for (const scs of ["on", "off"]) {
+      await sql.unsafe(`set standard_conforming_strings = ${scs}`);
+      for (const v of [...values, null]) {
+        const text = inlined({ text: "select $1::text as r, $2::text::int as n", params: [v, "7"] });
+        const rows = await sql.unsafe(text).simple();
+        assert.deepEqual([rows[0]!.r, rows[0]!.n], [v, 7], `${scs}: ${text}`);
+      }
+    }
+  } finally {
+    await sql.end({ timeout: 2 });
+  }
 });

@@ -113,12 +113,37 @@ export function statement<In>(schema: string, f: EngineFn<In>, input: In, local:
   };
 }
 
-/** Runs `f` on `exec` and returns its checked reply; engine errors become KeyqErrors. */
-async function run<In, Out>(exec: Executor, schema: string, f: EngineFn<In>, input: In, local?: readonly [string, string][]): Promise<Out> {
+/** A text literal that reads the same whatever `standard_conforming_strings` says (`E'…'` when it holds a backslash). */
+function literal(v: SqlParam): string {
+  if (v === null) return "null";
+  const quoted = v.replaceAll("'", "''");
+  return v.includes("\\") ? `E'${quoted.replaceAll("\\", "\\\\")}'` : `'${quoted}'`;
+}
+
+/**
+ * The statement with each `$n::text` parameter written as a text literal, for
+ * the simple protocol: one round trip on every driver, nothing prepared.
+ * Only for statements a run sends once per connection (tick, maintenance,
+ * subscribe): a prepared one costs postgres.js and Bun.SQL a Parse/Describe
+ * round trip of its own on a fresh connection, which only its later uses
+ * on that connection repay. The text is the engine's own (`statement`):
+ * every parameter is a `$n::text` cast, so the literal reads the same.
+ *
+ * @example
+ * ```ts
+ * inlined({ text: "select $1::text::int as r", params: ["it's"] }); // "select 'it''s'::text::int as r"
+ * ```
+ */
+export function inlined(st: Statement): string {
+  return st.text.replace(/\$(\d+)::text\b/g, (_, n: string) => `${literal(st.params[Number(n) - 1] ?? null)}::text`);
+}
+
+/** Runs `f` on `exec` and returns its checked reply; engine errors become KeyqErrors. `simple`: parameters inlined. */
+async function run<In, Out>(exec: Executor, schema: string, f: EngineFn<In>, input: In, local?: readonly [string, string][], simple = false): Promise<Out> {
   const st = statement(schema, f, input, local);
   let rows;
   try {
-    rows = await exec.query(st.text, st.params);
+    rows = simple ? await exec.query(inlined(st)) : await exec.query(st.text, st.params);
   } catch (err) {
     throw mapError(err, schema);
   }
@@ -417,6 +442,9 @@ export type Receive<K extends Name> = (exec: Executor, schema: string, input: In
 
 const call = <K extends Name>(k: K): Call<K> => (exec, schema, input) => run<In<K>, Out<K>>(exec, schema, ENGINE[k] as EngineFn<In<K>>, input);
 
+/** A call a run sends once per connection: by the simple protocol, parameters inlined (see `inlined`). */
+const once = <K extends Name>(k: K): Call<K> => (exec, schema, input) => run<In<K>, Out<K>>(exec, schema, ENGINE[k] as EngineFn<In<K>>, input, undefined, true);
+
 const receiveCall = <K extends Receiving>(k: K): Receive<K> => (exec, schema, input, local) =>
   run<In<K>, Out<K>>(exec, schema, ENGINE[k] as EngineFn<In<K>>, input, [
     ["statement_timeout", local.statement],
@@ -430,18 +458,18 @@ export const engine: { readonly [K in Name]: K extends Receiving ? Receive<K> : 
   dropQueue: call("dropQueue"),
   listQueues: call("listQueues"),
   status: call("status"),
-  tick: call("tick"),
-  maintain: call("maintain"),
+  tick: once("tick"),
+  maintain: once("maintain"),
   send: call("send"),
   sendBatch: call("sendBatch"),
-  subscribe: call("subscribe"),
+  subscribe: once("subscribe"),
   unsubscribe: call("unsubscribe"),
   seek: call("seek"),
   keyHistory: call("keyHistory"),
   replayKey: call("replayKey"),
   setPaused: call("setPaused"),
   settleHead: call("settleHead"),
-  prepareExclusive: call("prepareExclusive"),
+  prepareExclusive: once("prepareExclusive"),
   receive: receiveCall("receive"),
   receivePlain: receiveCall("receivePlain"),
   receiveExclusive: receiveCall("receiveExclusive"),
