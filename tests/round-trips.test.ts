@@ -90,16 +90,20 @@ const BATCH: Record<string, { noop: number; writing: number }> = {
 
 /**
  * Round trips of a cold run(), measured: connection start, subscribe, tick,
- * maintenance, the batches (Tier B with 4 slots: one a slot) and the empty
- * look. postgres.js pays a Parse/Describe round trip for the first use of
- * each statement with parameters on a connection (it describes before it
- * binds), and a type query when it connects.
+ * maintenance (those three by the simple protocol, nothing prepared), the
+ * batches (Tier B with 4 slots: one a slot, 2 round trips each) and the
+ * empty look (2). Before (main of 2026-12-02): postgres.js 18/17/26, pg and
+ * Neon 10/10/16, Bun.SQL 14/14/20. Above pg's 8: postgres.js pays a type
+ * query when it connects (its fetch_types option) and a Parse/Describe round
+ * trip for the receive's first use on the connection (it describes a
+ * statement with parameters before it binds it); Bun.SQL the same
+ * Parse/Describe round trip and a BEGIN of its own per batch.
  */
 const COLD: Record<string, Record<(typeof kinds)[number], number>> = {
   "postgres.js": { plain: 10, exclusive: 10, ordered: 14 },
   "pg Pool": { plain: 8, exclusive: 8, ordered: 12 },
   "Neon Pool": { plain: 8, exclusive: 8, ordered: 12 },
-  "Bun.SQL": { plain: 14, exclusive: 14, ordered: 20 },
+  "Bun.SQL": { plain: 11, exclusive: 11, ordered: 17 },
 };
 type Kind = (typeof kinds)[number];
 
