@@ -182,18 +182,16 @@ function kill(st: TxState, err: unknown): void {
 }
 
 /**
- * The transaction executor. postgres.js refuses to commit a transaction in
+ * The executor of a postgres.js transaction of the caller's (`adopt`). postgres.js refuses to commit a transaction in
  * which any query failed unless that query ran in one of its savepoint
  * scopes, so `savepoint` uses them. postgres.js names them "s<n>_<name>" with
  * one counter per transaction and never releases them; counting here lets
  * the adapter release each one, so a long batch does not pile up
  * subtransactions.
  */
-function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: boolean, made: { n: number } = { n: 0 }, top = true): Executor {
+function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: boolean, made: { n: number } = { n: 0 }): Executor {
   return {
     signal: st.ctl.signal,
-    // The transaction's own scope: SAVEPOINT statements work (see transaction()).
-    ...(top ? { savepointStatements: true } : {}),
     query: (text, params) => guarded(st, tx, text, params, prepare),
     async savepoint<T>(fn: (sp: Executor) => Promise<T>): Promise<T> {
       if (st.dead) throw deadError(st.ctl.signal.reason);
@@ -202,7 +200,7 @@ function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: bo
         return (await tx.savepoint("keyq", async (sp) => {
           try {
             // A scope nests: its own savepoints share the transaction's counter of names.
-            return await fn(wrapTransaction(sp, st, prepare, made, false));
+            return await fn(wrapTransaction(sp, st, prepare, made));
           } catch (err) {
             if (st.dead) await never; // no ROLLBACK TO on a dead connection
             throw err;
@@ -313,25 +311,26 @@ function isTransaction(x: unknown): x is PostgresJsTransactionLike {
 /**
  * Wraps a postgres.js `sql` instance. `query` without params uses the simple
  * protocol, so the text may hold several statements (the rows of the last
- * statement that returns rows come back); `transaction` uses `sql.begin`.
+ * statement that returns rows come back); `transaction` runs on a
+ * connection of `sql.reserve()`, its BEGIN in the same network write as its
+ * first statement (one round trip for both), COMMIT and ROLLBACK sent by
+ * the adapter.
  *
  * When the server ends a transaction's session (a kill, a restart, an idle
- * timeout), postgres.js rejects `begin()` at once while the callback may
- * still run. The adapter then refuses every further query of that
- * transaction, aborts the executor's `signal`, and leaves postgres.js's
- * callback unsettled so it never writes COMMIT or ROLLBACK to the dead
- * connection: the transaction rejects with the connection error, and the
- * process does not crash.
+ * timeout), the transaction rejects at once with the connection error while
+ * `fn` may still run (the connection's close is heard as postgres.js's own
+ * `begin()` hears it). The adapter then refuses every further query of that
+ * transaction, aborts the executor's `signal`, and writes neither COMMIT nor
+ * ROLLBACK to the dead connection, so the process does not crash.
  *
  * Statements with parameters go as named prepared statements (one round
  * trip each once prepared on a connection, instead of two); see `run`.
  *
  * Behind a transaction-mode pooler (PgBouncer, Supavisor, a pooled serverless
  * endpoint) create the client with `prepare: false`: nothing is prepared then. With the default
- * `prepare: true`, postgres.js's own SAVEPOINT and COMMIT statements go
- * astray there (a COMMIT can silently roll back); the adapter detects it
- * (the server's 26000/42P05/08P01, and `pg_xact_status` of the first 100
- * transactions' COMMITs) and the batch fails with `KeyqError`
+ * `prepare: true`, named statements go astray there; the adapter detects it
+ * (the server's 26000/42P05/08P01; BEGIN, COMMIT and ROLLBACK it sends
+ * itself by the simple protocol, so they cannot) and the batch fails with `KeyqError`
  * "PREPARED_STATEMENTS_UNSUPPORTED", whose message says to pass `prepare: false`.
  *
  * @example
