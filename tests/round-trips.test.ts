@@ -58,6 +58,16 @@ const specs: Spec[] = [
     },
   },
   {
+    // pg's own pipeline mode (pg 8.23): it refuses the adapter's one-Sync query objects, and
+    // sends queued queries at once instead (the adapter then issues BEGIN and SAVEPOINT without waiting).
+    label: "pg Pool, pipeline: true",
+    skip: false,
+    open: (url) => {
+      const pool = new pg.Pool({ connectionString: url, max: 1, pipeline: true } as pg.PoolConfig);
+      return { driver: fromPg(pool), close: () => pool.end() };
+    },
+  },
+  {
     // WebSocket to the local stand-in of Neon's proxy, which opens TCP to the counting proxy.
     label: "Neon Pool",
     skip: false,
@@ -84,6 +94,7 @@ const kinds = ["plain", "exclusive", "ordered"] as const;
 const BATCH: Record<string, { noop: number; writing: number }> = {
   "postgres.js": { noop: 2, writing: 12 },
   "pg Pool": { noop: 2, writing: 12 },
+  "pg Pool, pipeline: true": { noop: 2, writing: 12 },
   "Neon Pool": { noop: 2, writing: 12 },
   "Bun.SQL": { noop: 3, writing: 23 },
 };
@@ -102,6 +113,7 @@ const BATCH: Record<string, { noop: number; writing: number }> = {
 const COLD: Record<string, Record<(typeof kinds)[number], number>> = {
   "postgres.js": { plain: 10, exclusive: 10, ordered: 14 },
   "pg Pool": { plain: 8, exclusive: 8, ordered: 12 },
+  "pg Pool, pipeline: true": { plain: 8, exclusive: 8, ordered: 12 },
   "Neon Pool": { plain: 8, exclusive: 8, ordered: 12 },
   "Bun.SQL": { plain: 11, exclusive: 11, ordered: 17 },
 };

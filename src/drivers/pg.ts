@@ -81,9 +81,11 @@ const DELEGATED = ["handleRowDescription", "handleDataRow", "handleEmptyQuery", 
  * nor `binary` mode. Undefined for anything else (a stand-in client).
  */
 function queryClass(c: PgClientLike): PgQueryClass | undefined {
-  const x = c as { constructor?: { Query?: unknown }; pipeline?: unknown; binary?: unknown };
+  const x = c as { constructor?: { Query?: unknown }; pipeline?: unknown; binary?: unknown; connection?: { parse?: unknown } };
   const Q = x.constructor?.Query;
-  return typeof Q === "function" && x.pipeline !== true && !x.binary ? (Q as PgQueryClass) : undefined;
+  // pg's JavaScript client only (pg-native's client has no protocol connection to write to).
+  const js = typeof x.connection?.parse === "function";
+  return typeof Q === "function" && js && x.pipeline !== true && !x.binary ? (Q as PgQueryClass) : undefined;
 }
 
 /**
