@@ -271,6 +271,16 @@ async function reserved<T>(r: PostgresJsReservedLike, st: TxState, prepare: bool
   });
   lost.catch(() => {});
   let ended = false; // COMMIT was sent: no ROLLBACK after it
+  let released = false;
+  // Handed back as soon as COMMIT or ROLLBACK is written, not when it answers: postgres.js
+  // then ends the connection after that answer if sql.end() was called meanwhile (a
+  // connection released later is never ended, and sql.end() would wait forever).
+  const release = () => {
+    if (released || heard.closed) return;
+    released = true;
+    if (heard.conn) heard.conn.onclose = null;
+    r.release();
+  };
   try {
     const work = fn(tx);
     work.catch(() => {}); // it may settle after the connection was lost
@@ -279,18 +289,22 @@ async function reserved<T>(r: PostgresJsReservedLike, st: TxState, prepare: bool
     if (st.dead) throw st.ctl.signal.reason;
     ended = true;
     const commit = Promise.resolve(r.unsafe("commit").simple()) as Promise<{ command?: string }>;
+    release();
     const res = await Promise.race([commit.catch((err: unknown) => Promise.reject(gone(err) ? (kill(st, err), err) : err)), lost]);
     if (res.command !== "COMMIT") {
       throw Object.assign(new Error(`keyq: the transaction's COMMIT answered ${String(res.command)}: it was aborted and rolled back.`), { code: "25P02" });
     }
     return out;
   } catch (err) {
-    if (begin && !ended && !st.dead) await Promise.resolve(r.unsafe("rollback").simple()).catch((e: unknown) => gone(e) && kill(st, e));
+    if (begin && !ended && !st.dead) {
+      const rollback = Promise.resolve(r.unsafe("rollback").simple());
+      release();
+      await rollback.catch((e: unknown) => gone(e) && kill(st, e));
+    }
     if (st.astray) throw astrayError(st.astray);
     throw err;
   } finally {
-    if (heard.conn) heard.conn.onclose = null;
-    if (!heard.closed) r.release();
+    release();
   }
 }
 
