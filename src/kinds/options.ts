@@ -147,7 +147,7 @@ export function exclusiveOptions(options: unknown): { settings: Record<string, u
   const keys = {
     ...(o.perKey !== undefined && o.perKey !== 1 ? { perKey: o.perKey } : {}),
     ...(o.lockScope !== undefined ? { lockScope: o.lockScope } : {}),
-    ...(o.buckets !== undefined && o.buckets !== 16 ? { buckets: o.buckets } : {}),
+    ...(o.buckets !== undefined ? { buckets: o.buckets } : {}),
   };
   return {
     settings: { ...overrides(o), ...keys },
