@@ -112,7 +112,7 @@ describe("Tier A: a batch holds only what it reads", () => {
 });
 
 describe("Tier A: buckets follow the workload", () => {
-  test("32 workers on a backlog of 1,000 keys: every worker is inside a handler at once", { skip }, async () => {
+  test("buckets: 64 set: 32 workers on a backlog of 1,000 keys: every worker is inside a handler at once (unset, see tier-a-growth.test.ts)", { skip }, async () => {
     await withPg({ max: 2 }, async (f, defer) => {
       const W = 32;
       const ws = Array.from({ length: W }, (_, i) => worker(f.url, f.schema, i));

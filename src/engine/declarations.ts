@@ -353,7 +353,7 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
  * requires every function of a migrated schema to be in ENGINE or here.
  */
 export const INTERNAL_FUNCTIONS: readonly string[] = [
-  "apply_queue_settings", "backoff", "block_key", "check_slots", "chunk_events", "claim_chunk", "claim_dedup",
+  "apply_queue_settings", "backoff", "batch_lock_class", "block_key", "check_slots", "chunk_events", "claim_chunk", "claim_dedup",
   "chunk_overlaps", "consumer_buckets", "dedup_gc", "dlq_check", "dlq_requeue", "dlq_where", "ensure_slot_index", "event_json", "event_row",
   "get_consumer", "get_queue", "has_pending", "key_budget", "key_seed", "keys_prefix", "lock_key", "lock_keys",
   "park_events", "plan_chunks", "prune_ticks", "read_chunk_part", "recut_chunks", "split_chunks", "starved", "grow_buckets",

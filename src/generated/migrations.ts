@@ -3641,8 +3641,13 @@ begin
     perform pg_sleep(0.001 * attempt * attempt);
     locked := :KEYQ_SCHEMA.lock_keys(c, locked);
   end loop;
-  -- Nothing to take while other batches hold chunks of every bucket: the
-  -- worker passes "starved" (the count it saw) to its next prepare.
+  -- A batch with work of a consumer that may grow is counted in flight
+  -- (09_growth.sql) until it ends. Nothing to take while at least as many
+  -- batches are in flight as there are buckets: the worker passes "starved"
+  -- (the count it saw) to its next prepare.
+  if jsonb_array_length(locked) > 0 and not (c.settings ? 'buckets') then
+    perform pg_advisory_xact_lock_shared(:KEYQ_SCHEMA.batch_lock_class(), c.consumer_id);
+  end if;
   return jsonb_build_object('busy', false, 'events', locked,
     'starved', case when none_free and jsonb_array_length(locked) = 0 and :KEYQ_SCHEMA.starved(c)
                     then :KEYQ_SCHEMA.consumer_buckets(c) end);
@@ -4600,8 +4605,9 @@ end $$;
     name: "09_growth",
     sql: `-- keyq engine, part 9: the key bucket count of a Tier A consumer follows
 -- its workload (see 03_exclusive.sql). A consumer created without "buckets"
--- starts at 16; when a batch finds no chunk free while other batches hold
--- chunks of every bucket (workers outnumber buckets), receive_exclusive
+-- starts at 16; when a batch finds no chunk free while at least as many
+-- other batches are in flight as there are buckets (workers outnumber
+-- buckets), receive_exclusive
 -- answers "starved" with the count it saw, and that worker's next
 -- prepare_exclusive doubles it (up to 256), once per count however many
 -- workers starved. The slot index for the new count is built first, as
@@ -4612,18 +4618,28 @@ end $$;
 -- cut into the new count's buckets (recut_chunks). An explicit "buckets" is
 -- never grown.
 
--- Whether c's batches starve for buckets: c may grow, and the chunks left
--- (all held by other batches when a claim finds none free) cover every
--- bucket of the current count.
+-- The first key of the shared advisory lock each batch of a growing
+-- consumer holds while it has work (the second is the consumer's id): how
+-- starved() counts the batches in flight, in pg_locks.
+create function :KEYQ_SCHEMA.batch_lock_class() returns int
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$ select hashtext(:KEYQ_SCHEMA_NAME || ':xbatch') $$;
+
+-- Whether a batch of c that found no chunk free starves for buckets: c may
+-- grow, and at least as many other batches of c are in flight as c has
+-- buckets (workers outnumber buckets). Batches that only churn through
+-- empty chunks of sparse windows hold many chunk rows but are few: they do
+-- not count as starvation, since more buckets would not help them.
 create function :KEYQ_SCHEMA.starved(c :KEYQ_SCHEMA.consumer) returns boolean
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
   select not (c.settings ? 'buckets') and :KEYQ_SCHEMA.consumer_buckets(c) < 256
-     and (select count(distinct k.bucket + i * k.nbuckets)
-            from :KEYQ_SCHEMA.chunk k,
-                 generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) / k.nbuckets - 1) i
-           where k.consumer_id = c.consumer_id and k.nbuckets <= :KEYQ_SCHEMA.consumer_buckets(c))
+     and (select count(*) from pg_locks l
+           where l.locktype = 'advisory' and l.granted and l.objsubid = 2
+             and l.database = (select oid from pg_database where datname = current_database())
+             and l.classid = :KEYQ_SCHEMA.batch_lock_class()::oid and l.objid = c.consumer_id::oid)
          >= :KEYQ_SCHEMA.consumer_buckets(c)
 $$;
 
@@ -4692,7 +4708,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "a0d9dd3bcd57953f2b054c40f076e944974cce2b7e168c8c46989584518e1e3c";
+export const functionsHash: string = "74c0ff910c18aa927646ef7c59a9db015fa67b9ddd4f28de0f2acd279afac662";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -4702,4 +4718,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 11;
+export const functionsSerial: number = 12;

@@ -333,6 +333,12 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.backoff(base double precision, cap doubl
  LANGUAGE sql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$ select make_interval(secs => least(cap, base * 2 ^ least(failures - 1, 60)) * (0.5 + random() / 2)) $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.batch_lock_class()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select hashtext(:KEYQ_SCHEMA_NAME || ':xbatch') $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.block_key(c :KEYQ_SCHEMA.consumer, slot integer, key text, head bigint)
  RETURNS void
  LANGUAGE sql
@@ -1449,8 +1455,13 @@ begin
     perform pg_sleep(0.001 * attempt * attempt);
     locked := :KEYQ_SCHEMA.lock_keys(c, locked);
   end loop;
-  -- Nothing to take while other batches hold chunks of every bucket: the
-  -- worker passes "starved" (the count it saw) to its next prepare.
+  -- A batch with work of a consumer that may grow is counted in flight
+  -- (09_growth.sql) until it ends. Nothing to take while at least as many
+  -- batches are in flight as there are buckets: the worker passes "starved"
+  -- (the count it saw) to its next prepare.
+  if jsonb_array_length(locked) > 0 and not (c.settings ? 'buckets') then
+    perform pg_advisory_xact_lock_shared(:KEYQ_SCHEMA.batch_lock_class(), c.consumer_id);
+  end if;
   return jsonb_build_object('busy', false, 'events', locked,
     'starved', case when none_free and jsonb_array_length(locked) = 0 and :KEYQ_SCHEMA.starved(c)
                     then :KEYQ_SCHEMA.consumer_buckets(c) end);
@@ -2154,10 +2165,10 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.starved(c :KEYQ_SCHEMA.consumer)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select not (c.settings ? 'buckets') and :KEYQ_SCHEMA.consumer_buckets(c) < 256
-     and (select count(distinct k.bucket + i * k.nbuckets)
-            from :KEYQ_SCHEMA.chunk k,
-                 generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) / k.nbuckets - 1) i
-           where k.consumer_id = c.consumer_id and k.nbuckets <= :KEYQ_SCHEMA.consumer_buckets(c))
+     and (select count(*) from pg_locks l
+           where l.locktype = 'advisory' and l.granted and l.objsubid = 2
+             and l.database = (select oid from pg_database where datname = current_database())
+             and l.classid = :KEYQ_SCHEMA.batch_lock_class()::oid and l.objid = c.consumer_id::oid)
          >= :KEYQ_SCHEMA.consumer_buckets(c)
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.status(queue text DEFAULT NULL::text, stale_after double precision DEFAULT 300)

@@ -369,8 +369,13 @@ begin
     perform pg_sleep(0.001 * attempt * attempt);
     locked := :KEYQ_SCHEMA.lock_keys(c, locked);
   end loop;
-  -- Nothing to take while other batches hold chunks of every bucket: the
-  -- worker passes "starved" (the count it saw) to its next prepare.
+  -- A batch with work of a consumer that may grow is counted in flight
+  -- (09_growth.sql) until it ends. Nothing to take while at least as many
+  -- batches are in flight as there are buckets: the worker passes "starved"
+  -- (the count it saw) to its next prepare.
+  if jsonb_array_length(locked) > 0 and not (c.settings ? 'buckets') then
+    perform pg_advisory_xact_lock_shared(:KEYQ_SCHEMA.batch_lock_class(), c.consumer_id);
+  end if;
   return jsonb_build_object('busy', false, 'events', locked,
     'starved', case when none_free and jsonb_array_length(locked) = 0 and :KEYQ_SCHEMA.starved(c)
                     then :KEYQ_SCHEMA.consumer_buckets(c) end);

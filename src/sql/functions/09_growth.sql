@@ -1,7 +1,8 @@
 -- keyq engine, part 9: the key bucket count of a Tier A consumer follows
 -- its workload (see 03_exclusive.sql). A consumer created without "buckets"
--- starts at 16; when a batch finds no chunk free while other batches hold
--- chunks of every bucket (workers outnumber buckets), receive_exclusive
+-- starts at 16; when a batch finds no chunk free while at least as many
+-- other batches are in flight as there are buckets (workers outnumber
+-- buckets), receive_exclusive
 -- answers "starved" with the count it saw, and that worker's next
 -- prepare_exclusive doubles it (up to 256), once per count however many
 -- workers starved. The slot index for the new count is built first, as
@@ -12,18 +13,28 @@
 -- cut into the new count's buckets (recut_chunks). An explicit "buckets" is
 -- never grown.
 
--- Whether c's batches starve for buckets: c may grow, and the chunks left
--- (all held by other batches when a claim finds none free) cover every
--- bucket of the current count.
+-- The first key of the shared advisory lock each batch of a growing
+-- consumer holds while it has work (the second is the consumer's id): how
+-- starved() counts the batches in flight, in pg_locks.
+create function :KEYQ_SCHEMA.batch_lock_class() returns int
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$ select hashtext(:KEYQ_SCHEMA_NAME || ':xbatch') $$;
+
+-- Whether a batch of c that found no chunk free starves for buckets: c may
+-- grow, and at least as many other batches of c are in flight as c has
+-- buckets (workers outnumber buckets). Batches that only churn through
+-- empty chunks of sparse windows hold many chunk rows but are few: they do
+-- not count as starvation, since more buckets would not help them.
 create function :KEYQ_SCHEMA.starved(c :KEYQ_SCHEMA.consumer) returns boolean
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
   select not (c.settings ? 'buckets') and :KEYQ_SCHEMA.consumer_buckets(c) < 256
-     and (select count(distinct k.bucket + i * k.nbuckets)
-            from :KEYQ_SCHEMA.chunk k,
-                 generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) / k.nbuckets - 1) i
-           where k.consumer_id = c.consumer_id and k.nbuckets <= :KEYQ_SCHEMA.consumer_buckets(c))
+     and (select count(*) from pg_locks l
+           where l.locktype = 'advisory' and l.granted and l.objsubid = 2
+             and l.database = (select oid from pg_database where datname = current_database())
+             and l.classid = :KEYQ_SCHEMA.batch_lock_class()::oid and l.objid = c.consumer_id::oid)
          >= :KEYQ_SCHEMA.consumer_buckets(c)
 $$;
 
