@@ -3644,13 +3644,20 @@ begin
   -- A batch with work of a consumer that may grow is counted in flight
   -- (09_growth.sql) until it ends. Nothing to take while at least as many
   -- batches are in flight as there are buckets: the worker passes "starved"
-  -- (the count it saw) to its next prepare.
-  if jsonb_array_length(locked) > 0 and not (c.settings ? 'buckets') then
-    perform pg_advisory_xact_lock_shared(:KEYQ_SCHEMA.batch_lock_class(), c.consumer_id);
+  -- (the count it saw) to its next prepare. Looked at only when no chunk
+  -- was free and at least as many chunk rows are left (held) as buckets.
+  if not (c.settings ? 'buckets') then
+    if jsonb_array_length(locked) > 0 then
+      perform pg_advisory_xact_lock_shared(:KEYQ_SCHEMA.batch_lock_class(), c.consumer_id);
+    elsif none_free and :KEYQ_SCHEMA.consumer_buckets(c) < 256 then
+      if (select count(*) from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id) >= :KEYQ_SCHEMA.consumer_buckets(c) then
+        if :KEYQ_SCHEMA.starved(c) then
+          return jsonb_build_object('busy', false, 'events', locked, 'starved', :KEYQ_SCHEMA.consumer_buckets(c));
+        end if;
+      end if;
+    end if;
   end if;
-  return jsonb_build_object('busy', false, 'events', locked,
-    'starved', case when none_free and jsonb_array_length(locked) = 0 and :KEYQ_SCHEMA.starved(c)
-                    then :KEYQ_SCHEMA.consumer_buckets(c) end);
+  return jsonb_build_object('busy', false, 'events', locked);
 end $$;
 `,
   },
@@ -4708,7 +4715,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "74c0ff910c18aa927646ef7c59a9db015fa67b9ddd4f28de0f2acd279afac662";
+export const functionsHash: string = "5b72b725eefc22a0333616d8e75f18a41b24857c501ca6c8ef6499faa920e25b";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -4718,4 +4725,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 12;
+export const functionsSerial: number = 13;

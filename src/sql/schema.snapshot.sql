@@ -1458,13 +1458,20 @@ begin
   -- A batch with work of a consumer that may grow is counted in flight
   -- (09_growth.sql) until it ends. Nothing to take while at least as many
   -- batches are in flight as there are buckets: the worker passes "starved"
-  -- (the count it saw) to its next prepare.
-  if jsonb_array_length(locked) > 0 and not (c.settings ? 'buckets') then
-    perform pg_advisory_xact_lock_shared(:KEYQ_SCHEMA.batch_lock_class(), c.consumer_id);
+  -- (the count it saw) to its next prepare. Looked at only when no chunk
+  -- was free and at least as many chunk rows are left (held) as buckets.
+  if not (c.settings ? 'buckets') then
+    if jsonb_array_length(locked) > 0 then
+      perform pg_advisory_xact_lock_shared(:KEYQ_SCHEMA.batch_lock_class(), c.consumer_id);
+    elsif none_free and :KEYQ_SCHEMA.consumer_buckets(c) < 256 then
+      if (select count(*) from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id) >= :KEYQ_SCHEMA.consumer_buckets(c) then
+        if :KEYQ_SCHEMA.starved(c) then
+          return jsonb_build_object('busy', false, 'events', locked, 'starved', :KEYQ_SCHEMA.consumer_buckets(c));
+        end if;
+      end if;
+    end if;
   end if;
-  return jsonb_build_object('busy', false, 'events', locked,
-    'starved', case when none_free and jsonb_array_length(locked) = 0 and :KEYQ_SCHEMA.starved(c)
-                    then :KEYQ_SCHEMA.consumer_buckets(c) end);
+  return jsonb_build_object('busy', false, 'events', locked);
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_ordered(queue text, consumer text, slots integer[], max_events integer, help_after double precision DEFAULT NULL::double precision, skip_try_lock boolean DEFAULT false, slot_count integer DEFAULT NULL::integer)
  RETURNS jsonb
