@@ -43,15 +43,16 @@ function tally() {
 }
 
 /**
- * 32 workers drain `rounds` windows of 1,000 keys (one event each, sent and
- * ticked while they work), each handler taking 5 ms.
+ * 32 workers drain `rounds` windows of 1,000 keys (two events each, spread
+ * over the window, so no key-safe cut divides a bucket; sent and ticked
+ * while they work), each handler taking 20 ms.
  */
 async function drain(ws: { q: Keyq }[], f: PgFixture, name: string, opts: object, t: ReturnType<typeof tally>, rounds: number) {
-  const total = rounds * 1000;
+  const total = rounds * 2000;
   const pad = "x".repeat(300);
   const producing = (async () => {
     for (let r = 0; r < rounds; r++) {
-      await f.q.sendBatch("jobs", Array.from({ length: 1000 }, (_, i) => ({ type: "E", payload: { i: r * 1000 + i, pad }, key: `tenant-${i}` })));
+      await f.q.sendBatch("jobs", Array.from({ length: 2000 }, (_, i) => ({ type: "E", payload: { i: r * 2000 + i, pad }, key: `tenant-${i % 1000}` })));
       await f.q.tick("jobs");
       await sleep(300);
     }
@@ -60,7 +61,7 @@ async function drain(ws: { q: Keyq }[], f: PgFixture, name: string, opts: object
   await Promise.all(ws.map(async ({ q }) => {
     const c = q.exclusive("jobs", name, opts);
     while (t.handled.size < total && Date.now() < until) {
-      const r = await c.run({ maxEvents: 10, maxBatches: 3, handler: (e) => t.handle(e, 5) });
+      const r = await c.run({ maxEvents: 10, maxBatches: 3, handler: (e) => t.handle(e, 20) });
       if (r.events === 0) await sleep(50);
     }
   }));
@@ -83,14 +84,14 @@ describe("Tier A: the bucket count grows with the workload", () => {
       assert.equal((await prepare("m", null)).buckets, 16, "16 chunks of about 62 events, not cut");
       // A batch's receive in a transaction rolled back at once (what it read stays unread).
       const receive = async (name: string) => {
-        let r: { events: unknown[]; starved: number | null } | undefined;
+        let r: { events: unknown[]; starved?: number } | undefined;
         await assert.rejects(f.sql.begin(async (tx) => {
           r = (await tx.unsafe(`select ${s}.receive_exclusive('jobs', $1, 10) as r`, [name]))[0]!.r as typeof r;
           throw new Error("roll back");
         }), /roll back/);
         return r!;
       };
-      assert.deepEqual(await receive("m").then((r) => [r.events.length, r.starved]), [10, null], "a batch with work did not starve");
+      assert.deepEqual(await receive("m").then((r) => [r.events.length, r.starved ?? null]), [10, null], "a batch with work did not starve");
       // 16 batches in flight, one per bucket, until released (then rolled back).
       const hold = async () => {
         const release = gate();
@@ -111,7 +112,7 @@ describe("Tier A: the bucket count grows with the workload", () => {
         };
       };
       let end = await hold();
-      assert.deepEqual(await receive("m").then((r) => [r.events.length, r.starved]), [0, 16], "starved at 16: 16 batches hold all 16 buckets");
+      assert.deepEqual(await receive("m").then((r) => [r.events.length, r.starved ?? null]), [0, 16], "starved at 16: 16 batches hold all 16 buckets");
       await end();
       assert.deepEqual(await buckets(f, "m"), { set: null, grown: null }, "nothing grows inside a batch");
       const r1 = await prepare("m", 16);
@@ -148,10 +149,10 @@ describe("Tier A: the bucket count grows with the workload", () => {
       await f.q.createQueue("jobs");
       await f.q.exclusive("jobs", "m").subscribe();
       assert.deepEqual(await buckets(f, "m"), { set: null, grown: null }, "created without a count: 16, free to grow");
-      // Phase 1: four windows of 1,000 keys while 32 workers consume; the
+      // Phase 1: two windows of 1,000 keys while 32 workers consume; the
       // same key lies in windows planned with different counts.
       const t = tally();
-      await drain(ws, f, "m", {}, t, 4);
+      await drain(ws, f, "m", {}, t, 2);
       const grown = (await buckets(f, "m")).grown;
       console.log(`phase 1: bucket count grew 16 -> ${grown}; most handlers of one key at once: ${t.maxPerKey}`);
       assert.ok(grown !== null && grown >= W && grown <= 256, `the count grew to at least ${W} (it is ${grown})`);
@@ -210,7 +211,7 @@ describe("Tier A: the bucket count grows with the workload", () => {
       await f.q.createQueue("jobs");
       await f.q.exclusive("jobs", "fixed", { buckets: 16 }).subscribe();
       const t = tally();
-      await drain(ws, f, "fixed", { buckets: 16 }, t, 2);
+      await drain(ws, f, "fixed", { buckets: 16 }, t, 1);
       assert.equal(t.handled.size, 2000, "every event handled");
       assert.deepEqual(await buckets(f, "fixed"), { set: 16, grown: null }, "the count set stays 16, never grown");
       // Resubscribing without the option keeps it set; another count is refused.
