@@ -117,6 +117,17 @@ export interface SubscribeReply {
   position?: LogPosition;
 }
 
+/** The engine's answer to prepare_exclusive: the tick, the consumer's bucket count, and slot-index work a growth waits for. */
+export interface PrepareReply {
+  tick: string | null;
+  /** The key bucket count windows are planned with now. */
+  buckets?: number;
+  /** CREATE/DROP INDEX CONCURRENTLY statements to run outside a transaction before the count grows. */
+  build?: string[];
+  /** Another session is building a slot index of this queue. */
+  wait?: boolean;
+}
+
 /** A start position or seek target as the engine reads it. */
 export type Target = { latest: true } | { earliest: true } | { time: string } | { id: string };
 
@@ -148,7 +159,7 @@ export interface EngineCalls {
   setPaused: [QC & { paused: boolean }, { paused: boolean; changed: boolean }];
   settleHead: [QC & { key: string; action: "skip" | "deadLetter" }, { key: string; slot: number; headId: string; action: string }];
   unsubscribe: [QC, { removed: boolean }];
-  prepareExclusive: [QC & { chunkSize: number }, { tick: string | null }];
+  prepareExclusive: [QC & { chunkSize: number; growFrom: number | null; indexInline: boolean }, PrepareReply];
   /** A plain batch as JSON objects (SQL callers and tests; the client reads receivePlain). */
   receive: [QC & { maxEvents: number }, Received];
   /** Plain batches in the compact wire form (wire.ts); waits up to `waitMs` for a held cursor. */
@@ -262,6 +273,8 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
     ["queue", "queue", "text"],
     ["consumer", "consumer", "text"],
     ["chunkSize", "chunk_size", "int"],
+    ["growFrom", "grow_from", "int"],
+    ["indexInline", "index_inline", "boolean"],
   ], tickShape),
   receive: fn("receive", [
     ["queue", "queue", "text"],
@@ -340,10 +353,10 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
  * requires every function of a migrated schema to be in ENGINE or here.
  */
 export const INTERNAL_FUNCTIONS: readonly string[] = [
-  "apply_queue_settings", "backoff", "block_key", "check_slots", "chunk_events", "claim_chunk", "claim_dedup",
-  "consumer_buckets", "dedup_gc", "dlq_check", "dlq_requeue", "dlq_where", "ensure_slot_index", "event_json", "event_row",
+  "apply_queue_settings", "backoff", "batch_lock_class", "block_key", "check_slots", "chunk_events", "claim_chunk", "claim_dedup",
+  "chunk_overlaps", "consumer_buckets", "dedup_gc", "dlq_check", "dlq_requeue", "dlq_where", "ensure_slot_index", "event_json", "event_row",
   "get_consumer", "get_queue", "has_pending", "key_budget", "key_seed", "keys_prefix", "lock_key", "lock_keys",
-  "park_events", "plan_chunks", "prune_ticks", "read_chunk_part", "split_chunks",
+  "park_events", "plan_chunks", "prune_ticks", "read_chunk_part", "recut_chunks", "split_chunks", "starved", "grow_buckets",
   "queue_json", "read_window", "release_heads", "release_key", "retry_policy", "rotate", "slot_of",
   "table_unread", "take_retries", "tick_all", "window_count", "window_events", "window_events_slot", "window_take", "xbuckets",
   // least privilege (functions/00_roles.sql)

@@ -33,6 +33,8 @@ export interface Received {
   events: WireEvent[];
   /** Tier B: the slot this batch read. */
   slot?: number;
+  /** Tier A: nothing was free while other batches held every bucket; the bucket count seen. */
+  starved?: number | null;
 }
 
 /** One event row: id, txid, type, key, time, payload, trace (the producer's traceparent or null). */

@@ -1812,6 +1812,26 @@ alter table :KEYQ_SCHEMA.dead_letter add column ev_trace text;
 alter table :KEYQ_SCHEMA.chunk add column upto_txid xid8, add column upto_id bigint;
 `,
   },
+  {
+    version: 17,
+    name: "bucket_growth",
+    sql: `-- Since 0.1: the key bucket count of a Tier A consumer that did not set
+-- "buckets" grows with its workload (prepare_exclusive in
+-- src/sql/functions/03_exclusive.sql): consumer.buckets is the grown count
+-- (null: the default, 16); an explicit "buckets" in settings is honoured as
+-- it is and never grown. Since counts can differ between windows, each chunk
+-- records the count its bucket is of (nbuckets); every chunk before this
+-- migration was planned with its consumer's persisted count. Every batch
+-- holding a chunk has finished before the update runs (it waits for their
+-- row locks).
+
+alter table :KEYQ_SCHEMA.consumer add column buckets int;
+alter table :KEYQ_SCHEMA.chunk add column nbuckets int;
+update :KEYQ_SCHEMA.chunk k set nbuckets = coalesce((c.settings->>'buckets')::int, 16)
+  from :KEYQ_SCHEMA.consumer c where c.consumer_id = k.consumer_id;
+alter table :KEYQ_SCHEMA.chunk alter column nbuckets set not null;
+`,
+  },
 ];
 
 /** Functions defined by migrations only (indexes depend on them); never dropped. */
@@ -2589,6 +2609,14 @@ begin
         coalesce(settings->>'perKey', '1'), coalesce(settings->>'lockScope', '(the consumer)')
         using errcode = 'KQ011', hint = 'KEYQ:CONSUMER_OPTION_MISMATCH';
     end if;
+    if kind = 'exclusive' then
+      -- Whether the bucket count was set (honoured as it is) or grows
+      -- (09_growth.sql) is fixed when the consumer is created, like the count.
+      settings := settings - 'buckets';
+      if c.settings ? 'buckets' then
+        settings := settings || jsonb_build_object('buckets', c.settings->'buckets');
+      end if;
+    end if;
     if c.settings is distinct from settings then
       update :KEYQ_SCHEMA.consumer k set settings = subscribe.settings where k.consumer_id = c.consumer_id;
     end if;
@@ -3251,7 +3279,14 @@ end $$;
 -- key bucket (consumer_buckets(c) buckets of slot_of(key, buckets), read
 -- through the slot index for that count), so one key lies in one chunk per
 -- window. The bucket count is persisted per consumer (option "buckets",
--- default 16): the number of batches one window can feed at once.
+-- default 16): the number of batches one window can feed at once. A
+-- consumer that did not set it grows it when workers starve (09_growth.sql);
+-- each chunk records the count of its bucket (nbuckets, migration 017), so
+-- windows planned with different counts are each read with their own. Key
+-- bucket b of N is the union of buckets b, b + N, b + 2N, ... of 2N (slot_of
+-- is a modulo), so chunks of two counts overlap when their buckets agree
+-- modulo the smaller count (chunk_overlaps). Exclusion never depends on the
+-- buckets: it is the key's advisory lock, taken by every batch.
 -- The planner reads no event: a batch reads its chunk's rows once, through
 -- the slot index. A batch claims chunks with SKIP LOCKED (never waiting on
 -- another worker), the oldest chunk of a bucket first, so a key's later
@@ -3282,12 +3317,22 @@ language sql immutable
 set search_path = pg_catalog, pg_temp
 as $$ select 16 $$;
 
--- The key bucket count of exclusive consumer c: persisted in its settings
--- when it was created ("buckets", a power of two from 16 to 256).
+-- The key bucket count of exclusive consumer c for windows planned now: the
+-- one set when it was created ("buckets" in its settings, a power of two
+-- from 16 to 256, never changed), else the count it grew to (consumer.buckets,
+-- 09_growth.sql), else 16.
 create function :KEYQ_SCHEMA.consumer_buckets(c :KEYQ_SCHEMA.consumer) returns int
 language sql immutable
 set search_path = pg_catalog, pg_temp
-as $$ select coalesce((c.settings->>'buckets')::int, :KEYQ_SCHEMA.xbuckets()) $$;
+as $$ select coalesce((c.settings->>'buckets')::int, c.buckets, :KEYQ_SCHEMA.xbuckets()) $$;
+
+-- Whether chunks a and b hold events of a common key bucket (of one window
+-- or not): their buckets agree modulo the smaller count (counts are powers
+-- of two).
+create function :KEYQ_SCHEMA.chunk_overlaps(a_bucket int, a_n int, b_bucket int, b_n int) returns boolean
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$ select a_bucket % least(a_n, b_n) = b_bucket % least(a_n, b_n) $$;
 
 -- Gives the window range after the consumer's planned frontier one chunk
 -- per bucket, without reading an event: a bucket whose newest chunk is
@@ -3318,14 +3363,16 @@ begin
       select k.chunk_id from :KEYQ_SCHEMA.chunk k
        where k.consumer_id = c.consumer_id and k.end_tick = frontier and k.after_txid = '0'::xid8 and k.after_id = 0
          and k.upto_txid is null  -- a piece (split_chunks) ends at its position, never grows
+         and k.nbuckets = :KEYQ_SCHEMA.consumer_buckets(c)  -- a chunk of an older count is not grown
        for update skip locked
     ), grown as (
       update :KEYQ_SCHEMA.chunk k set end_tick = latest from open
        where k.consumer_id = c.consumer_id and k.chunk_id = open.chunk_id
       returning k.bucket
     )
-    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
-    select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b
+    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets)
+    select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b,
+           :KEYQ_SCHEMA.consumer_buckets(c)
       from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b
      where b not in (select bucket from grown)
      order by b;
@@ -3341,19 +3388,29 @@ begin
   return n;
 end $$;
 
--- The run's first call for an exclusive consumer: tick the queue, plan
--- chunks and cut the large ones into pieces of chunk_size events (the
--- run's maxEvents), in this short transaction of its own.
-create function :KEYQ_SCHEMA.prepare_exclusive(queue text, consumer text, chunk_size int) returns jsonb
+-- The run's first call for an exclusive consumer: tick the queue, grow the
+-- key bucket count when a batch of this worker starved at count grow_from
+-- (09_growth.sql: the answer may ask for the slot index first, as subscribe
+-- does), cut chunks of an older count by the current one, plan chunks and
+-- cut the large ones into pieces of chunk_size events (the run's
+-- maxEvents), in this short transaction of its own.
+create function :KEYQ_SCHEMA.prepare_exclusive(queue text, consumer text, chunk_size int,
+                                               grow_from int default null, index_inline boolean default false) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
 declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
-declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer); t jsonb;
+declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer); t jsonb; pending jsonb;
 begin
+  if grow_from is not null then  -- before the tick: its locks come after the subscribe lock
+    pending := :KEYQ_SCHEMA.grow_buckets(c, grow_from, index_inline);
+    c := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+  end if;
   t := :KEYQ_SCHEMA.tick(queue);
-  return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size) + :KEYQ_SCHEMA.split_chunks(c, chunk_size));
+  perform :KEYQ_SCHEMA.recut_chunks(c);
+  return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size) + :KEYQ_SCHEMA.split_chunks(c, chunk_size),
+                            'buckets', :KEYQ_SCHEMA.consumer_buckets(c)) || coalesce(pending, '{}');
 end $$;
 
 -- The seed of key lock i (i < perKey) of exclusive consumer c: the 64-bit
@@ -3435,7 +3492,7 @@ begin
     from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
            (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
            (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
-           ch.after_txid, ch.after_id, lim, :KEYQ_SCHEMA.consumer_buckets(c), ch.bucket) w
+           ch.after_txid, ch.after_id, lim, ch.nbuckets, ch.bucket) w
    where ch.upto_txid is null or (w.ev_txid, w.ev_id) <= (ch.upto_txid, ch.upto_id));
 end $$;
 
@@ -3451,7 +3508,8 @@ as $$
   select * from :KEYQ_SCHEMA.chunk k
    where k.consumer_id = c.consumer_id and k.chunk_id <> all (skip)
    order by exists (select 1 from :KEYQ_SCHEMA.chunk o
-                     where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id < k.chunk_id),
+                     where o.consumer_id = k.consumer_id and o.chunk_id < k.chunk_id
+                       and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets)),
             k.chunk_id
    limit 1 for update skip locked
 $$;
@@ -3514,6 +3572,7 @@ declare
   claims int := 0;
   given_back bigint[] := '{}';
   more boolean := true;
+  none_free boolean := false;
   locked jsonb;
 begin
   if c.kind <> 'exclusive' then
@@ -3533,7 +3592,8 @@ begin
         and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32) loop
     claims := claims + 1;
     ch := :KEYQ_SCHEMA.claim_chunk(c, '{}');
-    exit when ch.chunk_id is null;
+    none_free := ch.chunk_id is null;
+    exit when none_free;
     got_all := :KEYQ_SCHEMA.read_chunk_part(c, ch, take, keys_left);
     got := cardinality(got_all);
     -- Read to its end (deleted): the batch may go on to further chunks.
@@ -3581,6 +3641,22 @@ begin
     perform pg_sleep(0.001 * attempt * attempt);
     locked := :KEYQ_SCHEMA.lock_keys(c, locked);
   end loop;
+  -- A batch with work of a consumer that may grow is counted in flight
+  -- (09_growth.sql) until it ends. Nothing to take while at least as many
+  -- batches are in flight as there are buckets: the worker passes "starved"
+  -- (the count it saw) to its next prepare. Looked at only when no chunk
+  -- was free and at least as many chunk rows are left (held) as buckets.
+  if not (c.settings ? 'buckets') then
+    if jsonb_array_length(locked) > 0 then
+      perform pg_advisory_xact_lock_shared(:KEYQ_SCHEMA.batch_lock_class(), c.consumer_id);
+    elsif none_free and :KEYQ_SCHEMA.consumer_buckets(c) < 256 then
+      if (select count(*) from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id) >= :KEYQ_SCHEMA.consumer_buckets(c) then
+        if :KEYQ_SCHEMA.starved(c) then
+          return jsonb_build_object('busy', false, 'events', locked, 'starved', :KEYQ_SCHEMA.consumer_buckets(c));
+        end if;
+      end if;
+    end if;
+  end if;
   return jsonb_build_object('busy', false, 'events', locked);
 end $$;
 `,
@@ -4217,9 +4293,9 @@ begin
   if c.kind = 'exclusive' then
     delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id;
     if end_tick is not null then
-      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
-      select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), tick, end_tick, ltxid, lid, b
-        from generate_series(0, :KEYQ_SCHEMA.xbuckets() - 1) b order by b;
+      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets)
+      select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), tick, end_tick, ltxid, lid, b, :KEYQ_SCHEMA.consumer_buckets(c)
+        from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b order by b;
     end if;
     update :KEYQ_SCHEMA.cursor set tick_id = tick, end_tick_id = coalesce(end_tick, tick),
            last_txid = null, last_id = null, polled_at = now()
@@ -4484,7 +4560,8 @@ begin
     select * from :KEYQ_SCHEMA.chunk k
      where k.consumer_id = c.consumer_id and k.upto_txid is null
        and not exists (select 1 from :KEYQ_SCHEMA.chunk o
-                        where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id <> k.chunk_id)
+                        where o.consumer_id = k.consumer_id and o.chunk_id <> k.chunk_id
+                          and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets))
      order by k.chunk_id
   loop
     evs := :KEYQ_SCHEMA.chunk_events(c, ch, 8 * size + 1);
@@ -4514,16 +4591,16 @@ begin
         update :KEYQ_SCHEMA.chunk set upto_txid = evs[nxt].ev_txid, upto_id = evs[nxt].ev_id
          where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
       else
-        insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, upto_txid, upto_id)
+        insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets, upto_txid, upto_id)
         values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick,
-                evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, evs[nxt].ev_txid, evs[nxt].ev_id);
+                evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, ch.nbuckets, evs[nxt].ev_txid, evs[nxt].ev_id);
       end if;
       pos := nxt;
       n := n + 1;
     end loop;
     if pos > 0 then  -- the rest after the last cut, to the window's end
-      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
-      values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick, evs[pos].ev_txid, evs[pos].ev_id, ch.bucket);
+      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets)
+      values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick, evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, ch.nbuckets);
       n := n + 1;
     end if;
   end loop;
@@ -4531,10 +4608,114 @@ begin
 end $$;
 `,
   },
+  {
+    name: "09_growth",
+    sql: `-- keyq engine, part 9: the key bucket count of a Tier A consumer follows
+-- its workload (see 03_exclusive.sql). A consumer created without "buckets"
+-- starts at 16; when a batch finds no chunk free while at least as many
+-- other batches are in flight as there are buckets (workers outnumber
+-- buckets), receive_exclusive
+-- answers "starved" with the count it saw, and that worker's next
+-- prepare_exclusive doubles it (up to 256), once per count however many
+-- workers starved. The slot index for the new count is built first, as
+-- subscribe builds one (never in a batch): in place when the log is small,
+-- else by the client with CREATE INDEX CONCURRENTLY outside a transaction;
+-- until it is valid the count stays. Windows planned after the growth use
+-- the new count, and every chunk of an older count that no batch holds is
+-- cut into the new count's buckets (recut_chunks). An explicit "buckets" is
+-- never grown.
+
+-- The first key of the shared advisory lock each batch of a growing
+-- consumer holds while it has work (the second is the consumer's id): how
+-- starved() counts the batches in flight, in pg_locks.
+create function :KEYQ_SCHEMA.batch_lock_class() returns int
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$ select hashtext(:KEYQ_SCHEMA_NAME || ':xbatch') $$;
+
+-- Whether a batch of c that found no chunk free starves for buckets: c may
+-- grow, and at least as many other batches of c are in flight as c has
+-- buckets (workers outnumber buckets). Batches that only churn through
+-- empty chunks of sparse windows hold many chunk rows but are few: they do
+-- not count as starvation, since more buckets would not help them.
+create function :KEYQ_SCHEMA.starved(c :KEYQ_SCHEMA.consumer) returns boolean
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select not (c.settings ? 'buckets') and :KEYQ_SCHEMA.consumer_buckets(c) < 256
+     and (select count(*) from pg_locks l
+           where l.locktype = 'advisory' and l.granted and l.objsubid = 2
+             and l.database = (select oid from pg_database where datname = current_database())
+             and l.classid = :KEYQ_SCHEMA.batch_lock_class()::oid and l.objid = c.consumer_id::oid)
+         >= :KEYQ_SCHEMA.consumer_buckets(c)
+$$;
+
+-- Doubles c's bucket count when it is still grow_from (a worker saw its
+-- batches starve at that count; a second worker's report of the same
+-- starvation finds it grown and does nothing). Null when done or nothing
+-- to do; else the slot index work the client does first (as subscribe's
+-- answer: "build" statements to run outside a transaction, or "wait"),
+-- then it calls again. Under the queue's subscribe lock (index work) and
+-- the consumer's plan lock (the count planners read).
+create function :KEYQ_SCHEMA.grow_buckets(c :KEYQ_SCHEMA.consumer, grow_from int, inline boolean) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare pending jsonb;
+begin
+  if c.settings ? 'buckets' or :KEYQ_SCHEMA.consumer_buckets(c) <> grow_from or grow_from >= 256 then
+    return null;
+  end if;
+  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('subscribe', c.queue_id));
+  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id));
+  select * into c from :KEYQ_SCHEMA.consumer where consumer_id = c.consumer_id;
+  if c.settings ? 'buckets' or :KEYQ_SCHEMA.consumer_buckets(c) <> grow_from then
+    return null;
+  end if;
+  pending := :KEYQ_SCHEMA.ensure_slot_index(c.queue_id, grow_from * 2, inline);
+  if pending is not null then
+    return pending;
+  end if;
+  update :KEYQ_SCHEMA.consumer set buckets = grow_from * 2 where consumer_id = c.consumer_id;
+  return null;
+end $$;
+
+-- Cuts each chunk of c planned with fewer buckets than c has now, and that
+-- no batch holds, into the current count's buckets: bucket b of n is
+-- buckets b, b + n, ... of the new count, each a chunk with the same window,
+-- position and end. Returns the chunks added.
+create function :KEYQ_SCHEMA.recut_chunks(c :KEYQ_SCHEMA.consumer) returns int
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  n int := :KEYQ_SCHEMA.consumer_buckets(c);
+  ch :KEYQ_SCHEMA.chunk;
+  added int := 0;
+  got int;
+begin
+  for ch in
+    select * from :KEYQ_SCHEMA.chunk k where k.consumer_id = c.consumer_id and k.nbuckets < n
+     order by k.chunk_id for update skip locked
+  loop
+    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets, upto_txid, upto_id)
+    select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick, ch.after_txid, ch.after_id,
+           ch.bucket + i * ch.nbuckets, n, ch.upto_txid, ch.upto_id
+      from generate_series(1, n / ch.nbuckets - 1) i order by i;
+    get diagnostics got = row_count;
+    added := added + got;
+    update :KEYQ_SCHEMA.chunk set nbuckets = n where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+  end loop;
+  return added;
+end $$;
+`,
+  },
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "3df64691dc0cfebf3293800e8949a29942ecf572bffe668284321e51e8b1c4cb";
+export const functionsHash: string = "5b72b725eefc22a0333616d8e75f18a41b24857c501ca6c8ef6499faa920e25b";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -4544,4 +4725,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 10;
+export const functionsSerial: number = 13;

@@ -17,7 +17,7 @@ import { runLoop, workLoop } from "./loop.ts";
 import { observeBatch } from "../observe/batches.ts";
 import { hub as newHub, type Hub } from "../observe/observer.ts";
 import { pollWaker, type Waker, waker } from "../observe/wake.ts";
-import { mapError } from "../engine/reply.ts";
+import { buildConcurrently } from "./slot-index.ts";
 import * as v from "valibot";
 import { target } from "../ops/positions.ts";
 import type { Target } from "../engine/calls.ts";
@@ -136,26 +136,6 @@ export interface StrictOrderedConsumer<P = unknown> extends OrderedConsumer<P> {
   run(options: RunOptions<P> & SlotAssignment & PerEventOnly): Promise<RunReport>;
   /** Loops `run` with polling back-off until `signal` aborts. */
   work(options: WorkOptions<P> & SlotAssignment & PerEventOnly): Promise<RunReport>;
-}
-
-/**
- * Runs the engine's concurrent index statements one by one, outside any
- * transaction, so producers keep writing while they run. False when the
- * server cannot build concurrently (the engine then builds in place).
- */
-async function buildConcurrently(ctx: ConsumerContext, statements: string[]): Promise<boolean> {
-  for (const text of statements) {
-    try {
-      await ctx.driver.query(text);
-    } catch (err) {
-      const code = (err as { code?: unknown } | null)?.code;
-      if (code === "25001" || code === "0A000" || code === "42501") return false; // inside a transaction block, unsupported, or a role that does not own the tables (the engine builds inline)
-      // Another subscriber's concurrent build of the same index (deadlock,
-      // lock wait, a build that failed): the next round looks again.
-      if (code !== "40P01" && code !== "55P03" && code !== "42P07" && code !== "XX000") throw mapError(err, ctx.schema);
-    }
-  }
-  return true;
 }
 
 /**

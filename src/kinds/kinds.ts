@@ -14,6 +14,7 @@ import { type AckReply, engine, type Received } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
 import { fenceHooks } from "./fence.ts";
 import { fromPlain } from "../engine/wire.ts";
+import { buildConcurrently } from "./slot-index.ts";
 
 /** One kind of consumer: what it persists, and its own steps of a run and a batch. */
 export interface ConsumerKind extends BatchKind {
@@ -141,16 +142,18 @@ export interface ExclusiveSettings {
  */
 export function exclusiveKind(t: KindTarget, o: ExclusiveSettings): ConsumerKind {
   const { ctx, queue, name } = t;
+  const growth = bucketGrowth(t);
   return {
     kind: "exclusive",
     slots: 1,
     settings: t.settings,
     check: (s) => noWorkers(s, "exclusive"),
-    async prepare(s) {
-      const r = await engine(ctx.driver, ctx.schema).prepareExclusive({ queue, consumer: name, chunkSize: s.maxEvents });
-      return r.tick !== null;
+    prepare: (s) => growth.prepare(s.maxEvents),
+    async receive(tx, s, local) {
+      const r = await engine(tx, ctx.schema).receiveExclusive({ queue, consumer: name, maxEvents: s.maxEvents }, local);
+      if (typeof r.starved === "number") growth.starved(r.starved);
+      return r;
     },
-    receive: (tx, s, local) => engine(tx, ctx.schema).receiveExclusive({ queue, consumer: name, maxEvents: s.maxEvents }, local),
     sort(r) {
       const contended = r.events.filter((w) => w.locked === false);
       const deferred = contended.filter((w) => !o.idempotent || w.fenced).map((w) => ({ id: w.id, txid: w.txid }));
@@ -164,6 +167,39 @@ export function exclusiveKind(t: KindTarget, o: ExclusiveSettings): ConsumerKind
     },
     record: ack(t, { slot: () => 0, deferDelay: o.deferDelayS, pause: false }),
     hooks: () => (o.fenced ? fenceHooks(ctx, queue, name, "keys") : {}),
+  };
+}
+
+/**
+ * A Tier A worker's part in growing its consumer's key buckets
+ * (09_growth.sql): a batch that starved (nothing free while other batches
+ * held every bucket) is remembered, and the next prepare asks the engine to
+ * double the count it saw. When the slot index for the new count must be
+ * built concurrently, the client builds it here, outside any transaction
+ * (never in a batch), and prepares again; until it is valid the count stays.
+ */
+function bucketGrowth(t: KindTarget): { prepare(chunkSize: number): Promise<boolean>; starved(count: number): void } {
+  const { ctx, queue, name } = t;
+  let growFrom: number | null = null;
+  let inline = false;
+  const call = (chunkSize: number) =>
+    engine(ctx.driver, ctx.schema).prepareExclusive({ queue, consumer: name, chunkSize, growFrom, indexInline: inline });
+  return {
+    starved(count) {
+      growFrom = count;
+    },
+    async prepare(chunkSize) {
+      let r = await call(chunkSize);
+      let ticked = r.tick !== null;
+      if (growFrom !== null && r.build && r.build.length > 0) {
+        inline = !(await buildConcurrently(ctx, r.build));
+        r = await call(chunkSize);
+        ticked ||= r.tick !== null;
+      }
+      // Grown, or nothing to grow; else ("wait", or a build to retry) the next prepare asks again.
+      if (!r.build && !r.wait) growFrom = null;
+      return ticked;
+    },
   };
 }
 

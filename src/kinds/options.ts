@@ -82,12 +82,14 @@ export interface ExclusiveOptions extends ConsumerOptions {
    */
   lockScope?: string;
   /**
-   * Key buckets of each window: how many batches one window feeds at once,
-   * so at least the number of workers you run (a power of two, 16–256,
-   * default 16), and enough that a bucket of a window fits in a batch: a
-   * batch's first bucket is read in parts when it holds more than
-   * `maxEvents`, and its rest waits for that batch. Fixed when the consumer
-   * is created; a new count builds one more index on the queue's log.
+   * Key buckets of each window: how many batches one window feeds at once
+   * (a power of two, 16–256). Unset, the count starts at 16 and doubles
+   * whenever workers starve for buckets (docs/tier-a.md). Set, it is fixed
+   * when the consumer is created and never grown: at least the number of
+   * workers you run, and enough that a bucket of a window fits in a batch
+   * (a batch's first bucket is read in parts when it holds more than
+   * `maxEvents`, and its rest waits for that batch). Each count builds one
+   * more index on the queue's log.
    */
   buckets?: number;
 }
@@ -131,8 +133,9 @@ export function plainOptions(options: unknown): Record<string, unknown> {
 
 /**
  * An exclusive consumer's options: overrides, the persisted key settings
- * (only those that differ from the defaults, so a consumer created before
- * they existed keeps matching), and its contention policy.
+ * (perKey and lockScope only when they differ from the defaults, so a
+ * consumer created before they existed keeps matching; buckets whenever it
+ * is set, since a set count never grows), and its contention policy.
  */
 export function exclusiveOptions(options: unknown): { settings: Record<string, unknown>; kind: ExclusiveSettings } {
   const o = parse(exclusiveSchema, options ?? {}, "consumer options");
@@ -147,7 +150,7 @@ export function exclusiveOptions(options: unknown): { settings: Record<string, u
   const keys = {
     ...(o.perKey !== undefined && o.perKey !== 1 ? { perKey: o.perKey } : {}),
     ...(o.lockScope !== undefined ? { lockScope: o.lockScope } : {}),
-    ...(o.buckets !== undefined && o.buckets !== 16 ? { buckets: o.buckets } : {}),
+    ...(o.buckets !== undefined ? { buckets: o.buckets } : {}),
   };
   return {
     settings: { ...overrides(o), ...keys },

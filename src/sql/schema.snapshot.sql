@@ -19,6 +19,7 @@ chunk (table)
   bucket integer not null
   upto_txid xid8
   upto_id bigint
+  nbuckets integer not null
 consumer (table)
   consumer_id integer not null generated always as identity
   queue_id integer not null
@@ -28,6 +29,7 @@ consumer (table)
   settings jsonb not null default '{}'::jsonb
   created_at timestamp with time zone not null default now()
   paused_at timestamp with time zone
+  buckets integer
 cursor (table, with fillfactor=50)
   consumer_id integer not null
   slot integer not null default 0
@@ -331,6 +333,12 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.backoff(base double precision, cap doubl
  LANGUAGE sql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$ select make_interval(secs => least(cap, base * 2 ^ least(failures - 1, 60)) * (0.5 + random() / 2)) $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.batch_lock_class()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select hashtext(:KEYQ_SCHEMA_NAME || ':xbatch') $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.block_key(c :KEYQ_SCHEMA.consumer, slot integer, key text, head bigint)
  RETURNS void
  LANGUAGE sql
@@ -391,9 +399,15 @@ begin
     from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
            (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
            (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
-           ch.after_txid, ch.after_id, lim, :KEYQ_SCHEMA.consumer_buckets(c), ch.bucket) w
+           ch.after_txid, ch.after_id, lim, ch.nbuckets, ch.bucket) w
    where ch.upto_txid is null or (w.ev_txid, w.ev_id) <= (ch.upto_txid, ch.upto_id));
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.chunk_overlaps(a_bucket integer, a_n integer, b_bucket integer, b_n integer)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select a_bucket % least(a_n, b_n) = b_bucket % least(a_n, b_n) $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.claim_chunk(c :KEYQ_SCHEMA.consumer, skip bigint[])
  RETURNS :KEYQ_SCHEMA.chunk
  LANGUAGE sql
@@ -402,7 +416,8 @@ AS $function$
   select * from :KEYQ_SCHEMA.chunk k
    where k.consumer_id = c.consumer_id and k.chunk_id <> all (skip)
    order by exists (select 1 from :KEYQ_SCHEMA.chunk o
-                     where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id < k.chunk_id),
+                     where o.consumer_id = k.consumer_id and o.chunk_id < k.chunk_id
+                       and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets)),
             k.chunk_id
    limit 1 for update skip locked
 $function$;
@@ -431,7 +446,7 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.consumer_buckets(c :KEYQ_SCHEMA.consumer
  LANGUAGE sql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select coalesce((c.settings->>'buckets')::int, :KEYQ_SCHEMA.xbuckets()) $function$;
+AS $function$ select coalesce((c.settings->>'buckets')::int, c.buckets, :KEYQ_SCHEMA.xbuckets()) $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.consumer_slot_of(queue text, consumer text, key text, slot_count integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -876,6 +891,30 @@ begin
   perform :KEYQ_SCHEMA.apply_grants(r);
   return :KEYQ_SCHEMA.role_json(r);
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.grow_buckets(c :KEYQ_SCHEMA.consumer, grow_from integer, inline boolean)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare pending jsonb;
+begin
+  if c.settings ? 'buckets' or :KEYQ_SCHEMA.consumer_buckets(c) <> grow_from or grow_from >= 256 then
+    return null;
+  end if;
+  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('subscribe', c.queue_id));
+  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id));
+  select * into c from :KEYQ_SCHEMA.consumer where consumer_id = c.consumer_id;
+  if c.settings ? 'buckets' or :KEYQ_SCHEMA.consumer_buckets(c) <> grow_from then
+    return null;
+  end if;
+  pending := :KEYQ_SCHEMA.ensure_slot_index(c.queue_id, grow_from * 2, inline);
+  if pending is not null then
+    return pending;
+  end if;
+  update :KEYQ_SCHEMA.consumer set buckets = grow_from * 2 where consumer_id = c.consumer_id;
+  return null;
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.has_pending(qid integer, snap pg_snapshot)
  RETURNS boolean
  LANGUAGE plpgsql
@@ -1134,9 +1173,9 @@ begin
   if c.kind = 'exclusive' then
     delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id;
     if end_tick is not null then
-      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
-      select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), tick, end_tick, ltxid, lid, b
-        from generate_series(0, :KEYQ_SCHEMA.xbuckets() - 1) b order by b;
+      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets)
+      select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), tick, end_tick, ltxid, lid, b, :KEYQ_SCHEMA.consumer_buckets(c)
+        from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b order by b;
     end if;
     update :KEYQ_SCHEMA.cursor set tick_id = tick, end_tick_id = coalesce(end_tick, tick),
            last_txid = null, last_id = null, polled_at = now()
@@ -1171,14 +1210,16 @@ begin
       select k.chunk_id from :KEYQ_SCHEMA.chunk k
        where k.consumer_id = c.consumer_id and k.end_tick = frontier and k.after_txid = '0'::xid8 and k.after_id = 0
          and k.upto_txid is null  -- a piece (split_chunks) ends at its position, never grows
+         and k.nbuckets = :KEYQ_SCHEMA.consumer_buckets(c)  -- a chunk of an older count is not grown
        for update skip locked
     ), grown as (
       update :KEYQ_SCHEMA.chunk k set end_tick = latest from open
        where k.consumer_id = c.consumer_id and k.chunk_id = open.chunk_id
       returning k.bucket
     )
-    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
-    select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b
+    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets)
+    select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b,
+           :KEYQ_SCHEMA.consumer_buckets(c)
       from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b
      where b not in (select bucket from grown)
      order by b;
@@ -1203,7 +1244,7 @@ AS $function$
            'tickTime', (select t.tick_time from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id = t_id),
            'windowEnd', end_tick::text, 'afterId', after_id::text)
 $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.prepare_exclusive(queue text, consumer text, chunk_size integer)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.prepare_exclusive(queue text, consumer text, chunk_size integer, grow_from integer DEFAULT NULL::integer, index_inline boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -1211,10 +1252,16 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.prepare_exclusive(queue text, consumer t
 AS $function$
 #variable_conflict use_variable
 declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
-declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer); t jsonb;
+declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer); t jsonb; pending jsonb;
 begin
+  if grow_from is not null then  -- before the tick: its locks come after the subscribe lock
+    pending := :KEYQ_SCHEMA.grow_buckets(c, grow_from, index_inline);
+    c := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+  end if;
   t := :KEYQ_SCHEMA.tick(queue);
-  return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size) + :KEYQ_SCHEMA.split_chunks(c, chunk_size));
+  perform :KEYQ_SCHEMA.recut_chunks(c);
+  return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size) + :KEYQ_SCHEMA.split_chunks(c, chunk_size),
+                            'buckets', :KEYQ_SCHEMA.consumer_buckets(c)) || coalesce(pending, '{}');
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.prune_ticks(qid integer)
  RETURNS integer
@@ -1339,6 +1386,7 @@ declare
   claims int := 0;
   given_back bigint[] := '{}';
   more boolean := true;
+  none_free boolean := false;
   locked jsonb;
 begin
   if c.kind <> 'exclusive' then
@@ -1358,7 +1406,8 @@ begin
         and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32) loop
     claims := claims + 1;
     ch := :KEYQ_SCHEMA.claim_chunk(c, '{}');
-    exit when ch.chunk_id is null;
+    none_free := ch.chunk_id is null;
+    exit when none_free;
     got_all := :KEYQ_SCHEMA.read_chunk_part(c, ch, take, keys_left);
     got := cardinality(got_all);
     -- Read to its end (deleted): the batch may go on to further chunks.
@@ -1406,6 +1455,22 @@ begin
     perform pg_sleep(0.001 * attempt * attempt);
     locked := :KEYQ_SCHEMA.lock_keys(c, locked);
   end loop;
+  -- A batch with work of a consumer that may grow is counted in flight
+  -- (09_growth.sql) until it ends. Nothing to take while at least as many
+  -- batches are in flight as there are buckets: the worker passes "starved"
+  -- (the count it saw) to its next prepare. Looked at only when no chunk
+  -- was free and at least as many chunk rows are left (held) as buckets.
+  if not (c.settings ? 'buckets') then
+    if jsonb_array_length(locked) > 0 then
+      perform pg_advisory_xact_lock_shared(:KEYQ_SCHEMA.batch_lock_class(), c.consumer_id);
+    elsif none_free and :KEYQ_SCHEMA.consumer_buckets(c) < 256 then
+      if (select count(*) from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id) >= :KEYQ_SCHEMA.consumer_buckets(c) then
+        if :KEYQ_SCHEMA.starved(c) then
+          return jsonb_build_object('busy', false, 'events', locked, 'starved', :KEYQ_SCHEMA.consumer_buckets(c));
+        end if;
+      end if;
+    end if;
+  end if;
   return jsonb_build_object('busy', false, 'events', locked);
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_ordered(queue text, consumer text, slots integer[], max_events integer, help_after double precision DEFAULT NULL::double precision, skip_try_lock boolean DEFAULT false, slot_count integer DEFAULT NULL::integer)
@@ -1513,6 +1578,32 @@ begin
                               order by e.i)::text
                 from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i)),
              '[]') || '}';
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.recut_chunks(c :KEYQ_SCHEMA.consumer)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare
+  n int := :KEYQ_SCHEMA.consumer_buckets(c);
+  ch :KEYQ_SCHEMA.chunk;
+  added int := 0;
+  got int;
+begin
+  for ch in
+    select * from :KEYQ_SCHEMA.chunk k where k.consumer_id = c.consumer_id and k.nbuckets < n
+     order by k.chunk_id for update skip locked
+  loop
+    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets, upto_txid, upto_id)
+    select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick, ch.after_txid, ch.after_id,
+           ch.bucket + i * ch.nbuckets, n, ch.upto_txid, ch.upto_id
+      from generate_series(1, n / ch.nbuckets - 1) i order by i;
+    get diagnostics got = row_count;
+    added := added + got;
+    update :KEYQ_SCHEMA.chunk set nbuckets = n where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+  end loop;
+  return added;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.release_heads(c :KEYQ_SCHEMA.consumer, slot integer, ids bigint[])
  RETURNS integer
@@ -2028,7 +2119,8 @@ begin
     select * from :KEYQ_SCHEMA.chunk k
      where k.consumer_id = c.consumer_id and k.upto_txid is null
        and not exists (select 1 from :KEYQ_SCHEMA.chunk o
-                        where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id <> k.chunk_id)
+                        where o.consumer_id = k.consumer_id and o.chunk_id <> k.chunk_id
+                          and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets))
      order by k.chunk_id
   loop
     evs := :KEYQ_SCHEMA.chunk_events(c, ch, 8 * size + 1);
@@ -2058,21 +2150,34 @@ begin
         update :KEYQ_SCHEMA.chunk set upto_txid = evs[nxt].ev_txid, upto_id = evs[nxt].ev_id
          where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
       else
-        insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, upto_txid, upto_id)
+        insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets, upto_txid, upto_id)
         values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick,
-                evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, evs[nxt].ev_txid, evs[nxt].ev_id);
+                evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, ch.nbuckets, evs[nxt].ev_txid, evs[nxt].ev_id);
       end if;
       pos := nxt;
       n := n + 1;
     end loop;
     if pos > 0 then  -- the rest after the last cut, to the window's end
-      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
-      values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick, evs[pos].ev_txid, evs[pos].ev_id, ch.bucket);
+      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets)
+      values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick, evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, ch.nbuckets);
       n := n + 1;
     end if;
   end loop;
   return n;
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.starved(c :KEYQ_SCHEMA.consumer)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select not (c.settings ? 'buckets') and :KEYQ_SCHEMA.consumer_buckets(c) < 256
+     and (select count(*) from pg_locks l
+           where l.locktype = 'advisory' and l.granted and l.objsubid = 2
+             and l.database = (select oid from pg_database where datname = current_database())
+             and l.classid = :KEYQ_SCHEMA.batch_lock_class()::oid and l.objid = c.consumer_id::oid)
+         >= :KEYQ_SCHEMA.consumer_buckets(c)
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.status(queue text DEFAULT NULL::text, stale_after double precision DEFAULT 300)
  RETURNS jsonb
  LANGUAGE sql
@@ -2158,6 +2263,14 @@ begin
         coalesce(c.settings->>'lockScope', '(the consumer)'), coalesce(settings->>'buckets', :KEYQ_SCHEMA.xbuckets()::text),
         coalesce(settings->>'perKey', '1'), coalesce(settings->>'lockScope', '(the consumer)')
         using errcode = 'KQ011', hint = 'KEYQ:CONSUMER_OPTION_MISMATCH';
+    end if;
+    if kind = 'exclusive' then
+      -- Whether the bucket count was set (honoured as it is) or grows
+      -- (09_growth.sql) is fixed when the consumer is created, like the count.
+      settings := settings - 'buckets';
+      if c.settings ? 'buckets' then
+        settings := settings || jsonb_build_object('buckets', c.settings->'buckets');
+      end if;
     end if;
     if c.settings is distinct from settings then
       update :KEYQ_SCHEMA.consumer k set settings = subscribe.settings where k.consumer_id = c.consumer_id;

@@ -512,6 +512,14 @@ begin
         coalesce(settings->>'perKey', '1'), coalesce(settings->>'lockScope', '(the consumer)')
         using errcode = 'KQ011', hint = 'KEYQ:CONSUMER_OPTION_MISMATCH';
     end if;
+    if kind = 'exclusive' then
+      -- Whether the bucket count was set (honoured as it is) or grows
+      -- (09_growth.sql) is fixed when the consumer is created, like the count.
+      settings := settings - 'buckets';
+      if c.settings ? 'buckets' then
+        settings := settings || jsonb_build_object('buckets', c.settings->'buckets');
+      end if;
+    end if;
     if c.settings is distinct from settings then
       update :KEYQ_SCHEMA.consumer k set settings = subscribe.settings where k.consumer_id = c.consumer_id;
     end if;

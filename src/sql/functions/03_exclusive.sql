@@ -7,7 +7,14 @@
 -- key bucket (consumer_buckets(c) buckets of slot_of(key, buckets), read
 -- through the slot index for that count), so one key lies in one chunk per
 -- window. The bucket count is persisted per consumer (option "buckets",
--- default 16): the number of batches one window can feed at once.
+-- default 16): the number of batches one window can feed at once. A
+-- consumer that did not set it grows it when workers starve (09_growth.sql);
+-- each chunk records the count of its bucket (nbuckets, migration 017), so
+-- windows planned with different counts are each read with their own. Key
+-- bucket b of N is the union of buckets b, b + N, b + 2N, ... of 2N (slot_of
+-- is a modulo), so chunks of two counts overlap when their buckets agree
+-- modulo the smaller count (chunk_overlaps). Exclusion never depends on the
+-- buckets: it is the key's advisory lock, taken by every batch.
 -- The planner reads no event: a batch reads its chunk's rows once, through
 -- the slot index. A batch claims chunks with SKIP LOCKED (never waiting on
 -- another worker), the oldest chunk of a bucket first, so a key's later
@@ -38,12 +45,22 @@ language sql immutable
 set search_path = pg_catalog, pg_temp
 as $$ select 16 $$;
 
--- The key bucket count of exclusive consumer c: persisted in its settings
--- when it was created ("buckets", a power of two from 16 to 256).
+-- The key bucket count of exclusive consumer c for windows planned now: the
+-- one set when it was created ("buckets" in its settings, a power of two
+-- from 16 to 256, never changed), else the count it grew to (consumer.buckets,
+-- 09_growth.sql), else 16.
 create function :KEYQ_SCHEMA.consumer_buckets(c :KEYQ_SCHEMA.consumer) returns int
 language sql immutable
 set search_path = pg_catalog, pg_temp
-as $$ select coalesce((c.settings->>'buckets')::int, :KEYQ_SCHEMA.xbuckets()) $$;
+as $$ select coalesce((c.settings->>'buckets')::int, c.buckets, :KEYQ_SCHEMA.xbuckets()) $$;
+
+-- Whether chunks a and b hold events of a common key bucket (of one window
+-- or not): their buckets agree modulo the smaller count (counts are powers
+-- of two).
+create function :KEYQ_SCHEMA.chunk_overlaps(a_bucket int, a_n int, b_bucket int, b_n int) returns boolean
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$ select a_bucket % least(a_n, b_n) = b_bucket % least(a_n, b_n) $$;
 
 -- Gives the window range after the consumer's planned frontier one chunk
 -- per bucket, without reading an event: a bucket whose newest chunk is
@@ -74,14 +91,16 @@ begin
       select k.chunk_id from :KEYQ_SCHEMA.chunk k
        where k.consumer_id = c.consumer_id and k.end_tick = frontier and k.after_txid = '0'::xid8 and k.after_id = 0
          and k.upto_txid is null  -- a piece (split_chunks) ends at its position, never grows
+         and k.nbuckets = :KEYQ_SCHEMA.consumer_buckets(c)  -- a chunk of an older count is not grown
        for update skip locked
     ), grown as (
       update :KEYQ_SCHEMA.chunk k set end_tick = latest from open
        where k.consumer_id = c.consumer_id and k.chunk_id = open.chunk_id
       returning k.bucket
     )
-    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
-    select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b
+    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets)
+    select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b,
+           :KEYQ_SCHEMA.consumer_buckets(c)
       from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b
      where b not in (select bucket from grown)
      order by b;
@@ -97,19 +116,29 @@ begin
   return n;
 end $$;
 
--- The run's first call for an exclusive consumer: tick the queue, plan
--- chunks and cut the large ones into pieces of chunk_size events (the
--- run's maxEvents), in this short transaction of its own.
-create function :KEYQ_SCHEMA.prepare_exclusive(queue text, consumer text, chunk_size int) returns jsonb
+-- The run's first call for an exclusive consumer: tick the queue, grow the
+-- key bucket count when a batch of this worker starved at count grow_from
+-- (09_growth.sql: the answer may ask for the slot index first, as subscribe
+-- does), cut chunks of an older count by the current one, plan chunks and
+-- cut the large ones into pieces of chunk_size events (the run's
+-- maxEvents), in this short transaction of its own.
+create function :KEYQ_SCHEMA.prepare_exclusive(queue text, consumer text, chunk_size int,
+                                               grow_from int default null, index_inline boolean default false) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
 declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
-declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer); t jsonb;
+declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer); t jsonb; pending jsonb;
 begin
+  if grow_from is not null then  -- before the tick: its locks come after the subscribe lock
+    pending := :KEYQ_SCHEMA.grow_buckets(c, grow_from, index_inline);
+    c := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+  end if;
   t := :KEYQ_SCHEMA.tick(queue);
-  return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size) + :KEYQ_SCHEMA.split_chunks(c, chunk_size));
+  perform :KEYQ_SCHEMA.recut_chunks(c);
+  return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size) + :KEYQ_SCHEMA.split_chunks(c, chunk_size),
+                            'buckets', :KEYQ_SCHEMA.consumer_buckets(c)) || coalesce(pending, '{}');
 end $$;
 
 -- The seed of key lock i (i < perKey) of exclusive consumer c: the 64-bit
@@ -191,7 +220,7 @@ begin
     from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
            (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
            (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
-           ch.after_txid, ch.after_id, lim, :KEYQ_SCHEMA.consumer_buckets(c), ch.bucket) w
+           ch.after_txid, ch.after_id, lim, ch.nbuckets, ch.bucket) w
    where ch.upto_txid is null or (w.ev_txid, w.ev_id) <= (ch.upto_txid, ch.upto_id));
 end $$;
 
@@ -207,7 +236,8 @@ as $$
   select * from :KEYQ_SCHEMA.chunk k
    where k.consumer_id = c.consumer_id and k.chunk_id <> all (skip)
    order by exists (select 1 from :KEYQ_SCHEMA.chunk o
-                     where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id < k.chunk_id),
+                     where o.consumer_id = k.consumer_id and o.chunk_id < k.chunk_id
+                       and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets)),
             k.chunk_id
    limit 1 for update skip locked
 $$;
@@ -270,6 +300,7 @@ declare
   claims int := 0;
   given_back bigint[] := '{}';
   more boolean := true;
+  none_free boolean := false;
   locked jsonb;
 begin
   if c.kind <> 'exclusive' then
@@ -289,7 +320,8 @@ begin
         and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32) loop
     claims := claims + 1;
     ch := :KEYQ_SCHEMA.claim_chunk(c, '{}');
-    exit when ch.chunk_id is null;
+    none_free := ch.chunk_id is null;
+    exit when none_free;
     got_all := :KEYQ_SCHEMA.read_chunk_part(c, ch, take, keys_left);
     got := cardinality(got_all);
     -- Read to its end (deleted): the batch may go on to further chunks.
@@ -337,5 +369,21 @@ begin
     perform pg_sleep(0.001 * attempt * attempt);
     locked := :KEYQ_SCHEMA.lock_keys(c, locked);
   end loop;
+  -- A batch with work of a consumer that may grow is counted in flight
+  -- (09_growth.sql) until it ends. Nothing to take while at least as many
+  -- batches are in flight as there are buckets: the worker passes "starved"
+  -- (the count it saw) to its next prepare. Looked at only when no chunk
+  -- was free and at least as many chunk rows are left (held) as buckets.
+  if not (c.settings ? 'buckets') then
+    if jsonb_array_length(locked) > 0 then
+      perform pg_advisory_xact_lock_shared(:KEYQ_SCHEMA.batch_lock_class(), c.consumer_id);
+    elsif none_free and :KEYQ_SCHEMA.consumer_buckets(c) < 256 then
+      if (select count(*) from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id) >= :KEYQ_SCHEMA.consumer_buckets(c) then
+        if :KEYQ_SCHEMA.starved(c) then
+          return jsonb_build_object('busy', false, 'events', locked, 'starved', :KEYQ_SCHEMA.consumer_buckets(c));
+        end if;
+      end if;
+    end if;
+  end if;
   return jsonb_build_object('busy', false, 'events', locked);
 end $$;

@@ -161,9 +161,9 @@ begin
   if c.kind = 'exclusive' then
     delete from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id;
     if end_tick is not null then
-      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
-      select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), tick, end_tick, ltxid, lid, b
-        from generate_series(0, :KEYQ_SCHEMA.xbuckets() - 1) b order by b;
+      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets)
+      select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), tick, end_tick, ltxid, lid, b, :KEYQ_SCHEMA.consumer_buckets(c)
+        from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b order by b;
     end if;
     update :KEYQ_SCHEMA.cursor set tick_id = tick, end_tick_id = coalesce(end_tick, tick),
            last_txid = null, last_id = null, polled_at = now()

@@ -39,7 +39,8 @@ begin
     select * from :KEYQ_SCHEMA.chunk k
      where k.consumer_id = c.consumer_id and k.upto_txid is null
        and not exists (select 1 from :KEYQ_SCHEMA.chunk o
-                        where o.consumer_id = k.consumer_id and o.bucket = k.bucket and o.chunk_id <> k.chunk_id)
+                        where o.consumer_id = k.consumer_id and o.chunk_id <> k.chunk_id
+                          and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets))
      order by k.chunk_id
   loop
     evs := :KEYQ_SCHEMA.chunk_events(c, ch, 8 * size + 1);
@@ -69,16 +70,16 @@ begin
         update :KEYQ_SCHEMA.chunk set upto_txid = evs[nxt].ev_txid, upto_id = evs[nxt].ev_id
          where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
       else
-        insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, upto_txid, upto_id)
+        insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets, upto_txid, upto_id)
         values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick,
-                evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, evs[nxt].ev_txid, evs[nxt].ev_id);
+                evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, ch.nbuckets, evs[nxt].ev_txid, evs[nxt].ev_id);
       end if;
       pos := nxt;
       n := n + 1;
     end loop;
     if pos > 0 then  -- the rest after the last cut, to the window's end
-      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket)
-      values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick, evs[pos].ev_txid, evs[pos].ev_id, ch.bucket);
+      insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets)
+      values (c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), ch.start_tick, ch.end_tick, evs[pos].ev_txid, evs[pos].ev_id, ch.bucket, ch.nbuckets);
       n := n + 1;
     end if;
   end loop;
