@@ -45,6 +45,8 @@ export interface PostgresJsLike extends PostgresJsTxLike {
  */
 export interface PostgresJsConnection {
   onclose?: ((err: unknown) => void) | null;
+  /** Set by `sql.reserve()` while reserved; with `release` false the connection goes back to the pool by itself on its next idle ReadyForQuery. */
+  reserved?: ((() => unknown) & { release?: boolean }) | null;
 }
 
 /** A reserved connection of postgres.js (`sql.reserve()`). */
@@ -228,6 +230,31 @@ function opener(r: PostgresJsReservedLike, st: TxState, heard: { closed: boolean
 }
 
 /**
+ * Sends COMMIT or ROLLBACK on `r`, the transaction's last statement. The
+ * connection must not go back (`r.release()`) before postgres.js has written
+ * it: a statement of `r` is handed to the connection a microtask after it is
+ * issued, and while the connection is "full" (a statement that describes
+ * first, e.g. an unnamed one with parameters, is in flight) it waits in `r`'s
+ * own queue, which a released connection never reads again — the COMMIT was
+ * never sent and the transaction never settled (conformance hung under load).
+ * Nor after its answer: a connection released then is never ended, so
+ * `sql.end()` called meanwhile waited forever. So `r` is left to hand itself
+ * back as postgres.js's own `begin()` does: on the ReadyForQuery that says
+ * idle, i.e. the answer of this statement, ending the connection then when
+ * `sql.end()` was called (`handedBack` marks it released for the caller).
+ * Without the connection (never heard of) it is released after the answer.
+ */
+function finish(r: PostgresJsReservedLike, heard: { conn?: PostgresJsConnection }, text: string, handedBack: () => void): Promise<unknown> {
+  const own = heard.conn?.reserved;
+  if (own) {
+    heard.conn!.onclose = null;
+    own.release = false;
+    handedBack();
+  }
+  return Promise.resolve(r.unsafe(text).simple());
+}
+
+/**
  * BEGIN … COMMIT on a reserved connection, sent by the adapter: BEGIN in
  * the same write as the transaction's first statement, COMMIT (simple
  * protocol, never a prepared statement that could go astray) when `fn`
@@ -256,15 +283,13 @@ async function reserved<T>(r: PostgresJsReservedLike, st: TxState, prepare: bool
   lost.catch(() => {});
   let ended = false; // COMMIT was sent: no ROLLBACK after it
   let released = false;
-  // Handed back as soon as COMMIT or ROLLBACK is written, not when it answers: postgres.js
-  // then ends the connection after that answer if sql.end() was called meanwhile (a
-  // connection released later is never ended, and sql.end() would wait forever).
   const release = () => {
     if (released || heard.closed) return;
     released = true;
     if (heard.conn) heard.conn.onclose = null;
     r.release();
   };
+  const last = (text: "commit" | "rollback") => finish(r, heard, text, () => (released = true));
   try {
     const work = fn(tx);
     work.catch(() => {}); // it may settle after the connection was lost
@@ -272,8 +297,7 @@ async function reserved<T>(r: PostgresJsReservedLike, st: TxState, prepare: bool
     if (!begin) return out;
     if (st.dead) throw st.ctl.signal.reason;
     ended = true;
-    const commit = Promise.resolve(r.unsafe("commit").simple()) as Promise<{ command?: string }>;
-    release();
+    const commit = last("commit") as Promise<{ command?: string }>;
     const res = await Promise.race([commit.catch((err: unknown) => Promise.reject(gone(err) ? (kill(st, err), err) : err)), lost]);
     if (res.command !== "COMMIT") {
       throw Object.assign(new Error(`keyq: the transaction's COMMIT answered ${String(res.command)}: it was aborted and rolled back.`), { code: "25P02" });
@@ -281,9 +305,7 @@ async function reserved<T>(r: PostgresJsReservedLike, st: TxState, prepare: bool
     return out;
   } catch (err) {
     if (begin && !ended && !st.dead) {
-      const rollback = Promise.resolve(r.unsafe("rollback").simple());
-      release();
-      await rollback.catch((e: unknown) => gone(e) && kill(st, e));
+      await last("rollback").catch((e: unknown) => gone(e) && kill(st, e));
     }
     if (st.astray) throw astrayError(st.astray);
     throw err;
