@@ -63,3 +63,27 @@ test("sql.end() during a transaction ends its connection after the COMMIT", { sk
   assert.deepEqual(await tx, [{ two: 2 }]);
   assert.equal(await settledWithin([ended], 5_000), 1, "sql.end() waited for a connection that was never handed back");
 });
+
+test("a transaction waiting for the connection gets it after the connection it waited for was killed", { skip }, async () => {
+  // postgres.js 3.4 reconnects a closed connection with the waiting reserve() as its first query and drops it.
+  const sql = postgres(url, { max: 1, onnotice: () => {} });
+  const killer = postgres(url, { max: 1, onnotice: () => {} });
+  const db = fromPostgresJs(sql);
+  try {
+    let pid!: (p: number) => void;
+    const got = new Promise<number>((r) => (pid = r));
+    const first = db.transaction(async (tx) => {
+      pid(Number((await tx.query("select pg_backend_pid()::int as p"))[0]!.p));
+      await new Promise((r) => setTimeout(r, 300));
+    });
+    const p = await got;
+    const second = db.transaction((tx) => tx.query("select 2 as two"));
+    await new Promise((r) => setTimeout(r, 50)); // second waits in reserve()
+    await killer`select pg_terminate_backend(${p})`;
+    await assert.rejects(first, (e: { code?: string }) => e.code === "CONNECTION_CLOSED");
+    assert.equal(await settledWithin([second], 5_000), 1, "the waiting transaction never got a connection");
+    assert.deepEqual(await second, [{ two: 2 }]);
+  } finally {
+    await Promise.all([sql.end({ timeout: 2 }), killer.end({ timeout: 2 })]);
+  }
+});

@@ -6,6 +6,7 @@ import { type Executor, ORM_STATEMENT, type Row, type SqlParam, type TxDriver } 
 import type { KeyqError } from "../errors.ts";
 import { connectionLost } from "../faults.ts";
 import { poolerError, wentAstray } from "./shared.ts";
+import { finish, reserver } from "./postgres-js-reserve.ts";
 
 /** A pending postgres.js query; `.simple()` sends it by the simple protocol (several statements). */
 export interface PostgresJsQueryLike extends PromiseLike<unknown> {
@@ -230,31 +231,6 @@ function opener(r: PostgresJsReservedLike, st: TxState, heard: { closed: boolean
 }
 
 /**
- * Sends COMMIT or ROLLBACK on `r`, the transaction's last statement. The
- * connection must not go back (`r.release()`) before postgres.js has written
- * it: a statement of `r` is handed to the connection a microtask after it is
- * issued, and while the connection is "full" (a statement that describes
- * first, e.g. an unnamed one with parameters, is in flight) it waits in `r`'s
- * own queue, which a released connection never reads again — the COMMIT was
- * never sent and the transaction never settled (conformance hung under load).
- * Nor after its answer: a connection released then is never ended, so
- * `sql.end()` called meanwhile waited forever. So `r` is left to hand itself
- * back as postgres.js's own `begin()` does: on the ReadyForQuery that says
- * idle, i.e. the answer of this statement, ending the connection then when
- * `sql.end()` was called (`handedBack` marks it released for the caller).
- * Without the connection (never heard of) it is released after the answer.
- */
-function finish(r: PostgresJsReservedLike, heard: { conn?: PostgresJsConnection }, text: string, handedBack: () => void): Promise<unknown> {
-  const own = heard.conn?.reserved;
-  if (own) {
-    heard.conn!.onclose = null;
-    own.release = false;
-    handedBack();
-  }
-  return Promise.resolve(r.unsafe(text).simple());
-}
-
-/**
  * BEGIN … COMMIT on a reserved connection, sent by the adapter: BEGIN in
  * the same write as the transaction's first statement, COMMIT (simple
  * protocol, never a prepared statement that could go astray) when `fn`
@@ -365,6 +341,7 @@ function isTransaction(x: unknown): x is PostgresJsTransactionLike {
  */
 export function fromPostgresJs(sql: PostgresJsLike): TxDriver {
   const named = names();
+  const reserve = sql.reserve ? reserver(sql as Parameters<typeof reserver>[0]) : undefined;
   return {
     name: "postgres-js",
     connections: sql.options?.max,
@@ -383,9 +360,9 @@ export function fromPostgresJs(sql: PostgresJsLike): TxDriver {
       }
       : {}),
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
-      if (!sql.reserve) throw new Error("keyq: postgres.js 3.4 or newer is needed (sql.reserve)");
+      if (!reserve) throw new Error("keyq: postgres.js 3.4 or newer is needed (sql.reserve)");
       const st: TxState = { dead: false, ctl: new AbortController(), named };
-      return await reserved(await sql.reserve(), st, sql.options?.prepare !== false, fn);
+      return await reserved(await reserve(), st, sql.options?.prepare !== false, fn);
     },
   };
 }
