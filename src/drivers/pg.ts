@@ -56,10 +56,128 @@ async function run(c: PgClientLike, text: string, params?: readonly SqlParam[]):
   return Array.isArray(res) ? (res.at(-1)?.rows ?? []) : res.rows; // several statements: the last one's rows
 }
 
+/** pg's protocol connection, as a submittable query sees it (pg and Neon's bundled copy alike). */
+interface PgConnectionLike {
+  parse(q: { text: string }): void;
+  bind(b: Record<string, never>): void;
+  execute(e: Record<string, never>): void;
+  stream?: { cork?(): void; uncork?(): void };
+}
+
+/** pg's `Query`, the class a `Client` exports as `Client.Query`. */
+interface PgQueryLike {
+  submit(con: PgConnectionLike): Error | null;
+  handleCommandComplete(msg: unknown, con: PgConnectionLike): void;
+  [handler: string]: unknown;
+}
+type PgQueryClass = new (config: { text: string; values: SqlParam[] }, values: undefined, cb: (err: Error | null, res?: { rows: Row[] }) => void) => PgQueryLike;
+
+/** What a client's extended-protocol query passes through to pg's own `Query` unchanged. */
+const DELEGATED = ["handleRowDescription", "handleDataRow", "handleEmptyQuery", "handleError", "handleReadyForQuery", "handlePortalSuspended", "handleCopyInResponse", "handleCopyData"];
+
+/**
+ * `Client.Query` of a client that can take a submittable query object: not in
+ * pg's `pipeline` mode (which refuses them; it pipelines queries by itself)
+ * nor `binary` mode. Undefined for anything else (a stand-in client).
+ */
+function queryClass(c: PgClientLike): PgQueryClass | undefined {
+  const x = c as { constructor?: { Query?: unknown }; pipeline?: unknown; binary?: unknown; connection?: { parse?: unknown } };
+  const Q = x.constructor?.Query;
+  // pg's JavaScript client only (pg-native's client has no protocol connection to write to).
+  const js = typeof x.connection?.parse === "function";
+  return typeof Q === "function" && js && x.pipeline !== true && !x.binary ? (Q as PgQueryClass) : undefined;
+}
+
+/**
+ * Runs `prefix` (statements without parameters and results: BEGIN,
+ * SAVEPOINT, RELEASE) and then `text` in one network write and one answer:
+ * Parse/Bind/Execute of each prefix statement, then pg's own `Query` for
+ * `text` (Parse/Bind/Describe/Execute/Sync). node-postgres waits for
+ * ReadyForQuery between queries (pg's `pipeline` mode aside, which Neon's
+ * copy lacks), so two queries cost two round trips; one Sync here costs one.
+ * When a prefix statement fails the server skips the rest up to the Sync,
+ * and the query rejects with that error.
+ */
+function prefixed(c: PgClientLike, Q: PgQueryClass, prefix: readonly string[], text: string, params: readonly SqlParam[]): Promise<{ rows: Row[] }> {
+  return new Promise((resolve, reject) => {
+    const inner = new Q({ text, values: [...params] }, undefined, (err, res) => (err ? reject(err) : resolve(res!)));
+    // The client's own type parsers, as it sets them on the queries it is given.
+    const result = inner._result as { _types?: unknown } | undefined;
+    if (result && !result._types) result._types = (c as { _types?: unknown })._types;
+    let skip = prefix.length; // the prefix statements' CommandComplete messages
+    const q: Record<string, unknown> = {
+      text,
+      submit(con: PgConnectionLike) {
+        con.stream?.cork?.();
+        try {
+          for (const p of prefix) con.parse({ text: p }), con.bind({}), con.execute({});
+          return inner.submit(con);
+        } finally {
+          con.stream?.uncork?.();
+        }
+      },
+      handleCommandComplete: (msg: unknown, con: PgConnectionLike) => (skip > 0 ? void skip-- : inner.handleCommandComplete(msg, con)),
+    };
+    for (const h of DELEGATED) q[h] = (...args: unknown[]) => (inner[h] as (...a: unknown[]) => unknown)(...args);
+    (c.query as unknown as (q: unknown) => unknown)(q);
+  });
+}
+
+/**
+ * The executor of a transaction on `c` whose BEGIN has not been sent: it
+ * travels with the first statement (one round trip for both). A SAVEPOINT
+ * (and the RELEASE before it) that keyq sends right before a statement
+ * (savepoint.ts) waits a microtask for that statement and travels with it.
+ */
+function lazyBegin(c: PgClientLike): { query: Executor["query"]; begun(): boolean } {
+  const Q = queryClass(c);
+  let begun = false;
+  let held: { parts: string[]; settle: (p: Promise<unknown>) => void } | undefined;
+  const send = (prefix: string[], text: string, params?: readonly SqlParam[]): Promise<Row[]> => {
+    if (prefix.length === 0) return run(c, text, params);
+    if (!params?.length) return run(c, `${prefix.join("; ")}; ${text}`, params?.length === 0 ? undefined : params); // the simple protocol: one text
+    if (Q) return prefixed(c, Q, prefix, text, params).then((r) => r.rows);
+    // pg's pipeline mode sends queued queries at once; otherwise one round trip each.
+    const first = run(c, prefix.join("; "));
+    first.catch(() => {});
+    const out = run(c, text, params);
+    out.catch(() => {});
+    return first.then(() => out);
+  };
+  const query: Executor["query"] = (text, params) => {
+    const prefix = begun ? [] : ["begin"];
+    begun = true;
+    if (held) {
+      const h = held;
+      held = undefined;
+      const out = send([...prefix, ...h.parts], text, params);
+      h.settle(out);
+      return out;
+    }
+    if (params === undefined && SAVEPOINTS.test(text) && prefix.length === 0) {
+      return new Promise<Row[]>((resolve, reject) => {
+        const mine = { parts: text.split(/;\s*/), settle: (p: Promise<unknown>) => p.then(() => resolve([]), reject) };
+        held = mine;
+        queueMicrotask(() => {
+          if (held !== mine) return;
+          held = undefined;
+          mine.settle(run(c, text));
+        });
+      });
+    }
+    return send(prefix, text, params);
+  };
+  return { query, begun: () => begun };
+}
+
+/** keyq's own savepoint texts (savepoint.ts) that may wait for the statement they open. */
+const SAVEPOINTS = /^(release savepoint \w+;\s*)?savepoint \w+$/i;
+
 /**
  * BEGIN … COMMIT on `c`; ROLLBACK when anything throws; `broken` hears of a
  * failed ROLLBACK. `signal` (aborted when the connection is lost) is handed
- * to the transaction's executor.
+ * to the transaction's executor. BEGIN goes with the first statement; a
+ * transaction that ran none sends nothing.
  */
 async function inTx<T>(
   c: PgClientLike,
@@ -67,13 +185,13 @@ async function inTx<T>(
   broken: (e: Error) => void,
   signal?: AbortSignal,
 ): Promise<T> {
+  const tx = lazyBegin(c);
   try {
-    await c.query("begin");
-    const out = await fn({ query: (text, params) => run(c, text, params), ...(signal ? { signal } : {}) });
-    await c.query("commit");
+    const out = await fn({ query: tx.query, ...(signal ? { signal } : {}) });
+    if (tx.begun()) await c.query("commit");
     return out;
   } catch (e) {
-    await c.query("rollback").catch(broken);
+    if (tx.begun()) await c.query("rollback").catch(broken);
     throw e;
   }
 }

@@ -6,6 +6,7 @@ import { type Executor, ORM_STATEMENT, type Row, type SqlParam, type TxDriver } 
 import type { KeyqError } from "../errors.ts";
 import { connectionLost } from "../faults.ts";
 import { poolerError, wentAstray } from "./shared.ts";
+import { finish, reserver } from "./postgres-js-reserve.ts";
 
 /** A pending postgres.js query; `.simple()` sends it by the simple protocol (several statements). */
 export interface PostgresJsQueryLike extends PromiseLike<unknown> {
@@ -16,7 +17,7 @@ export interface PostgresJsQueryLike extends PromiseLike<unknown> {
 /** The part of a postgres.js `sql` (or transaction `tx`) the adapter uses. */
 export interface PostgresJsTxLike {
   /** `sql.unsafe(text, params, { prepare })`; `prepare` is ignored when the client has `prepare: false`. */
-  unsafe(text: string, params?: unknown[], options?: { prepare?: boolean }): PostgresJsQueryLike;
+  unsafe(text: string, params?: unknown[], options?: { prepare?: boolean; onexecute?: (connection: PostgresJsConnection) => unknown }): PostgresJsQueryLike;
   /** `sql.typed(value, oid)`: a parameter with an explicit type. */
   typed(value: string, oid: number): unknown;
 }
@@ -33,8 +34,26 @@ export interface PostgresJsLike extends PostgresJsTxLike {
   begin(fn: (tx: PostgresJsTransactionLike) => Promise<unknown>): PromiseLike<unknown>;
   /** The parsed options; `prepare` (default true) makes postgres.js name its statements. */
   readonly options?: { readonly prepare?: boolean; readonly max?: number };
+  /** `sql.reserve()` (postgres.js 3.4): one connection of the pool to itself until `release()`. */
+  reserve?(): Promise<PostgresJsReservedLike>;
   /** `sql.listen(channel, fn)`: LISTEN on postgres.js's own dedicated connection. */
   listen?(channel: string, fn: (payload: string) => void): PromiseLike<{ unlisten(): PromiseLike<unknown> }>;
+}
+
+/**
+ * The connection postgres.js hands a query's `onexecute` option (as its own
+ * `begin()` does): it calls the connection's `onclose` when the socket closes.
+ */
+export interface PostgresJsConnection {
+  onclose?: ((err: unknown) => void) | null;
+  /** Set by `sql.reserve()` while reserved; with `release` false the connection goes back to the pool by itself on its next idle ReadyForQuery. */
+  reserved?: ((() => unknown) & { release?: boolean }) | null;
+}
+
+/** A reserved connection of postgres.js (`sql.reserve()`). */
+export interface PostgresJsReservedLike extends PostgresJsTxLike {
+  /** Hands the connection back to the pool. */
+  release(): void;
 }
 
 /** Whether a statement text may be a named prepared statement (true for the first `MAX_NAMED` texts seen). */
@@ -101,8 +120,6 @@ interface TxState {
   astray?: unknown;
   /** The driver's choice of texts to name. */
   named: Names;
-  /** A statement of the transaction's own scope failed: postgres.js will refuse to commit it. */
-  failed?: boolean;
 }
 
 /**
@@ -121,9 +138,6 @@ function noteAstray(st: TxState, prepare: boolean, err: unknown): void {
 
 const astrayError = (cause: unknown): KeyqError =>
   poolerError("postgres.js", "postgres(url, { prepare: false })", cause, "its COMMIT silently rolled back", " The batch was rolled back.");
-
-/** Transactions whose COMMIT is verified while `prepare` is on (then the check stops costing a round trip). */
-const PROBATION = 100;
 
 function deadError(cause: unknown): Error {
   return Object.assign(new Error("The transaction's connection was lost; no further query is sent on it.", { cause }), {
@@ -155,25 +169,17 @@ function kill(st: TxState, err: unknown): void {
 }
 
 /**
- * The transaction executor. postgres.js refuses to commit a transaction in
+ * The executor of a postgres.js transaction of the caller's (`adopt`). postgres.js refuses to commit a transaction in
  * which any query failed unless that query ran in one of its savepoint
  * scopes, so `savepoint` uses them. postgres.js names them "s<n>_<name>" with
  * one counter per transaction and never releases them; counting here lets
  * the adapter release each one, so a long batch does not pile up
  * subtransactions.
  */
-function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: boolean, made: { n: number } = { n: 0 }, top = true): Executor {
+function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: boolean, made: { n: number } = { n: 0 }): Executor {
   return {
     signal: st.ctl.signal,
-    // The transaction's own scope: SAVEPOINT statements work (see transaction()).
-    ...(top ? { savepointStatements: true } : {}),
-    query: top
-      ? (text, params) =>
-        guarded(st, tx, text, params, prepare).catch((err: unknown) => {
-          st.failed = true;
-          throw err;
-        })
-      : (text, params) => guarded(st, tx, text, params, prepare),
+    query: (text, params) => guarded(st, tx, text, params, prepare),
     async savepoint<T>(fn: (sp: Executor) => Promise<T>): Promise<T> {
       if (st.dead) throw deadError(st.ctl.signal.reason);
       const name = `s${made.n++}_keyq`;
@@ -181,7 +187,7 @@ function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: bo
         return (await tx.savepoint("keyq", async (sp) => {
           try {
             // A scope nests: its own savepoints share the transaction's counter of names.
-            return await fn(wrapTransaction(sp, st, prepare, made, false));
+            return await fn(wrapTransaction(sp, st, prepare, made));
           } catch (err) {
             if (st.dead) await never; // no ROLLBACK TO on a dead connection
             throw err;
@@ -205,19 +211,82 @@ function wrapTransaction(tx: PostgresJsTransactionLike, st: TxState, prepare: bo
 }
 
 /**
- * COMMIT sent by the adapter, then BEGIN (in the same write), so that the
- * ROLLBACK postgres.js sends after a statement failed finds an empty
- * transaction to end. A COMMIT that answers ROLLBACK (the transaction was
- * aborted after all) is an error: nothing was committed.
+ * The first statement of a transaction on `r`, with BEGIN issued just
+ * before it: postgres.js writes what is issued in one tick together, so
+ * both cost one round trip. BEGIN's `onexecute` hands over the connection,
+ * whose close is then heard at once (as postgres.js's own `begin()` does).
  */
-async function commitItself(tx: PostgresJsTxLike): Promise<void> {
-  const commit = tx.unsafe("commit").simple();
-  const begin = tx.unsafe("begin").simple();
-  Promise.resolve(begin).catch(() => {});
-  const r = (await commit) as { command?: string };
-  await begin;
-  if (r.command !== "COMMIT") {
-    throw Object.assign(new Error(`keyq: the transaction's COMMIT answered ${String(r.command)}: it was aborted and rolled back.`), { code: "25P02" });
+function opener(r: PostgresJsReservedLike, st: TxState, heard: { closed: boolean; conn?: PostgresJsConnection }): Promise<unknown> {
+  const onexecute = (c: PostgresJsConnection) => {
+    heard.conn = c;
+    c.onclose = (err) => {
+      heard.closed = true;
+      kill(st, err);
+    };
+    return true; // the connection takes the next query at once (pipelined)
+  };
+  const begin = Promise.resolve(r.unsafe("begin", [], { onexecute }).simple());
+  begin.catch((err: unknown) => gone(err) && kill(st, err));
+  return begin;
+}
+
+/**
+ * BEGIN … COMMIT on a reserved connection, sent by the adapter: BEGIN in
+ * the same write as the transaction's first statement, COMMIT (simple
+ * protocol, never a prepared statement that could go astray) when `fn`
+ * resolves, ROLLBACK when it throws. A COMMIT that answers ROLLBACK (the
+ * transaction was aborted) is an error. A lost connection rejects at once,
+ * while `fn` may still run: its further queries are refused (guarded), and
+ * neither COMMIT nor ROLLBACK is written to it.
+ */
+async function reserved<T>(r: PostgresJsReservedLike, st: TxState, prepare: boolean, fn: (tx: Executor) => Promise<T>): Promise<T> {
+  const heard: { closed: boolean; conn?: PostgresJsConnection } = { closed: false };
+  let begin: Promise<unknown> | undefined;
+  const tx: Executor = {
+    signal: st.ctl.signal,
+    query(text, params) {
+      const first = begin ??= st.dead ? undefined : opener(r, st, heard);
+      const out = guarded(st, r, text, params, prepare);
+      return first ? first.then(() => out, (err: unknown) => (out.catch(() => {}), Promise.reject(err))) : out;
+    },
+  };
+  // The connection's own error (a kill, a restart, an idle timeout), as postgres.js's begin() rejected with it.
+  const lost = new Promise<never>((_, reject) => {
+    const fail = () => reject(st.ctl.signal.reason);
+    if (st.ctl.signal.aborted) fail();
+    else st.ctl.signal.addEventListener("abort", fail, { once: true });
+  });
+  lost.catch(() => {});
+  let ended = false; // COMMIT was sent: no ROLLBACK after it
+  let released = false;
+  const release = () => {
+    if (released || heard.closed) return;
+    released = true;
+    if (heard.conn) heard.conn.onclose = null;
+    r.release();
+  };
+  const last = (text: "commit" | "rollback") => finish(r, heard, text, () => (released = true));
+  try {
+    const work = fn(tx);
+    work.catch(() => {}); // it may settle after the connection was lost
+    const out = await Promise.race([work, lost]);
+    if (!begin) return out;
+    if (st.dead) throw st.ctl.signal.reason;
+    ended = true;
+    const commit = last("commit") as Promise<{ command?: string }>;
+    const res = await Promise.race([commit.catch((err: unknown) => Promise.reject(gone(err) ? (kill(st, err), err) : err)), lost]);
+    if (res.command !== "COMMIT") {
+      throw Object.assign(new Error(`keyq: the transaction's COMMIT answered ${String(res.command)}: it was aborted and rolled back.`), { code: "25P02" });
+    }
+    return out;
+  } catch (err) {
+    if (begin && !ended && !st.dead) {
+      await last("rollback").catch((e: unknown) => gone(e) && kill(st, e));
+    }
+    if (st.astray) throw astrayError(st.astray);
+    throw err;
+  } finally {
+    release();
   }
 }
 
@@ -238,25 +307,26 @@ function isTransaction(x: unknown): x is PostgresJsTransactionLike {
 /**
  * Wraps a postgres.js `sql` instance. `query` without params uses the simple
  * protocol, so the text may hold several statements (the rows of the last
- * statement that returns rows come back); `transaction` uses `sql.begin`.
+ * statement that returns rows come back); `transaction` runs on a
+ * connection of `sql.reserve()`, its BEGIN in the same network write as its
+ * first statement (one round trip for both), COMMIT and ROLLBACK sent by
+ * the adapter.
  *
  * When the server ends a transaction's session (a kill, a restart, an idle
- * timeout), postgres.js rejects `begin()` at once while the callback may
- * still run. The adapter then refuses every further query of that
- * transaction, aborts the executor's `signal`, and leaves postgres.js's
- * callback unsettled so it never writes COMMIT or ROLLBACK to the dead
- * connection: the transaction rejects with the connection error, and the
- * process does not crash.
+ * timeout), the transaction rejects at once with the connection error while
+ * `fn` may still run (the connection's close is heard as postgres.js's own
+ * `begin()` hears it). The adapter then refuses every further query of that
+ * transaction, aborts the executor's `signal`, and writes neither COMMIT nor
+ * ROLLBACK to the dead connection, so the process does not crash.
  *
  * Statements with parameters go as named prepared statements (one round
  * trip each once prepared on a connection, instead of two); see `run`.
  *
  * Behind a transaction-mode pooler (PgBouncer, Supavisor, a pooled serverless
  * endpoint) create the client with `prepare: false`: nothing is prepared then. With the default
- * `prepare: true`, postgres.js's own SAVEPOINT and COMMIT statements go
- * astray there (a COMMIT can silently roll back); the adapter detects it
- * (the server's 26000/42P05/08P01, and `pg_xact_status` of the first 100
- * transactions' COMMITs) and the batch fails with `KeyqError`
+ * `prepare: true`, named statements go astray there; the adapter detects it
+ * (the server's 26000/42P05/08P01; BEGIN, COMMIT and ROLLBACK it sends
+ * itself by the simple protocol, so they cannot) and the batch fails with `KeyqError`
  * "PREPARED_STATEMENTS_UNSUPPORTED", whose message says to pass `prepare: false`.
  *
  * @example
@@ -270,8 +340,8 @@ function isTransaction(x: unknown): x is PostgresJsTransactionLike {
  * ```
  */
 export function fromPostgresJs(sql: PostgresJsLike): TxDriver {
-  let verified = 0;
   const named = names();
+  const reserve = sql.reserve ? reserver(sql as Parameters<typeof reserver>[0]) : undefined;
   return {
     name: "postgres-js",
     connections: sql.options?.max,
@@ -290,51 +360,9 @@ export function fromPostgresJs(sql: PostgresJsLike): TxDriver {
       }
       : {}),
     async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
+      if (!reserve) throw new Error("keyq: postgres.js 3.4 or newer is needed (sql.reserve)");
       const st: TxState = { dead: false, ctl: new AbortController(), named };
-      const prepare = sql.options?.prepare !== false;
-      const verify = prepare && verified < PROBATION;
-      let xid: Promise<Row[]> | undefined;
-      let out: T;
-      let committed: { out: T } | undefined;
-      try {
-        out = (await sql.begin(async (tx) => {
-          try {
-            const out = await fn(wrapTransaction(tx, st, prepare));
-            if (st.failed && !st.dead) {
-              // A statement failed and was rolled back to a savepoint: the transaction is
-              // fine, but postgres.js would roll it back, so it is committed here.
-              await commitItself(tx);
-              committed = { out };
-              return out; // postgres.js then rolls back the empty transaction commitItself began
-            }
-            // Not awaited: it goes out in the same write as postgres.js's COMMIT (no round trip of its own).
-            if (verify && !st.dead) {
-              xid = run(tx, "select pg_current_xact_id_if_assigned()::text as x");
-              xid.catch(() => {}); // observed now: it may fail before begin() settles (its error is the transaction's)
-            }
-            return st.dead ? await never : out;
-          } catch (err) {
-            if (st.dead) return await never;
-            throw err;
-          }
-        })) as T;
-      } catch (err) {
-        xid?.catch(() => {}); // settles with the transaction; its error is the transaction's
-        if (st.astray) throw astrayError(st.astray);
-        if (committed) return committed.out;
-        if (gone(err)) kill(st, err);
-        throw err;
-      }
-      if (st.astray) throw astrayError(st.astray);
-      // It failed only in an aborted transaction, whose COMMIT then rolled back without an error.
-      const x = xid && (await xid.catch((err: unknown) => Promise.reject(astrayError(err))))[0]?.x;
-      if (typeof x === "string") {
-        // A COMMIT whose prepared statement went astray rolls back without an error: ask the server.
-        const [r] = await autocommit(sql, "select pg_xact_status($1::xid8)::text as s", [x], named);
-        if (r?.s === "aborted") throw astrayError(null);
-        verified++;
-      }
-      return out;
+      return await reserved(await reserve(), st, sql.options?.prepare !== false, fn);
     },
   };
 }
