@@ -5,7 +5,7 @@
  * @module
  */
 
-import { APP, analyzeSchema, type Sql } from "./db.ts";
+import { analyzeSchema, APP, type Sql } from "./db.ts";
 import { drive, load, openPool, QUEUE, setup, teardown } from "./keyq-side.ts";
 import * as raw from "./raw-side.ts";
 import type { Sizes } from "./sizes.ts";
@@ -65,4 +65,3 @@ async function plainRun(schema: string, tag: string, name: string, workers: numb
     await Promise.all(pool.map((c) => c.sql.end({ timeout: 5 })));
   }
 }
-

@@ -15,7 +15,7 @@
 
 import { readFileSync, writeFileSync } from "node:fs";
 import process from "node:process";
-import { keyq, type Keyq } from "../mod.ts";
+import { type Keyq, keyq } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { APP, connect, DATABASE_URL, dropSchema, freshSchema, type Sql } from "./db.ts";
 import { progress } from "./util.ts";
@@ -34,15 +34,20 @@ if (!Number.isInteger(N) || N < 1000) throw new Error(`--events needs an integer
 
 const payload = (i: number) => ({ path: `/tenant-${i % 100}/files/${i}.bin`, size: i * 7, etag: "x".repeat(120) });
 const events = (n: number, from = 0, dedup = false) =>
-  Array.from({ length: n }, (_, j) => ({ type: "FileCreated", key: `tenant-${(from + j) % 100}`, payload: payload(from + j), ...(dedup ? { dedupKey: `d-${from + j}` } : {}) }));
+  Array.from(
+    { length: n },
+    (_, j) => ({ type: "FileCreated", key: `tenant-${(from + j) % 100}`, payload: payload(from + j), ...(dedup ? { dedupKey: `d-${from + j}` } : {}) }),
+  );
 
 const lsn = async (sql: Sql): Promise<bigint> => BigInt((await sql.unsafe("select (pg_current_wal_lsn() - '0/0'::pg_lsn)::text as b"))[0]!.b as string);
 const relBytes = async (sql: Sql, schema: string, like: string): Promise<number> =>
-  Number((await sql.unsafe(
-    `select coalesce(sum(pg_total_relation_size(c.oid)), 0)::text as b from pg_class c
+  Number(
+    (await sql.unsafe(
+      `select coalesce(sum(pg_total_relation_size(c.oid)), 0)::text as b from pg_class c
       where c.relnamespace = $1::regnamespace and c.relkind in ('r', 'i', 'S', 't') and c.relname like $2`,
-    [schema, like],
-  ))[0]!.b);
+      [schema, like],
+    ))[0]!.b,
+  );
 
 async function withSchema<T>(admin: Sql, body: (q: Keyq, sql: Sql, schema: string) => Promise<T>): Promise<T> {
   const schema = freshSchema("kqb_cap");

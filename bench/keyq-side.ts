@@ -7,7 +7,7 @@
 
 import { type Consumer, type Executor, type Keyq, keyq, type KeyqEvent, type RunReport } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
-import { APP, analyzeSchema, connect, dropSchema, freshSchema, rowsRead, type Sql, waitBackendsGone } from "./db.ts";
+import { analyzeSchema, APP, connect, dropSchema, freshSchema, rowsRead, type Sql, waitBackendsGone } from "./db.ts";
 import type { ConsumeResult, LatencyResult, Sizes } from "./sizes.ts";
 import { type BenchEvent, type FilePayload, type KeyMix, makeEvents, nowMs, quantile, sleep, until } from "./util.ts";
 
@@ -187,32 +187,38 @@ export async function drive(pool: Client[], kind: Kind, name: string, n: number,
     d.deliveries++;
     if (o.failFirst && ev.retry === 0) throw new Error("first delivery fails");
     // A failing insert is a bench bug: stop every loop at once rather than retry until the timeout.
-    if (o.insert) await tx.query(insert, [ev.id, ev.key ?? "", String(ev.payload.seq)]).catch((err: unknown) => {
-      broken ??= err;
-      throw err;
-    });
+    if (o.insert) {
+      await tx.query(insert, [ev.id, ev.key ?? "", String(ev.payload.seq)]).catch((err: unknown) => {
+        broken ??= err;
+        throw err;
+      });
+    }
     if (++handled === n) doneAt = performance.now();
   };
   const t0 = performance.now();
   let stopAll = false;
-  await Promise.allSettled(pool.map(async (c, w) => {
-    const consumer = makeConsumer(c.q, kind, name, sizes, o)!;
-    const common = { handler, budgetMs: 30_000, ...(o.maxEvents === undefined ? {} : { maxEvents: o.maxEvents }) };
-    while (handled < n && !stopAll) {
-      if (broken) throw broken;
-      const r: RunReport = kind === "ordered"
-        ? await (consumer as OrderedConsumer).run({ ...common, worker: w, workers: pool.length })
-        : await (consumer as Consumer<FilePayload>).run(common);
-      d.batches += r.batches;
-      d.statements += statementsOf(r);
-      d.deferred += r.deferred ?? 0;
-      if (r.batches === 0) await sleep(2);
-      if (performance.now() - t0 > 300_000) throw new Error(`keyq ${kind}: not done after 300 s (${handled}/${n})`);
-    }
-  }).map((p) => p.catch((err: unknown) => {
-    stopAll = true; // stops the other loops; the first error is reported once all have ended
-    throw err;
-  }))).then((all) => {
+  await Promise.allSettled(
+    pool.map(async (c, w) => {
+      const consumer = makeConsumer(c.q, kind, name, sizes, o)!;
+      const common = { handler, budgetMs: 30_000, ...(o.maxEvents === undefined ? {} : { maxEvents: o.maxEvents }) };
+      while (handled < n && !stopAll) {
+        if (broken) throw broken;
+        const r: RunReport = kind === "ordered"
+          ? await (consumer as OrderedConsumer).run({ ...common, worker: w, workers: pool.length })
+          : await (consumer as Consumer<FilePayload>).run(common);
+        d.batches += r.batches;
+        d.statements += statementsOf(r);
+        d.deferred += r.deferred ?? 0;
+        if (r.batches === 0) await sleep(2);
+        if (performance.now() - t0 > 300_000) throw new Error(`keyq ${kind}: not done after 300 s (${handled}/${n})`);
+      }
+    }).map((p) =>
+      p.catch((err: unknown) => {
+        stopAll = true; // stops the other loops; the first error is reported once all have ended
+        throw err;
+      })
+    ),
+  ).then((all) => {
     const bad = all.find((r) => r.status === "rejected");
     if (bad) throw bad.reason;
   });

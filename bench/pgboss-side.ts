@@ -17,7 +17,7 @@
 
 import pg from "pg";
 import { PgBoss, type QueuePolicy } from "pg-boss";
-import { APP, analyzeSchema, DATABASE_URL, dropSchema, freshSchema, rowsRead, type Sql, waitBackendsGone } from "./db.ts";
+import { analyzeSchema, APP, DATABASE_URL, dropSchema, freshSchema, rowsRead, type Sql, waitBackendsGone } from "./db.ts";
 import type { ConsumeResult, LatencyResult, Sizes } from "./sizes.ts";
 import { sinkDdl } from "./keyq-side.ts";
 import { type BenchEvent, type FilePayload, type KeyMix, makeEvents, nowMs, quantile, sleep, until } from "./util.ts";
@@ -149,33 +149,37 @@ async function consume(
     const q0 = queries;
     const t0 = performance.now();
     let stopAll = false;
-    await Promise.allSettled(pool.map(async (b) => {
-      while (handled < n && !stopAll) {
-        // Concurrent batch fetches and completes on a singleton queue can deadlock
-        // (its unique index job_i2, rows updated in different orders); the
-        // statement rolls back, and the loop sends it again.
-        const jobs = await retrying(() => b.fetch<FilePayload>(QUEUE, { batchSize: sizes.maxEvents }));
-        if (jobs.length === 0) {
-          await sleep(2);
-          continue;
+    await Promise.allSettled(
+      pool.map(async (b) => {
+        while (handled < n && !stopAll) {
+          // Concurrent batch fetches and completes on a singleton queue can deadlock
+          // (its unique index job_i2, rows updated in different orders); the
+          // statement rolls back, and the loop sends it again.
+          const jobs = await retrying(() => b.fetch<FilePayload>(QUEUE, { batchSize: sizes.maxEvents }));
+          if (jobs.length === 0) {
+            await sleep(2);
+            continue;
+          }
+          batches++;
+          deliveries += jobs.length;
+          const first = opts.failFirst ? jobs.filter((j) => j.retryCount === 0) : [];
+          const done = opts.failFirst ? jobs.filter((j) => j.retryCount > 0) : jobs;
+          // The same one-row insert as keyq's handler, on the worker's connection
+          // (pg-boss has no transaction spanning the job and the handler's writes).
+          if (opts.insert) { for (const j of done) await b.getDb().executeSql(insert, [j.id, j.data.tenant, j.data.seq]); }
+          if (first.length) await retrying(() => b.fail(QUEUE, first.map((j) => j.id)));
+          if (done.length) await retrying(() => b.complete(QUEUE, done.map((j) => j.id)));
+          handled += done.length;
+          if (handled >= n && doneAt === 0) doneAt = performance.now();
+          if (performance.now() - t0 > 300_000) throw new Error(`pg-boss ${policy}: not done after 300 s (${handled}/${n})`);
         }
-        batches++;
-        deliveries += jobs.length;
-        const first = opts.failFirst ? jobs.filter((j) => j.retryCount === 0) : [];
-        const done = opts.failFirst ? jobs.filter((j) => j.retryCount > 0) : jobs;
-        // The same one-row insert as keyq's handler, on the worker's connection
-        // (pg-boss has no transaction spanning the job and the handler's writes).
-        if (opts.insert) for (const j of done) await b.getDb().executeSql(insert, [j.id, j.data.tenant, j.data.seq]);
-        if (first.length) await retrying(() => b.fail(QUEUE, first.map((j) => j.id)));
-        if (done.length) await retrying(() => b.complete(QUEUE, done.map((j) => j.id)));
-        handled += done.length;
-        if (handled >= n && doneAt === 0) doneAt = performance.now();
-        if (performance.now() - t0 > 300_000) throw new Error(`pg-boss ${policy}: not done after 300 s (${handled}/${n})`);
-      }
-    }).map((p) => p.catch((err: unknown) => {
-      stopAll = true; // stops the other loops; the first error is reported once all have ended
-      throw err;
-    }))).then((all) => {
+      }).map((p) =>
+        p.catch((err: unknown) => {
+          stopAll = true; // stops the other loops; the first error is reported once all have ended
+          throw err;
+        })
+      ),
+    ).then((all) => {
       const bad = all.find((r) => r.status === "rejected");
       if (bad) throw bad.reason;
     });

@@ -50,7 +50,9 @@ function notes(): string[] {
     `Drivers with their default settings: keyq on postgres.js (one connection per worker), pg-boss on node-postgres, ` +
     `raw references on postgres.js. Every consumer loops run() (pg-boss: fetch → handle → complete) on its own connection.`,
     `Tier A with a writing handler: ${fmt0(s.writeEvents)} events, keys drawn uniformly from ${fmt0(s.writeKeys)}` +
-    ` (hot case: ${fmt0(s.hotEvents)} events, ${s.hotPercent} % of them on one extra key); keyq's handler inserts one row through tx in the batch transaction ` +
+    ` (hot case: ${
+      fmt0(s.hotEvents)
+    } events, ${s.hotPercent} % of them on one extra key); keyq's handler inserts one row through tx in the batch transaction ` +
     `(engine defaults: deferDelay, maxEvents); pg-boss's worker inserts the same row on its connection, then completes ` +
     `(fetch batchSize ${s.maxEvents}). Deferrals = RunReport.deferred summed / events. No queue: the same inserts from ` +
     `${s.workers} connections, one statement each, 100 to a transaction (the handlers' writes alone).`,
@@ -77,7 +79,9 @@ const fmt0 = (n: number) => n.toLocaleString("en-US");
 function header(version: string, minutes: string): string[] {
   const cpus = os.cpus();
   return [
-    `keyq bench · ${new Date().toISOString().slice(0, 10)} · PostgreSQL ${version} · ${cpus.length} cores (${cpus[0]?.model.trim() ?? "?"}) · Node ${process.version}`,
+    `keyq bench · ${new Date().toISOString().slice(0, 10)} · PostgreSQL ${version} · ${cpus.length} cores (${
+      cpus[0]?.model.trim() ?? "?"
+    }) · Node ${process.version}`,
     `${args.rounds} round(s)${args.quick ? ", quick sizes" : ""}, ${minutes} min; rows marked (↓): lower is better`,
   ];
 }
@@ -96,7 +100,11 @@ async function main(): Promise<void> {
   const started = Date.now();
   const url = new URL(DATABASE_URL);
   url.password = url.password ? "***" : "";
-  progress(`keyq bench on PostgreSQL ${version} (${url.href}), ${os.cpus().length} cores, Node ${process.version}; ${args.rounds} round(s)${args.quick ? ", quick sizes" : ""}`);
+  progress(
+    `keyq bench on PostgreSQL ${version} (${url.href}), ${os.cpus().length} cores, Node ${process.version}; ${args.rounds} round(s)${
+      args.quick ? ", quick sizes" : ""
+    }`,
+  );
   for (let round = 1; round <= args.rounds; round++) {
     for (const [i, id] of ids.entries()) {
       const t0 = Date.now();

@@ -38,7 +38,14 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
   switch (id) {
     case "exclusive-write":
       return [
-        ["write", `Tier A, ${w} workers, ${fmt(s.writeKeys)} uniform keys, handler does one insert through tx`, "ev/s", "pg-boss singleton (singletonKey), same insert", true, atLeast(5)],
+        [
+          "write",
+          `Tier A, ${w} workers, ${fmt(s.writeKeys)} uniform keys, handler does one insert through tx`,
+          "ev/s",
+          "pg-boss singleton (singletonKey), same insert",
+          true,
+          atLeast(5),
+        ],
         ["write-deferrals", `Tier A deferrals at ${fmt(s.writeKeys)} uniform keys, ${w} workers (per 100 events)`, "%", "", false, atMost(2)],
         ["write-ceiling", `Tier A writing (row above) vs its inserts with no queue`, "ev/s", `the same inserts, ${w} conns, 100 a transaction`, true],
       ];
@@ -49,8 +56,22 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
       ];
     case "backlog":
       return [
-        ["backlog-1000", `plain consume, ${fmt(s.backlogEvents)} backlog, no-op, 1 worker, maxEvents 1000`, "ev/s", `raw keyset read (${s.rawConns} conns)`, true, atLeast(0.5)],
-        ["backlog-default", `plain consume, ${fmt(s.backlogEvents)} backlog, no-op, 1 worker, default maxEvents`, "ev/s", `raw keyset read (${s.rawConns} conns)`, true, atLeast(0.5)],
+        [
+          "backlog-1000",
+          `plain consume, ${fmt(s.backlogEvents)} backlog, no-op, 1 worker, maxEvents 1000`,
+          "ev/s",
+          `raw keyset read (${s.rawConns} conns)`,
+          true,
+          atLeast(0.5),
+        ],
+        [
+          "backlog-default",
+          `plain consume, ${fmt(s.backlogEvents)} backlog, no-op, 1 worker, default maxEvents`,
+          "ev/s",
+          `raw keyset read (${s.rawConns} conns)`,
+          true,
+          atLeast(0.5),
+        ],
         ["plain-workers", `plain consumer, ${w} workers vs 1 (same backlog, maxEvents 1000)`, "ev/s", "keyq, 1 worker", true, atLeast(1)],
         ["backlog-1conn", `plain consume, 1 worker, maxEvents 1000, vs a keyset read on 1 connection`, "ev/s", "raw keyset read (1 conn)", true],
       ];
@@ -92,7 +113,14 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
       ];
     case "queues":
       return [
-        ["queues-run", `run() of one plain consumer (10 events), ${fmt(s.manyQueues)} queues in the schema (↓)`, "ms", "the same, 10 queues", true, atMost(1.2, "ratio")],
+        [
+          "queues-run",
+          `run() of one plain consumer (10 events), ${fmt(s.manyQueues)} queues in the schema (↓)`,
+          "ms",
+          "the same, 10 queues",
+          true,
+          atMost(1.2, "ratio"),
+        ],
         ["queues-cold", `cold run() (fresh connection), ${fmt(s.manyQueues)} queues (↓)`, "ms", "the same, 10 queues", true, atMost(1.2, "ratio")],
         ["queues-tick", `tick() of one queue, ${fmt(s.manyQueues)} queues (↓)`, "ms", "the same, 10 queues", true, atMost(1.2, "ratio")],
       ];
@@ -101,7 +129,12 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
     case "wakeups": {
       const ref = `pg-boss singleton, ${w} fetch loops, poll ${s.pollMs} ms`;
       const rows: RowSpec[] = [];
-      for (const [kind, name] of [["plain", "plain, 1 worker"], ["exclusive", `Tier A, ${w} workers`], ["ordered", `Tier B ${s.slots} slots, ${w} workers`]] as const) {
+      for (
+        const [kind, name] of [["plain", "plain, 1 worker"], ["exclusive", `Tier A, ${w} workers`], [
+          "ordered",
+          `Tier B ${s.slots} slots, ${w} workers`,
+        ]] as const
+      ) {
         rows.push(
           [`wake-${kind}-p50`, `${name}: latency p50 at ${s.rate}/s, wake-ups (↓)`, "ms", ref, true, atMost(3)],
           [`wake-${kind}-p99`, `${name}: latency p99 at ${s.rate}/s, wake-ups (↓)`, "ms", ref, true, atMost(15)],
@@ -159,8 +192,7 @@ async function both<A, B>(book: Book, id: string, keyqFirst: boolean, k: () => P
 }
 
 const ev = (x: number | null | undefined) => (x === null || x === undefined ? "error" : `${fmt(x)} ev/s`);
-const vs = (k: number | null | undefined, r: number | null | undefined, ref: string) =>
-  `keyq ${ev(k)} · ${ref} ${ev(r)} · ${fmtRatio(k && r ? k / r : null)}`;
+const vs = (k: number | null | undefined, r: number | null | undefined, ref: string) => `keyq ${ev(k)} · ${ref} ${ev(r)} · ${fmtRatio(k && r ? k / r : null)}`;
 
 function noteRetried(book: Book, id: string, r: ConsumeResult | null): void {
   if (r?.errors) book.retried.set(id, (book.retried.get(id) ?? 0) + Number(r.errors.split(" ")[0]));
@@ -190,7 +222,9 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
       put(book, "plain-workers", r?.plain4x1000, r?.plain1000);
       put(book, "backlog-1conn", r?.plain1000, r?.raw1);
       return r
-        ? `raw ${ev(r.raw)} (1 conn ${ev(r.raw1)}) · keyq maxEvents 1000 ${ev(r.plain1000)} · default ${ev(r.plainDefault)} · ${s.workers} workers ${ev(r.plain4x1000)}`
+        ? `raw ${ev(r.raw)} (1 conn ${ev(r.raw1)}) · keyq maxEvents 1000 ${ev(r.plain1000)} · default ${ev(r.plainDefault)} · ${s.workers} workers ${
+          ev(r.plain4x1000)
+        }`
         : "error";
     }
     case "produce-raw": {
@@ -203,14 +237,21 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
       put(book, "rt-statement", js?.perStatement, pg?.perStatement);
       put(book, "rt-send", js?.perSend, pg?.perSend);
       put(book, "rt-batch", js?.perBatch, pg?.perBatch);
-      return `per statement: postgres.js ${fmt(js?.perStatement)}, pg ${fmt(pg?.perStatement)} · per send: postgres.js ${fmt(js?.perSend)}, pg ${fmt(pg?.perSend)} · ` +
+      return `per statement: postgres.js ${fmt(js?.perStatement)}, pg ${fmt(pg?.perStatement)} · per send: postgres.js ${fmt(js?.perSend)}, pg ${
+        fmt(pg?.perSend)
+      } · ` +
         `per batch: postgres.js ${fmt(js?.perBatch)}, pg ${fmt(pg?.perBatch)}`;
     }
     case "produce-send":
     case "produce-batch": {
       const single = id === "produce-send";
-      const [k, b] = await both(book, id, keyqFirst, () => (single ? kq.produceSingle : kq.produceBatch)(admin, s, seed), () =>
-        (single ? boss.produceSingle : boss.produceBatch)(admin, s, seed));
+      const [k, b] = await both(
+        book,
+        id,
+        keyqFirst,
+        () => (single ? kq.produceSingle : kq.produceBatch)(admin, s, seed),
+        () => (single ? boss.produceSingle : boss.produceBatch)(admin, s, seed),
+      );
       put(book, id, k, b);
       return vs(k, b, "pg-boss");
     }

@@ -61,13 +61,15 @@ export async function latency(admin: Sql, s: Sizes, seed: number, kind: Kind, wa
       await sql.unsafe("select 1");
       const q = keyq(fromPostgresJs(sql), { schema });
       q.observe({ on: (e) => void (e.type === "work.mode" && modes.push(e.mode)) });
-      working.push(consumerOf(q, kind, s).work({
-        signal: abort.signal,
-        ...(wake ? {} : { wakeups: false, minPollMs: s.pollMs, maxPollMs: s.pollMs }),
-        maxEvents: s.maxEvents,
-        budgetMs: 30_000,
-        handler: (ev) => void latencies.push(nowMs() - ev.payload.sentAt),
-      }));
+      working.push(
+        consumerOf(q, kind, s).work({
+          signal: abort.signal,
+          ...(wake ? {} : { wakeups: false, minPollMs: s.pollMs, maxPollMs: s.pollMs }),
+          maxEvents: s.maxEvents,
+          budgetMs: 30_000,
+          handler: (ev) => void latencies.push(nowMs() - ev.payload.sentAt),
+        }),
+      );
     }
     await until(() => modes.length === n, 10_000, "the workers' wake-up probes");
     if (wake && modes.some((m) => m !== "listen")) throw new Error(`a worker did not listen: ${modes.join(", ")}`);

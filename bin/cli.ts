@@ -316,7 +316,9 @@ export function checkUrl(url: string): void {
     u = undefined;
   }
   if (!u || (u.protocol !== "postgres:" && u.protocol !== "postgresql:")) {
-    throw new UsageError(`DATABASE_URL is not a postgres:// URL (got "${url.replace(/:[^:@/]*@/, ":***@")}"); give one like postgres://user:password@host:5432/db.`);
+    throw new UsageError(
+      `DATABASE_URL is not a postgres:// URL (got "${url.replace(/:[^:@/]*@/, ":***@")}"); give one like postgres://user:password@host:5432/db.`,
+    );
   }
 }
 
@@ -331,7 +333,18 @@ async function dlq(q: Keyq, args: string[], flags: Args["flags"], out: (rows: un
   switch (args[0]) {
     case "list": {
       const rows = await q.dlq.list({ ...filter, limit: number(flags, "limit") ?? 100 });
-      out(rows.map((d) => ({ ...d, error: d.error?.message ?? "" })), ["id", "queue", "consumer", "slot", "eventId", "type", "key", "attempts", "error", "deadAt"]);
+      out(rows.map((d) => ({ ...d, error: d.error?.message ?? "" })), [
+        "id",
+        "queue",
+        "consumer",
+        "slot",
+        "eventId",
+        "type",
+        "key",
+        "attempts",
+        "error",
+        "deadAt",
+      ]);
       return 0;
     }
     case "count":

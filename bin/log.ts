@@ -67,7 +67,9 @@ export async function logCommand(q: Keyq, command: string, args: string[], flags
     }
     case "update-queue": {
       const s = settingsFromFlags(flags, false);
-      if (Object.keys(s).length === 0) throw new UsageError(`keyq update-queue ${queue()} needs at least one setting flag (${settingFlags(false).map((f) => `--${f}`).join(", ")}).`);
+      if (Object.keys(s).length === 0) {
+        throw new UsageError(`keyq update-queue ${queue()} needs at least one setting flag (${settingFlags(false).map((f) => `--${f}`).join(", ")}).`);
+      }
       const info = await q.updateQueue(queue(), s);
       out(json ? info : queueSettings(info));
       return 0;
@@ -88,7 +90,9 @@ export async function logCommand(q: Keyq, command: string, args: string[], flags
       const [qn, cn] = [queue(), consumer()];
       const to = position(args[2], "The target");
       const slot = flags.slot === undefined ? undefined : Number(flags.slot);
-      if (slot !== undefined && (typeof flags.slot !== "string" || !/^\d+$/.test(flags.slot))) throw new UsageError(`Flag --slot needs a whole number (got "${String(flags.slot)}").`);
+      if (slot !== undefined && (typeof flags.slot !== "string" || !/^\d+$/.test(flags.slot))) {
+        throw new UsageError(`Flag --slot needs a whole number (got "${String(flags.slot)}").`);
+      }
       confirm(flags, `seek moves consumer "${cn}" of queue "${qn}"${slot === undefined ? "" : ` (slot ${slot})`} to ${args[2]} and drops its pending retries`);
       const r = await q.seek(qn, cn, to, slot === undefined ? {} : { slot });
       out(json ? r : { ...r.position, slots: r.slots, "retries dropped": r.retriesDropped, "blocked dropped": r.blockedDropped });

@@ -57,9 +57,7 @@ export function queueSettings(q: QueueInfo): Record<string, unknown> {
   const out: Record<string, unknown> = { name: q.name };
   for (const [k, spec] of Object.entries(QUEUE_SETTINGS)) {
     const value = (q as unknown as Record<string, number>)[k];
-    out[k.replace(/[A-Z]/g, (c) => ` ${c.toLowerCase()}`)] = k === "retention" && value === null
-      ? "none"
-      : spec.kind === "duration"
+    out[k.replace(/[A-Z]/g, (c) => ` ${c.toLowerCase()}`)] = k === "retention" && value === null ? "none" : spec.kind === "duration"
       ? humanMs(value) // QueueInfo durations are milliseconds
       : value;
     // The same value as --json: ring tables are numbered from 0.

@@ -21,7 +21,7 @@
 
 import { randomBytes } from "node:crypto";
 import process from "node:process";
-import { type TxDriver, type Keyq, keyq, type KeyqEvent, type RunReport } from "../mod.ts";
+import { type Keyq, keyq, type KeyqEvent, type RunReport, type TxDriver } from "../mod.ts";
 import { fromPGlite } from "../src/drivers/pglite.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 
@@ -184,7 +184,7 @@ async function main(): Promise<void> {
     }
     table(dedup);
 
-    heading("Plain consumer \"audit\": every event once, in order");
+    heading('Plain consumer "audit": every event once, in order');
     const audit: Record<string, unknown>[] = [];
     const ra = await q.consumer<FileEvent>(QUEUE, "audit").run({
       handler: (ev) => void audit.push({ id: ev.id, type: ev.type, key: ev.key, path: ev.payload.path }),
@@ -272,7 +272,7 @@ async function main(): Promise<void> {
 
     // ---- Tier B ------------------------------------------------------------
     // Shown when this build has q.ordered (the ordered consumer, N slots, FIFO per key).
-    heading("Tier B ordered consumer \"lifecycle\": 4 slots, FIFO per key");
+    heading('Tier B ordered consumer "lifecycle": 4 slots, FIFO per key');
     if (!ordered) {
       console.log("  Tier B is not in this build yet (q.ordered is not a function): skipped.");
     } else {
@@ -280,11 +280,13 @@ async function main(): Promise<void> {
       const lifecycle = ordered(QUEUE, "lifecycle", { slots: 4 });
       const runs = [];
       for (let w = 0; w < 2; w++) {
-        runs.push(await lifecycle.run({
-          worker: w,
-          workers: 2,
-          handler: (ev) => void seen.push({ worker: w, slot: ev.slot ?? "?", key: ev.key, type: ev.type, path: ev.payload.path }),
-        }));
+        runs.push(
+          await lifecycle.run({
+            worker: w,
+            workers: 2,
+            handler: (ev) => void seen.push({ worker: w, slot: ev.slot ?? "?", key: ev.key, type: ev.type, path: ev.payload.path }),
+          }),
+        );
       }
       table(seen);
       const perKey = new Map<string, string[]>();
@@ -299,8 +301,10 @@ async function main(): Promise<void> {
     const [info] = await q.listQueues();
     table([{ queue: info!.name, tables: info!.tables, currentTable: info!.currentTable, maxRetries: info!.maxRetries }]);
     const mr = await q.maintain(QUEUE);
-    console.log(`  maintain(): rotation ${mr[0]?.rotation?.rotated ? "done" : `not needed (${mr[0]?.rotation?.reason ?? "skipped"})`}, ` +
-      `${mr[0]?.ticksPruned ?? 0} ticks pruned, ${mr[0]?.dedupExpired ?? 0} dedup keys expired`);
+    console.log(
+      `  maintain(): rotation ${mr[0]?.rotation?.rotated ? "done" : `not needed (${mr[0]?.rotation?.reason ?? "skipped"})`}, ` +
+        `${mr[0]?.ticksPruned ?? 0} ticks pruned, ${mr[0]?.dedupExpired ?? 0} dedup keys expired`,
+    );
   } finally {
     await Promise.all(extra.map((c) => c.close()));
     await db.close();

@@ -27,7 +27,7 @@
 import { randomBytes } from "node:crypto";
 import process from "node:process";
 import { pathToFileURL } from "node:url";
-import { type TxDriver, type Executor, keyq, type KeyqEvent, type RunReport } from "../mod.ts";
+import { type Executor, keyq, type KeyqEvent, type RunReport, type TxDriver } from "../mod.ts";
 import { fromPGlite } from "../src/drivers/pglite.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 
@@ -167,11 +167,13 @@ async function main(): Promise<void> {
     console.log(`invocation 3: ${last.events} more, nothing left to enqueue`);
 
     console.table(await driver.query(`select name as tenant, version from ${app}.tenant order by name`));
-    console.table(await driver.query(
-      `select tenant, string_agg(version::text, ', ' order by version) as versions, count(*)::int as applied,
+    console.table(
+      await driver.query(
+        `select tenant, string_agg(version::text, ', ' order by version) as versions, count(*)::int as applied,
               count(distinct event_id)::int as events
          from ${app}.migration_log group by tenant order by tenant`,
-    ));
+      ),
+    );
   } finally {
     if (real) {
       await driver.query(

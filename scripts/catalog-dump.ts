@@ -19,7 +19,9 @@ export const SNAPSHOT_PATH = "src/sql/schema.snapshot.sql";
 const PER_QUEUE = "^event_[0-9]";
 
 const SECTIONS: [title: string, query: string][] = [
-  ["tables", `
+  [
+    "tables",
+    `
     select c.relname || ' (' || case c.relkind when 'p' then 'partitioned by ' || pg_get_partkeydef(c.oid) else 'table' end
            || coalesce(', with ' || array_to_string(c.reloptions, ', '), '') || ')' || E'\\n' ||
            string_agg('  ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
@@ -31,26 +33,42 @@ const SECTIONS: [title: string, query: string][] = [
       join pg_attribute a on a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped
       left join pg_attrdef d on d.adrelid = c.oid and d.adnum = a.attnum
      where c.relnamespace = $1::regnamespace and c.relkind in ('r', 'p') and c.relname !~ '${PER_QUEUE}'
-     group by c.oid, c.relname, c.relkind, c.reloptions order by c.relname`],
-  ["constraints", `
+     group by c.oid, c.relname, c.relkind, c.reloptions order by c.relname`,
+  ],
+  [
+    "constraints",
+    `
     select r.relname || ': ' || k.conname || ' ' || pg_get_constraintdef(k.oid)
       from pg_constraint k join pg_class r on r.oid = k.conrelid
      where r.relnamespace = $1::regnamespace and k.contype in ('p', 'u', 'f', 'c', 'x') and r.relname !~ '${PER_QUEUE}'
-     order by r.relname, k.conname`],
-  ["indexes", `
+     order by r.relname, k.conname`,
+  ],
+  [
+    "indexes",
+    `
     select pg_get_indexdef(i.indexrelid) from pg_index i join pg_class c on c.oid = i.indexrelid
-     where c.relnamespace = $1::regnamespace and c.relname !~ '${PER_QUEUE}' order by c.relname`],
-  ["sequences", `
+     where c.relnamespace = $1::regnamespace and c.relname !~ '${PER_QUEUE}' order by c.relname`,
+  ],
+  [
+    "sequences",
+    `
     select c.relname || ' ' || format_type(s.seqtypid, null) || ' start ' || s.seqstart || ' increment ' || s.seqincrement
       from pg_sequence s join pg_class c on c.oid = s.seqrelid
-     where c.relnamespace = $1::regnamespace and c.relname !~ '${PER_QUEUE}' order by c.relname`],
-  ["functions", `
+     where c.relnamespace = $1::regnamespace and c.relname !~ '${PER_QUEUE}' order by c.relname`,
+  ],
+  [
+    "functions",
+    `
     select rtrim(pg_get_functiondef(p.oid), E'\\n') || ';' from pg_proc p
      where p.pronamespace = $1::regnamespace
-     order by p.proname, pg_get_function_identity_arguments(p.oid)`],
-  ["triggers", `
+     order by p.proname, pg_get_function_identity_arguments(p.oid)`,
+  ],
+  [
+    "triggers",
+    `
     select pg_get_triggerdef(t.oid) from pg_trigger t join pg_class c on c.oid = t.tgrelid
-     where c.relnamespace = $1::regnamespace and not t.tgisinternal order by c.relname, t.tgname`],
+     where c.relnamespace = $1::regnamespace and not t.tgisinternal order by c.relname, t.tgname`,
+  ],
 ];
 
 /** Replaces the schema's name by the placeholders of src/sql/ (quoted, literal, bare). */

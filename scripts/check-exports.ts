@@ -115,9 +115,7 @@ for (const file of drivers) {
     problems.push(
       `${target} is not exported: add "${sub}": "${target}" to jsr.json and deno.json exports, ` +
         `"keyq${sub.slice(1)}": "${target}" to deno.json imports, and ` +
-        `"${sub}": { "types": "./dist/src/drivers/${file.slice(0, -3)}.d.ts", "default": "./dist/src/drivers/${
-          file.slice(0, -3)
-        }.js" } to package.json.`,
+        `"${sub}": { "types": "./dist/src/drivers/${file.slice(0, -3)}.d.ts", "default": "./dist/src/drivers/${file.slice(0, -3)}.js" } to package.json.`,
     );
   }
 }

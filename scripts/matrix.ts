@@ -16,7 +16,7 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
-import { END, renderTable, renderVersions, type Runtime, RUNTIMES, type RunResult, sectionOf, START } from "./lib/matrix.ts";
+import { END, renderTable, renderVersions, type RunResult, type Runtime, RUNTIMES, sectionOf, START } from "./lib/matrix.ts";
 
 const root = resolve(fileURLToPath(import.meta.url), "../..");
 

@@ -54,7 +54,9 @@ try {
   }[];
   const tarball = join(work, packed!.filename);
   console.log(`pack-check: packed ${packed!.filename}: ${packed!.files.length} files, ${(packed!.size / 1024).toFixed(1)} kB`);
-  const stray = packed!.files.map((f) => f.path).filter((p) => !/^(dist\/|docs\/keyq\.svg$|docs\/README\.md$|README\.md$|CHANGELOG\.md$|LICENSE$|package\.json$)/.test(p));
+  const stray = packed!.files.map((f) => f.path).filter((p) =>
+    !/^(dist\/|docs\/keyq\.svg$|docs\/README\.md$|README\.md$|CHANGELOG\.md$|LICENSE$|package\.json$)/.test(p)
+  );
   if (stray.length) throw new Error(`unexpected files in the package: ${stray.join(", ")}`);
 
   mkdirSync(app);

@@ -79,9 +79,7 @@ export function versionCopies(root: string): VersionCopy[] {
 export function versionProblems(root: string): string[] {
   return versionCopies(root)
     .filter((c) => c.found !== c.want)
-    .map((c) =>
-      `${c.file} says version ${c.found ?? "(none found)"}, package.json ${c.want}: run node --import tsx scripts/version.ts --write.`
-    );
+    .map((c) => `${c.file} says version ${c.found ?? "(none found)"}, package.json ${c.want}: run node --import tsx scripts/version.ts --write.`);
 }
 
 const root = resolve(fileURLToPath(import.meta.url), "../..");

@@ -8,7 +8,7 @@
 import * as v from "valibot";
 import { type Admin, admin } from "./ops/admin.ts";
 import type { ConsumerContext } from "./batch/batch.ts";
-import { type ConsumerOptions, exclusiveOptions, type ExclusiveOptions, orderedOptions, type OrderedOptions, plainOptions } from "./kinds/options.ts";
+import { type ConsumerOptions, type ExclusiveOptions, exclusiveOptions, type OrderedOptions, orderedOptions, plainOptions } from "./kinds/options.ts";
 import {
   type Consumer,
   type ConsumerHandle,
@@ -36,8 +36,8 @@ import type {
   MaintainReport,
   MigrateResult,
   QueueInfo,
-  QueueStatus,
   QueueSettings,
+  QueueStatus,
   RevokeInput,
   RoleGrants,
   SendInput,
@@ -46,7 +46,7 @@ import type {
 } from "./types.ts";
 import { txExecutor } from "./produce/tx.ts";
 import { checkSchemaName, parse } from "./validate.ts";
-import { hub, type Hub, type Logger, loggerObserver, type Observer } from "./observe/observer.ts";
+import { type Hub, hub, type Logger, loggerObserver, type Observer } from "./observe/observer.ts";
 
 /** Options of `keyq()`. */
 export interface KeyqOptions<E extends EventMap = EventMap> {
@@ -316,9 +316,13 @@ export function keyq<E extends EventMap = Record<never, never>>(driver: Driver, 
   const events = (o.events ?? {}) as EventMap;
   for (const queue of Object.keys(events)) {
     if (Object.hasOwn(payloads, queue)) {
-      throw new KeyqError("INVALID_INPUT", `Queue "${queue}" is in both "payloads" and "events" of keyq options; keep it in events (a schema per event type).`, {
-        field: `payloads.${queue}`,
-      });
+      throw new KeyqError(
+        "INVALID_INPUT",
+        `Queue "${queue}" is in both "payloads" and "events" of keyq options; keep it in events (a schema per event type).`,
+        {
+          field: `payloads.${queue}`,
+        },
+      );
     }
   }
   // Own entries only: a queue named "constructor" has no schema, nor does a non-string name.

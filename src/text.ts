@@ -72,12 +72,15 @@ function showObject(value: unknown): string {
     return `a ${(proto?.constructor?.name as string | undefined) || "object"}`;
   }
   try {
-    return JSON.stringify(value, (_k, v) =>
-      typeof v === "bigint" || typeof v === "symbol" || typeof v === "function" || (typeof v === "number" && !Number.isFinite(v))
-        ? show(v)
-        : v === undefined
-        ? "undefined"
-        : v) ?? "undefined";
+    return JSON.stringify(
+      value,
+      (_k, v) =>
+        typeof v === "bigint" || typeof v === "symbol" || typeof v === "function" || (typeof v === "number" && !Number.isFinite(v))
+          ? show(v)
+          : v === undefined
+          ? "undefined"
+          : v,
+    ) ?? "undefined";
   } catch {
     return Array.isArray(value) ? "an array" : "an object";
   }
@@ -112,7 +115,11 @@ function walk(value: unknown, stack: (string | number)[], where: string): void {
     case "string": {
       if (!SUSPECT.test(value)) return;
       const problem = textProblem(value);
-      if (problem) throw new KeyqError("INVALID_PAYLOAD", `The payload of ${where}: the string at ${pathOf(stack)} ${problem}; remove it or encode the value.`, { field: pathOf(stack) });
+      if (problem) {
+        throw new KeyqError("INVALID_PAYLOAD", `The payload of ${where}: the string at ${pathOf(stack)} ${problem}; remove it or encode the value.`, {
+          field: pathOf(stack),
+        });
+      }
       return;
     }
     case "number":
@@ -146,7 +153,11 @@ function walk(value: unknown, stack: (string | number)[], where: string): void {
   for (const key in value) {
     if (!Object.hasOwn(value, key)) continue;
     const problem = SUSPECT.test(key) ? textProblem(key) : undefined;
-    if (problem) throw new KeyqError("INVALID_PAYLOAD", `The payload of ${where}: the property name ${show(key)} at ${pathOf(stack)} ${problem}; rename it.`, { field: pathOf(stack) });
+    if (problem) {
+      throw new KeyqError("INVALID_PAYLOAD", `The payload of ${where}: the property name ${show(key)} at ${pathOf(stack)} ${problem}; rename it.`, {
+        field: pathOf(stack),
+      });
+    }
     const v = (value as Record<string, unknown>)[key];
     // A property holding undefined is left out, as JSON.stringify and optional fields expect.
     if (v !== undefined) {

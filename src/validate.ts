@@ -48,10 +48,25 @@ export function checkName(kind: "queue" | "consumer", value: unknown): string {
 }
 
 const UNITS: Record<string, number> = {
-  ms: 1, millisecond: 1, milliseconds: 1,
-  s: 1e3, sec: 1e3, secs: 1e3, second: 1e3, seconds: 1e3,
-  m: 6e4, min: 6e4, mins: 6e4, minute: 6e4, minutes: 6e4,
-  h: 36e5, hour: 36e5, hours: 36e5, d: 864e5, day: 864e5, days: 864e5,
+  ms: 1,
+  millisecond: 1,
+  milliseconds: 1,
+  s: 1e3,
+  sec: 1e3,
+  secs: 1e3,
+  second: 1e3,
+  seconds: 1e3,
+  m: 6e4,
+  min: 6e4,
+  mins: 6e4,
+  minute: 6e4,
+  minutes: 6e4,
+  h: 36e5,
+  hour: 36e5,
+  hours: 36e5,
+  d: 864e5,
+  day: 864e5,
+  days: 864e5,
 };
 
 function rangeText(ms: number): string {
@@ -187,7 +202,7 @@ export function int(min: number, max: number): v.GenericSchema<number> {
 /** A duration: milliseconds or text; checked precisely by `durationMs`. */
 export const duration: v.GenericSchema<Duration> = v.union(
   [v.number(), v.string()],
-  "expected milliseconds or text like \"30s\"",
+  'expected milliseconds or text like "30s"',
 );
 
 /** Text Postgres can store: a string without NUL or unpaired surrogates. */

@@ -31,9 +31,7 @@ describe("chaos", () => {
           `create table "${f.schema}".effects (seq bigserial, ev_id bigint, key text, n int, worker int, started timestamptz, ended timestamptz)`,
         );
         const consumerOf = (q: Keyq) =>
-          tier === "exclusive"
-            ? q.exclusive<number>("q", "c", { deferDelay: 10 })
-            : q.ordered<number>("q", "c", { slots: 8, onFailure: "pause" });
+          tier === "exclusive" ? q.exclusive<number>("q", "c", { deferDelay: 10 }) : q.ordered<number>("q", "c", { slots: 8, onFailure: "pause" });
         await consumerOf(f.q).subscribe();
         const N = 2000;
         await f.q.sendBatch("q", Array.from({ length: N }, (_, n) => ({ type: "E", payload: n, key: `k${(n * 13) % 100}` })));
@@ -99,7 +97,9 @@ describe("chaos", () => {
              from "${f.schema}".effects) x where bad`,
         );
         console.log(
-          `chaos ${tier}: events=${N} handled=${r!.handled} deadLettered=${r!.dead} rows=${r!.rows} failures=${failures} kills=${kills} overlaps=${overlaps!.n} outOfOrder=${disorder!.n}`,
+          `chaos ${tier}: events=${N} handled=${r!.handled} deadLettered=${r!.dead} rows=${r!.rows} failures=${failures} kills=${kills} overlaps=${
+            overlaps!.n
+          } outOfOrder=${disorder!.n}`,
         );
         assert.equal(Number(r!.handled) + Number(r!.dead), N, "every event handled or dead-lettered");
         assert.equal(r!.both, 0, "nothing both handled and dead-lettered");

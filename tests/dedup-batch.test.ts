@@ -56,9 +56,7 @@ describe("sendBatch with dedup keys", () => {
       await f.q.createQueue("jobs");
       const keys = Array.from({ length: 400 }, (_, i) => `key-${i}`);
       const orders = [keys, [...keys].reverse(), keys.filter((_, i) => i % 2).concat(keys.filter((_, i) => i % 2 === 0)), [...keys].sort()];
-      const results = await Promise.all(orders.map((order, w) =>
-        f.q.sendBatch("jobs", order.map((k) => ({ type: "E", payload: { w }, dedupKey: k })))
-      ));
+      const results = await Promise.all(orders.map((order, w) => f.q.sendBatch("jobs", order.map((k) => ({ type: "E", payload: { w }, dedupKey: k })))));
       const idOf = new Map<string, string>();
       for (const [w, order] of orders.entries()) {
         order.forEach((k, i) => {

@@ -23,7 +23,11 @@ const runtime = runtimeName();
 const only = (r: string): string | false => runtime !== r && `runs in the ${r} pass (npm run test:${r})`;
 
 /** A fresh schema with "jobs", `consumer` subscribed and 5 events sent; `env` set in process.env for the body. */
-async function seeded(consumer: string, env: (f: PgFixture) => Record<string, string | undefined>, body: (f: PgFixture, ids: string[]) => Promise<void>): Promise<void> {
+async function seeded(
+  consumer: string,
+  env: (f: PgFixture) => Record<string, string | undefined>,
+  body: (f: PgFixture, ids: string[]) => Promise<void>,
+): Promise<void> {
   await withPg({ max: 2 }, async (f, defer) => {
     await f.q.createQueue("jobs");
     await f.q.exclusive("jobs", consumer).subscribe();
@@ -61,35 +65,46 @@ describe(`deployment examples (${runtime})`, () => {
     const fallbacks = files.filter((f) => /(\?\?|\|\|)\s*["'`]postgres(ql)?:\/\//.test(readFileSync(f, "utf8")));
     // The lead's to fix at merge (its folder is being changed on another branch), then to empty:
     const owedElsewhere = ["examples/cloudflare-worker/run.ts"];
-    assert.deepEqual(fallbacks.map((f) => relative(root, f)).filter((f) => !owedElsewhere.includes(f)), [], "they say what to set instead, or use embedded PGlite");
+    assert.deepEqual(
+      fallbacks.map((f) => relative(root, f)).filter((f) => !owedElsewhere.includes(f)),
+      [],
+      "they say what to set instead, or use embedded PGlite",
+    );
   });
 
   test("supabase/keyq-cron: 503 until CRON_SECRET is set, 401 without it, then one run per request", { skip: skip || only("deno") }, async () => {
-    await seeded("supabase-cron", (f) => ({ DATABASE_URL: f.url, SUPABASE_DB_URL: undefined, KEYQ_SCHEMA: f.schema, CRON_SECRET: undefined }), async (_f, ids) => {
-      const { handle } = await import("../examples/deploy/supabase/keyq-cron/index.ts");
-      const call = (auth?: string) => handle(new Request("http://localhost/functions/v1/keyq-cron", { method: "POST", headers: auth ? { authorization: auth } : {} }));
-      const closed = await call("Bearer anything");
-      assert.equal(closed.status, 503, "no secret configured: refused");
-      await closed.body?.cancel();
-      process.env.CRON_SECRET = "s3cret";
-      for (const auth of [undefined, "Bearer nope", "Bearer s3cre", "s3cret"]) {
-        const denied = await call(auth);
-        assert.equal(denied.status, 401, `authorization ${auth}`);
-        await denied.body?.cancel();
-      }
-      const ok = await call("Bearer s3cret");
-      assert.equal(ok.status, 200);
-      const body = await ok.json() as { report: { events: number }; consumed: string[] };
-      assert.equal(body.report.events, 5);
-      assert.deepEqual([...body.consumed].sort(), [...ids].sort());
-    });
+    await seeded(
+      "supabase-cron",
+      (f) => ({ DATABASE_URL: f.url, SUPABASE_DB_URL: undefined, KEYQ_SCHEMA: f.schema, CRON_SECRET: undefined }),
+      async (_f, ids) => {
+        const { handle } = await import("../examples/deploy/supabase/keyq-cron/index.ts");
+        const call = (auth?: string) =>
+          handle(new Request("http://localhost/functions/v1/keyq-cron", { method: "POST", headers: auth ? { authorization: auth } : {} }));
+        const closed = await call("Bearer anything");
+        assert.equal(closed.status, 503, "no secret configured: refused");
+        await closed.body?.cancel();
+        process.env.CRON_SECRET = "s3cret";
+        for (const auth of [undefined, "Bearer nope", "Bearer s3cre", "s3cret"]) {
+          const denied = await call(auth);
+          assert.equal(denied.status, 401, `authorization ${auth}`);
+          await denied.body?.cancel();
+        }
+        const ok = await call("Bearer s3cret");
+        assert.equal(ok.status, 200);
+        const body = await ok.json() as { report: { events: number }; consumed: string[] };
+        assert.equal(body.report.events, 5);
+        assert.deepEqual([...body.consumed].sort(), [...ids].sort());
+      },
+    );
   });
 
   test("netlify/keyq-cron.mts: the scheduled function consumes the backlog", { skip: skip || only("node") }, async () => {
     await seeded("netlify-cron", (f) => ({ DATABASE_URL: f.url, KEYQ_SCHEMA: f.schema }), async (_f, ids) => {
       const mod = await import("../examples/deploy/netlify/keyq-cron.mts");
       assert.equal(mod.config.schedule, "* * * * *");
-      const res = await mod.default(new Request("http://localhost/.netlify/functions/keyq-cron", { method: "POST", body: JSON.stringify({ next_run: "2026-12-02T00:01:00.000Z" }) }));
+      const res = await mod.default(
+        new Request("http://localhost/.netlify/functions/keyq-cron", { method: "POST", body: JSON.stringify({ next_run: "2026-12-02T00:01:00.000Z" }) }),
+      );
       assert.equal(res.status, 200);
       const body = await res.json() as { report: { events: number }; consumed: string[] };
       assert.deepEqual([...body.consumed].sort(), [...ids].sort());

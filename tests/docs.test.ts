@@ -83,7 +83,8 @@ console.log(
 
 describe(`docs/ code blocks (${runtime})`, { concurrency: 2 }, () => {
   test("extraction: ts blocks only, ignore counted, imports named", () => {
-    const page = "x\n```ts\nimport postgres from \"postgres\";\nimport { fromPg } from \"keyq/pg\";\n```\n```sh\nnpm i\n```\n```ts ignore\nno();\n```\n```json\n{}\n```\n";
+    const page =
+      'x\n```ts\nimport postgres from "postgres";\nimport { fromPg } from "keyq/pg";\n```\n```sh\nnpm i\n```\n```ts ignore\nno();\n```\n```json\n{}\n```\n';
     const { run, ignored } = blocksOf("docs/x.md", page);
     assert.equal(run.length, 1);
     assert.equal(ignored, 1);

@@ -48,10 +48,8 @@ async function withSchema(fn: (schema: string) => Promise<void>): Promise<void> 
   }
 }
 
-const seen = async (schema: string): Promise<string[]> =>
-  (await admin.query(`select x from ${schema}.t order by x`)).rows.map((r) => r.x as string);
-const tryLock = async (key: string): Promise<boolean> =>
-  (await admin.query("select pg_try_advisory_xact_lock($1::bigint) as ok", [key])).rows[0].ok as boolean;
+const seen = async (schema: string): Promise<string[]> => (await admin.query(`select x from ${schema}.t order by x`)).rows.map((r) => r.x as string);
+const tryLock = async (key: string): Promise<boolean> => (await admin.query("select pg_try_advisory_xact_lock($1::bigint) as ok", [key])).rows[0].ok as boolean;
 const randomKey = (): string => String(Math.floor(Math.random() * 2 ** 40));
 const RAISE = "do $$ begin raise exception 'queue missing' using errcode = 'KQ001', hint = 'KEYQ:QUEUE_NOT_FOUND'; end $$";
 

@@ -125,12 +125,14 @@ for (const target of targets) {
     });
 
     test("engine errors reach the caller with .code and .hint", async () => {
-      for (const run of [
-        () => driver.query(KQ_RAISE),
-        () => driver.query(`select 1 as a; ${KQ_RAISE}`),
-        () => driver.query(KQ_RAISE, []),
-        () => driver.transaction((tx) => tx.query(KQ_RAISE, [])),
-      ]) {
+      for (
+        const run of [
+          () => driver.query(KQ_RAISE),
+          () => driver.query(`select 1 as a; ${KQ_RAISE}`),
+          () => driver.query(KQ_RAISE, []),
+          () => driver.transaction((tx) => tx.query(KQ_RAISE, [])),
+        ]
+      ) {
         await assert.rejects(run(), (err: { code?: unknown; hint?: unknown; message?: unknown }) => {
           assert.equal(err.code, "KQ001");
           assert.equal(err.hint, "KEYQ:QUEUE_NOT_FOUND");

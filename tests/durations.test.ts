@@ -75,7 +75,10 @@ test("sub-second durations keep their milliseconds", { skip }, () =>
 
 test("run and work durations take numbers (milliseconds) and text alike", () => {
   const handler = () => {};
-  const text = batchSettings({ handler, budgetMs: "2s", minPollMs: "50ms", maxPollMs: "1 minute", retryBackoff: { baseMs: "1s", capMs: "30s" } }, "work options");
+  const text = batchSettings(
+    { handler, budgetMs: "2s", minPollMs: "50ms", maxPollMs: "1 minute", retryBackoff: { baseMs: "1s", capMs: "30s" } },
+    "work options",
+  );
   const numbers = batchSettings({ handler, budgetMs: 2000, minPollMs: 50, maxPollMs: 60_000, retryBackoff: { baseMs: 1000, capMs: 30_000 } }, "work options");
   for (const s of [text, numbers]) {
     assert.deepEqual([s.budgetMs, s.minPollMs, s.maxPollMs, s.retryBackoff.baseMs, s.retryBackoff.capMs], [2000, 50, 60_000, 1000, 30_000]);
@@ -105,12 +108,23 @@ test("status() reports milliseconds that pass back as settings, thresholds and s
     const numbers = new Set<string>();
     const walk = (o: unknown, path: string): void => {
       if (typeof o === "number") numbers.add(path.replace(/\.\d+/g, "[]"));
-      else if (o && typeof o === "object") for (const [k, v] of Object.entries(o)) walk(v, path ? `${path}.${k}` : k);
+      else if (o && typeof o === "object") { for (const [k, v] of Object.entries(o)) walk(v, path ? `${path}.${k}` : k); }
     };
     walk(s, "");
     const durations = ["lastTickAgeMs", "retention", "consumers[].cursors[].lagMs", "consumers[].cursors[].polledAgoMs"];
-    const counts = ["tables", "currentTable", "eventsSinceTick", "retained.events", "retained.bytes", "consumers[].slots", "consumers[].retries",
-      "consumers[].deadLetters", "consumers[].blockedKeys", "consumers[].cursors[].slot", "consumers[].cursors[].lagEvents"];
+    const counts = [
+      "tables",
+      "currentTable",
+      "eventsSinceTick",
+      "retained.events",
+      "retained.bytes",
+      "consumers[].slots",
+      "consumers[].retries",
+      "consumers[].deadLetters",
+      "consumers[].blockedKeys",
+      "consumers[].cursors[].slot",
+      "consumers[].cursors[].lagEvents",
+    ];
     assert.deepEqual([...numbers].sort(), [...durations, ...counts].sort());
     // retention: the setting's unit and name, the same value listQueues reports, taken back as it is.
     const listed = (await f.q.listQueues()).find((x) => x.name === "st")!;

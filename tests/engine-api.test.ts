@@ -90,7 +90,10 @@ describe("engine API", () => {
     const send = statement("s", ENGINE.send, { queue: "q", type: "T", payload: null, key: null, dedupKey: null, ttl: null, trace: null });
     assert.deepEqual(send.params, ["q", "T", "null", null, null, null, null], "a null payload is JSON null, not SQL NULL");
     const fence = statement("s", ENGINE.fence, { queue: "q", consumer: "c", slot: 0, keys: ['a"b', "c\\d"], holder: "h", ms: 1.5 });
-    assert.match(fence.text, /fence\(queue => \$1::text::text, consumer => \$2::text::text, slot => \$3::text::int, keys => \$4::text::text\[\], holder => \$5::text::text, lease_ms => \$6::text::float8\)/);
+    assert.match(
+      fence.text,
+      /fence\(queue => \$1::text::text, consumer => \$2::text::text, slot => \$3::text::int, keys => \$4::text::text\[\], holder => \$5::text::text, lease_ms => \$6::text::float8\)/,
+    );
     assert.equal(fence.params[3], '{"a\\"b","c\\\\d"}');
   });
 
@@ -146,7 +149,9 @@ describe("engine API", () => {
       assert.deepEqual(called.flatMap((f) => f.args.filter((a) => !readable(a.name)).map((a) => `${f.name}(${a.name})`)), []);
       assert.deepEqual(missingFromDoc(called, ENGINE_DOC), []);
       const [ack] = called.filter((f) => f.name === "ack");
-      assert.deepEqual(missingFromDoc([{ ...ack!, args: [...ack!.args, { name: "extra", type: "int" }] }], ENGINE_DOC), ["ack(queue, consumer, slot, outcome, extra)"], "the doc check can fail");
+      assert.deepEqual(missingFromDoc([{ ...ack!, args: [...ack!.args, { name: "extra", type: "int" }] }], ENGINE_DOC), [
+        "ack(queue, consumer, slot, outcome, extra)",
+      ], "the doc check can fail");
       assert.equal(readable("lim") || readable("s") || readable("n"), false, "the name check can fail");
 
       // The comparison can fail: a renamed argument, a wrong type, a missing

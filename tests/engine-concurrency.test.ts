@@ -11,7 +11,6 @@ import { gate } from "./helpers/sync.ts";
 
 const skip = await dbSkip();
 
-
 describe("engine under concurrency", () => {
   test("out-of-order commits: a late commit lands in a later window, once", { skip }, async () => {
     await withPg({ max: 3 }, async (f) => {
@@ -123,8 +122,7 @@ describe("engine under concurrency", () => {
     await withSchema(async ({ url, schema }, defer) => {
       const sql = defer.use(connect(url), (s) => s.end());
       const q = keyq(fromPostgresJs(sql), { schema });
-      await assert.rejects(q.send("files", { type: "E", payload: 1 }), (e: unknown) =>
-        (e as { code?: string }).code === "NOT_MIGRATED");
+      await assert.rejects(q.send("files", { type: "E", payload: 1 }), (e: unknown) => (e as { code?: string }).code === "NOT_MIGRATED");
     });
   });
 });
@@ -134,8 +132,7 @@ describe("producer dedup under concurrency", () => {
     await withPg({ max: 10 }, async (f) => {
       await f.q.createQueue("jobs");
       const results = await Promise.all(
-        Array.from({ length: 50 }, (_, i) =>
-          f.q.send("jobs", { type: "Migrate", payload: { attempt: i }, key: "t1", dedupKey: "migrate:t1:v7", ttl: "1h" })),
+        Array.from({ length: 50 }, (_, i) => f.q.send("jobs", { type: "Migrate", payload: { attempt: i }, key: "t1", dedupKey: "migrate:t1:v7", ttl: "1h" })),
       );
       const connections = await f.raw(
         `select count(*)::int as n from pg_stat_activity where datname = current_database() and application_name = 'postgres.js'`,

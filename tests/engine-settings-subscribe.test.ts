@@ -13,7 +13,9 @@ import { worker } from "./helpers/sync.ts";
 const skip = await dbSkip();
 
 describe("engine under real server settings", () => {
-  test("subscribe vs tick + maintain hammered from other connections: every event sent after each subscription is delivered (a loss is told from a delay)", { skip }, async () => {
+  test("subscribe vs tick + maintain hammered from other connections: every event sent after each subscription is delivered (a loss is told from a delay)", {
+    skip,
+  }, async () => {
     await withPg({ max: 2 }, async (f, defer) => {
       const hammers = [worker(f.url, f.schema, 0, "kq-hammer"), worker(f.url, f.schema, 1, "kq-hammer")];
       let stop = false;
@@ -69,64 +71,68 @@ describe("engine under real server settings", () => {
     });
   });
 
-  test("subscribing never blocks producers: an open producer transaction, a new ordered consumer, sends from other connections still complete", { skip }, async () => {
-    await withPg({ max: 2 }, async (f, defer) => {
-      const other = worker(f.url, f.schema, 1, "kq-producer");
-      let endHeld: (() => Promise<void>) | undefined;
-      let sub: Promise<boolean> | undefined = undefined;
-      defer(async () => {
-        if (endHeld) await endHeld();
-        await sub?.catch(() => {});
-        await other.sql.end();
-      });
-      await f.q.createQueue("files");
-      const all = f.q.consumer("files", "all");
-      await all.subscribe();
-      await f.q.sendBatch("files", events(200));
-      // A producer transaction holds the current ring table (ROW EXCLUSIVE) and stays open.
-      const held = await f.sql.reserve();
-      await held.unsafe("begin");
-      endHeld = async () => {
-        endHeld = undefined;
-        await held.unsafe("commit");
-        held.release();
-      };
-      await held.unsafe(`select "${f.schema}".send('files', 'E', '"held"'::jsonb, 'k-held')`);
-      let subscribed = false;
-      sub = f.q.ordered("files", "late", { slots: 6 }).subscribe().then((r) => {
-        subscribed = true;
-        return r;
-      });
-      await new Promise((res) => setTimeout(res, 300));
-      const times: number[] = [];
-      for (let i = 0; i < 5; i++) {
-        const t0 = performance.now();
-        const r = await Promise.race([
-          other.q.send("files", { type: "E", payload: i, key: `during-${i}` }),
-          new Promise<null>((res) => setTimeout(() => res(null), 5_000)),
-        ]);
-        assert.notEqual(r, null, `send ${i} from another connection blocked while the consumer subscribed`);
-        times.push(performance.now() - t0);
-      }
-      console.log(`sends while a new ordered consumer waits to subscribe: ${times.map((t) => t.toFixed(1)).join(", ")} ms; subscribed yet: ${subscribed}`);
-      await endHeld();
-      assert.equal(await Promise.race([sub, new Promise((res) => setTimeout(() => res("timeout"), 60_000))]), true);
-      const [{ n }] = (await f.raw(
-        `select count(*)::int as n from pg_index x join pg_class c on c.oid = x.indexrelid
+  test(
+    "subscribing never blocks producers: an open producer transaction, a new ordered consumer, sends from other connections still complete",
+    { skip },
+    async () => {
+      await withPg({ max: 2 }, async (f, defer) => {
+        const other = worker(f.url, f.schema, 1, "kq-producer");
+        let endHeld: (() => Promise<void>) | undefined;
+        let sub: Promise<boolean> | undefined = undefined;
+        defer(async () => {
+          if (endHeld) await endHeld();
+          await sub?.catch(() => {});
+          await other.sql.end();
+        });
+        await f.q.createQueue("files");
+        const all = f.q.consumer("files", "all");
+        await all.subscribe();
+        await f.q.sendBatch("files", events(200));
+        // A producer transaction holds the current ring table (ROW EXCLUSIVE) and stays open.
+        const held = await f.sql.reserve();
+        await held.unsafe("begin");
+        endHeld = async () => {
+          endHeld = undefined;
+          await held.unsafe("commit");
+          held.release();
+        };
+        await held.unsafe(`select "${f.schema}".send('files', 'E', '"held"'::jsonb, 'k-held')`);
+        let subscribed = false;
+        sub = f.q.ordered("files", "late", { slots: 6 }).subscribe().then((r) => {
+          subscribed = true;
+          return r;
+        });
+        await new Promise((res) => setTimeout(res, 300));
+        const times: number[] = [];
+        for (let i = 0; i < 5; i++) {
+          const t0 = performance.now();
+          const r = await Promise.race([
+            other.q.send("files", { type: "E", payload: i, key: `during-${i}` }),
+            new Promise<null>((res) => setTimeout(() => res(null), 5_000)),
+          ]);
+          assert.notEqual(r, null, `send ${i} from another connection blocked while the consumer subscribed`);
+          times.push(performance.now() - t0);
+        }
+        console.log(`sends while a new ordered consumer waits to subscribe: ${times.map((t) => t.toFixed(1)).join(", ")} ms; subscribed yet: ${subscribed}`);
+        await endHeld();
+        assert.equal(await Promise.race([sub, new Promise((res) => setTimeout(() => res("timeout"), 60_000))]), true);
+        const [{ n }] = (await f.raw(
+          `select count(*)::int as n from pg_index x join pg_class c on c.oid = x.indexrelid
           where c.relnamespace = $1::regnamespace and c.relname like 'event\\_%\\_slots6' and x.indisvalid`,
-        [f.schema],
-      )) as [{ n: number }];
-      assert.equal(n, 3, "a valid slot index on each of the 3 ring tables");
-      await f.q.sendBatch("files", events(10, 5000));
-      const late: string[] = [];
-      await f.q.ordered("files", "late", { slots: 6 }).run({ handler: (ev) => void late.push(String(ev.payload)) });
-      const after = Array.from({ length: 10 }, (_, i) => String(5000 + i));
-      assert.deepEqual(after.filter((p) => !late.includes(p)), [], "every event sent after the subscription");
-      const seen = new Set<string>();
-      await all.run({ handler: (ev) => void seen.add(ev.id) });
-      assert.equal(seen.size, 200 + 1 + 5 + 10, "nothing lost for the existing consumer");
-    });
-  });
+          [f.schema],
+        )) as [{ n: number }];
+        assert.equal(n, 3, "a valid slot index on each of the 3 ring tables");
+        await f.q.sendBatch("files", events(10, 5000));
+        const late: string[] = [];
+        await f.q.ordered("files", "late", { slots: 6 }).run({ handler: (ev) => void late.push(String(ev.payload)) });
+        const after = Array.from({ length: 10 }, (_, i) => String(5000 + i));
+        assert.deepEqual(after.filter((p) => !late.includes(p)), [], "every event sent after the subscription");
+        const seen = new Set<string>();
+        await all.run({ handler: (ev) => void seen.add(ev.id) });
+        assert.equal(seen.size, 200 + 1 + 5 + 10, "nothing lost for the existing consumer");
+      });
+    },
+  );
 
   test("slot index: racing subscribers of one new N behind a producer, and an INVALID index left by a failed concurrent build", { skip }, async () => {
     const f = await pgFixture({ max: 4 });

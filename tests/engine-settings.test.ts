@@ -113,7 +113,6 @@ async function nestedPlans(url: string, calls: string[]): Promise<{ query: strin
   return plans;
 }
 
-
 /** Consumes `batches` batches of 100 with `c.batch` (or `run` for Tier A, which plans); ms per batch and events. */
 async function timeBatches(c: Consumer, batches: number, plans: boolean): Promise<{ ms: number; events: number }> {
   const t0 = performance.now();
@@ -201,9 +200,7 @@ describe("engine under real server settings", () => {
         `select ${s}.prepare_exclusive('files', 'x', 100)`,
         `select ${s}.receive('files', 'plain', 100)`,
         `select ${s}.receive_exclusive('files', 'x', 100)`,
-        ...[1, 8, 64].flatMap((n) =>
-          Array.from({ length: Math.min(n, 8) }, (_, k) => `select ${s}.receive_ordered('files', 'o${n}', '{${k}}', 100)`)
-        ),
+        ...[1, 8, 64].flatMap((n) => Array.from({ length: Math.min(n, 8) }, (_, k) => `select ${s}.receive_ordered('files', 'o${n}', '{${k}}', 100)`)),
       ];
       const plans = await nestedPlans(f.url, calls);
       const [{ threshold }] = (await f.raw("select current_setting('jit_above_cost')::float8 as threshold")) as [{ threshold: number }];
@@ -223,79 +220,82 @@ describe("engine under real server settings", () => {
     });
   });
 
-  test("Tier A lock table: 8 workers, batches of 10,000 distinct keys, default max_locks_per_transaction — no 53200, every event once, no overlap", { skip }, async () => {
-    await withPg({ max: 2 }, async (f, defer) => {
-      const workers = Array.from({ length: 8 }, (_, i) => worker(f.url, f.schema, i, "kq-locks"));
-      const monitor = connect(f.url);
-      defer(async () => {
-        await Promise.all(workers.map((w) => w.sql.end()));
-        await monitor.end();
-      });
-      const [cfg] = await f.raw(
-        "select current_setting('max_locks_per_transaction') as mlpt, current_setting('max_connections') as mc",
-      );
-      await f.q.createQueue("jobs");
-      await f.q.exclusive("jobs", "m").subscribe();
-      const N = 80_000;
-      // Every run of 10,000 consecutive events has 10,000 distinct keys; each key recurs 4 times.
-      for (let i = 0; i < N; i += 10_000) {
-        await f.q.sendBatch("jobs", Array.from({ length: 10_000 }, (_, j) => ({ type: "E", payload: i + j, key: `k${(i + j) % 20_000}` })));
-      }
-      const seen = new Map<string, number>();
-      const inflight = new Map<string, number>();
-      const errors: string[] = [];
-      let overlaps = 0;
-      let maxKeys = 0;
-      let peakLocks = 0;
-      let done = false;
-      const watch = (async () => {
-        while (!done) {
-          const [r] = await monitor.unsafe("select count(*)::int as n from pg_locks where locktype = 'advisory'");
-          peakLocks = Math.max(peakLocks, r!.n as number);
-          await new Promise((res) => setTimeout(res, 100));
+  test(
+    "Tier A lock table: 8 workers, batches of 10,000 distinct keys, default max_locks_per_transaction — no 53200, every event once, no overlap",
+    { skip },
+    async () => {
+      await withPg({ max: 2 }, async (f, defer) => {
+        const workers = Array.from({ length: 8 }, (_, i) => worker(f.url, f.schema, i, "kq-locks"));
+        const monitor = connect(f.url);
+        defer(async () => {
+          await Promise.all(workers.map((w) => w.sql.end()));
+          await monitor.end();
+        });
+        const [cfg] = await f.raw(
+          "select current_setting('max_locks_per_transaction') as mlpt, current_setting('max_connections') as mc",
+        );
+        await f.q.createQueue("jobs");
+        await f.q.exclusive("jobs", "m").subscribe();
+        const N = 80_000;
+        // Every run of 10,000 consecutive events has 10,000 distinct keys; each key recurs 4 times.
+        for (let i = 0; i < N; i += 10_000) {
+          await f.q.sendBatch("jobs", Array.from({ length: 10_000 }, (_, j) => ({ type: "E", payload: i + j, key: `k${(i + j) % 20_000}` })));
         }
-      })();
-      const t0 = performance.now();
-      await Promise.all(workers.map(async ({ q }, w) => {
-        const c = q.exclusive("jobs", "m");
-        while (seen.size < N && performance.now() - t0 < 240_000) {
-          try {
-            const r = await c.run({
-              maxEvents: 10_000,
-              budgetMs: 30_000,
-              handleBatch: async (evs, { tx }) => {
-                maxKeys = Math.max(maxKeys, new Set(evs.map((e) => e.key)).size);
-                for (const e of evs) {
-                  if ((inflight.get(e.key!) ?? w) !== w) overlaps++; // the same key twice in one batch is fine
-                  inflight.set(e.key!, w);
-                  seen.set(e.id, (seen.get(e.id) ?? 0) + 1);
-                }
-                await tx.query("select pg_sleep(0.005)");
-                for (const e of evs) inflight.delete(e.key!);
-              },
-            });
-            if (r.events === 0) await new Promise((res) => setTimeout(res, 50));
-          } catch (err) {
-            errors.push(`${(err as { code?: string }).code ?? ""} ${(err as Error).message}`);
-            if (errors.length > 20) return; // the summary below reports them
+        const seen = new Map<string, number>();
+        const inflight = new Map<string, number>();
+        const errors: string[] = [];
+        let overlaps = 0;
+        let maxKeys = 0;
+        let peakLocks = 0;
+        let done = false;
+        const watch = (async () => {
+          while (!done) {
+            const [r] = await monitor.unsafe("select count(*)::int as n from pg_locks where locktype = 'advisory'");
+            peakLocks = Math.max(peakLocks, r!.n as number);
+            await new Promise((res) => setTimeout(res, 100));
           }
-        }
-      }));
-      done = true;
-      await watch;
-      const twice = [...seen.values()].filter((n) => n !== 1).length;
-      console.log(
-        `lock table: max_locks_per_transaction ${cfg!.mlpt}, max_connections ${cfg!.mc}; 8 workers, maxEvents 10,000: ` +
-          `${seen.size} of ${N} events in ${((performance.now() - t0) / 1000).toFixed(1)} s, ` +
-          `at most ${maxKeys} distinct keys per batch, peak ${peakLocks} advisory locks held, ` +
-          `${errors.length} errors${errors.length ? ` (first: ${errors[0]})` : ""}, ${twice} handled more than once, ${overlaps} overlaps`,
-      );
-      assert.deepEqual(errors.filter((e) => e.includes("53200") || /shared memory/.test(e)), []);
-      assert.deepEqual(errors, []);
-      assert.equal(seen.size, N, "every event handled");
-      assert.equal(twice, 0, "no event handled twice");
-      assert.equal(overlaps, 0, "no key held by two workers at once");
-    });
-  });
-
+        })();
+        const t0 = performance.now();
+        await Promise.all(workers.map(async ({ q }, w) => {
+          const c = q.exclusive("jobs", "m");
+          while (seen.size < N && performance.now() - t0 < 240_000) {
+            try {
+              const r = await c.run({
+                maxEvents: 10_000,
+                budgetMs: 30_000,
+                handleBatch: async (evs, { tx }) => {
+                  maxKeys = Math.max(maxKeys, new Set(evs.map((e) => e.key)).size);
+                  for (const e of evs) {
+                    if ((inflight.get(e.key!) ?? w) !== w) overlaps++; // the same key twice in one batch is fine
+                    inflight.set(e.key!, w);
+                    seen.set(e.id, (seen.get(e.id) ?? 0) + 1);
+                  }
+                  await tx.query("select pg_sleep(0.005)");
+                  for (const e of evs) inflight.delete(e.key!);
+                },
+              });
+              if (r.events === 0) await new Promise((res) => setTimeout(res, 50));
+            } catch (err) {
+              errors.push(`${(err as { code?: string }).code ?? ""} ${(err as Error).message}`);
+              if (errors.length > 20) return; // the summary below reports them
+            }
+          }
+        }));
+        done = true;
+        await watch;
+        const twice = [...seen.values()].filter((n) => n !== 1).length;
+        console.log(
+          `lock table: max_locks_per_transaction ${cfg!.mlpt}, max_connections ${cfg!.mc}; 8 workers, maxEvents 10,000: ` +
+            `${seen.size} of ${N} events in ${((performance.now() - t0) / 1000).toFixed(1)} s, ` +
+            `at most ${maxKeys} distinct keys per batch, peak ${peakLocks} advisory locks held, ` +
+            `${errors.length} errors${errors.length ? ` (first: ${errors[0]})` : ""}, ${twice} handled more than once, ${overlaps} overlaps`,
+        );
+        assert.deepEqual(errors.filter((e) => e.includes("53200") || /shared memory/.test(e)), []);
+        assert.deepEqual(errors, []);
+        assert.equal(seen.size, N, "every event handled");
+        assert.equal(twice, 0, "no event handled twice");
+        assert.equal(overlaps, 0, "no key held by two workers at once");
+      });
+    },
+  );
 });

@@ -171,16 +171,20 @@ describe(`examples (${runtime})`, () => {
     assert.match(out, /maintain\(\): /);
   });
 
-  test("examples/tier-a-migrations.ts: both header commands (PGlite, then DATABASE_URL) migrate every tenant once", { skip: skip || only("node") }, async () => {
-    const url = (await databaseUrl())!;
-    for (const line of commandsOf("examples/tier-a-migrations.ts", 2)) {
-      const { code, out } = await startHeader(line, url).done;
-      console.log(`$ ${line}\n${out.trim()}`);
-      assert.equal(code, 0, out);
-      assert.match(out, /invocation 3: \d+ more, nothing left to enqueue/);
-      assert.equal((out.match(/│ '(acme|globex|initech|umbrella)' +│ +3 +│/g) ?? []).length, 4, `every tenant at version 3:\n${out}`);
-    }
-  });
+  test(
+    "examples/tier-a-migrations.ts: both header commands (PGlite, then DATABASE_URL) migrate every tenant once",
+    { skip: skip || only("node") },
+    async () => {
+      const url = (await databaseUrl())!;
+      for (const line of commandsOf("examples/tier-a-migrations.ts", 2)) {
+        const { code, out } = await startHeader(line, url).done;
+        console.log(`$ ${line}\n${out.trim()}`);
+        assert.equal(code, 0, out);
+        assert.match(out, /invocation 3: \d+ more, nothing left to enqueue/);
+        assert.equal((out.match(/│ '(acme|globex|initech|umbrella)' +│ +3 +│/g) ?? []).length, 4, `every tenant at version 3:\n${out}`);
+      }
+    },
+  );
 
   test("examples/tier-b-lifecycle.ts: both header commands run in a throwaway schema and leave KEYQ_SCHEMA alone", { skip: skip || only("node") }, async () => {
     const url = (await databaseUrl())!;
@@ -204,7 +208,9 @@ describe(`examples (${runtime})`, () => {
     });
   });
 
-  test("examples/vercel-cron-route.ts: GET runs once over a Neon Pool and returns the report; no or a wrong secret gets 401, an unset CRON_SECRET 503", { skip }, async () => {
+  test("examples/vercel-cron-route.ts: GET runs once over a Neon Pool and returns the report; no or a wrong secret gets 401, an unset CRON_SECRET 503", {
+    skip,
+  }, async () => {
     await withSeed("vercel-cron", 7, async ({ f, ids }, defer) => {
       const saved = { ...process.env };
       defer(() => {

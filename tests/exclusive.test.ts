@@ -10,8 +10,6 @@ import { gate, sleep, terminate, worker } from "./helpers/sync.ts";
 
 const skip = await dbSkip();
 
-
-
 describe("Tier A: exclusive consumer", () => {
   test("G2: 8 workers on 8 connections, 200 keys, 5,000 events — no two intervals of a key overlap", { skip }, async () => {
     await withPg({ max: 2 }, async (f, defer) => {
@@ -58,7 +56,9 @@ describe("Tier A: exclusive consumer", () => {
         `select count(*)::int as n from "${f.schema}".log a join "${f.schema}".log b
            on a.key = b.key and a.ev_id < b.ev_id and a.started < b.ended and b.started < a.ended`,
       );
-      console.log(`G2: events=${N} workers=8 handled=${stats!.events} rows=${stats!.rows} deferred=${deferred} busyWorkers=${busyWorkers} overlaps=${overlaps!.n}`);
+      console.log(
+        `G2: events=${N} workers=8 handled=${stats!.events} rows=${stats!.rows} deferred=${deferred} busyWorkers=${busyWorkers} overlaps=${overlaps!.n}`,
+      );
       assert.equal(stats!.events, N, "every event handled");
       assert.equal(stats!.rows, N, "each exactly once");
       assert.equal(overlaps!.n, 0, "no two intervals of the same key overlap");
@@ -127,58 +127,62 @@ describe("Tier A: exclusive consumer", () => {
   });
 
   for (const idempotent of [true, false]) {
-    test(`contended key with idempotent: ${idempotent} → ${idempotent ? "acked and dropped" : "deferred, then handled once, no retry spent"}`, { skip }, async () => {
-      await withPg({ max: 2 }, async (f, defer) => {
-        const [a, b] = [worker(f.url, f.schema, 0), worker(f.url, f.schema, 1)];
-        defer(async () => {
-          await a.sql.end();
-          await b.sql.end();
+    test(
+      `contended key with idempotent: ${idempotent} → ${idempotent ? "acked and dropped" : "deferred, then handled once, no retry spent"}`,
+      { skip },
+      async () => {
+        await withPg({ max: 2 }, async (f, defer) => {
+          const [a, b] = [worker(f.url, f.schema, 0), worker(f.url, f.schema, 1)];
+          defer(async () => {
+            await a.sql.end();
+            await b.sql.end();
+          });
+          await f.q.createQueue("jobs");
+          await f.q.exclusive("jobs", "m").subscribe();
+          // Contention comes only from a key held across windows (one key lies in one chunk
+          // per window): Second arrives in the window after the one A holds First from.
+          await f.q.send("jobs", { type: "First", payload: 1, key: "K" });
+          const handled: string[] = [];
+          const stuck = gate();
+          const inside = gate();
+          const opts = { idempotent, deferDelay: 50 };
+          const aRun = a.q.exclusive("jobs", "m", opts).run({
+            maxEvents: 1,
+            maxBatches: 1,
+            handler: async (ev) => {
+              inside.open();
+              await stuck.wait;
+              handled.push(`${ev.type}:${ev.retry}`);
+            },
+          });
+          await inside.wait;
+          await f.q.send("jobs", { type: "Second", payload: 2, key: "K" });
+          const rb = await b.q.exclusive("jobs", "m", opts).run({
+            maxEvents: 1,
+            budgetMs: 5_000,
+            handler: (ev) => void handled.push(`${ev.type}:${ev.retry}`),
+          });
+          assert.equal(handled.length, 0, "B never ran the contended event while A held K");
+          if (idempotent) assert.equal(rb.dropped, 1);
+          else assert.ok(rb.deferred >= 1, `deferred ${rb.deferred}`);
+          stuck.open();
+          await aRun;
+          await sleep(80);
+          const later = await b.q.exclusive("jobs", "m", opts).run({
+            maxEvents: 10,
+            handler: (ev) => void handled.push(`${ev.type}:${ev.retry}`),
+          });
+          if (idempotent) {
+            assert.deepEqual(handled, ["First:0"], "the dropped event is not delivered again");
+            assert.equal(later.events, 0);
+          } else {
+            assert.deepEqual(handled, ["First:0", "Second:0"], "deferred, then handled once with retry count 0");
+          }
+          const dead = await f.q.dlq.count();
+          assert.equal(dead, 0);
         });
-        await f.q.createQueue("jobs");
-        await f.q.exclusive("jobs", "m").subscribe();
-        // Contention comes only from a key held across windows (one key lies in one chunk
-        // per window): Second arrives in the window after the one A holds First from.
-        await f.q.send("jobs", { type: "First", payload: 1, key: "K" });
-        const handled: string[] = [];
-        const stuck = gate();
-        const inside = gate();
-        const opts = { idempotent, deferDelay: 50 };
-        const aRun = a.q.exclusive("jobs", "m", opts).run({
-          maxEvents: 1,
-          maxBatches: 1,
-          handler: async (ev) => {
-            inside.open();
-            await stuck.wait;
-            handled.push(`${ev.type}:${ev.retry}`);
-          },
-        });
-        await inside.wait;
-        await f.q.send("jobs", { type: "Second", payload: 2, key: "K" });
-        const rb = await b.q.exclusive("jobs", "m", opts).run({
-          maxEvents: 1,
-          budgetMs: 5_000,
-          handler: (ev) => void handled.push(`${ev.type}:${ev.retry}`),
-        });
-        assert.equal(handled.length, 0, "B never ran the contended event while A held K");
-        if (idempotent) assert.equal(rb.dropped, 1);
-        else assert.ok(rb.deferred >= 1, `deferred ${rb.deferred}`);
-        stuck.open();
-        await aRun;
-        await sleep(80);
-        const later = await b.q.exclusive("jobs", "m", opts).run({
-          maxEvents: 10,
-          handler: (ev) => void handled.push(`${ev.type}:${ev.retry}`),
-        });
-        if (idempotent) {
-          assert.deepEqual(handled, ["First:0"], "the dropped event is not delivered again");
-          assert.equal(later.events, 0);
-        } else {
-          assert.deepEqual(handled, ["First:0", "Second:0"], "deferred, then handled once with retry count 0");
-        }
-        const dead = await f.q.dlq.count();
-        assert.equal(dead, 0);
-      });
-    });
+      },
+    );
   }
 
   test("crash: a killed backend's batch rolls back; its chunk and keys are free at once; nothing lost", { skip }, async () => {

@@ -14,7 +14,10 @@ faultHooks();
 for (const d of drivers) {
   const skip = noCluster || d.skip;
   describe(`faults: ${d.label} on ${runtime} (private cluster)`, () => {
-    test("hung and slow handlers: run() settles by its budget and deadline; another worker takes the key after the batch is gone, no overlap", { skip, timeout: T }, async () => {
+    test("hung and slow handlers: run() settles by its budget and deadline; another worker takes the key after the batch is gone, no overlap", {
+      skip,
+      timeout: T,
+    }, async () => {
       await withSetup(d, async ({ schema, sent }, client) => {
         const a = await client();
         const b = await client();
@@ -79,8 +82,12 @@ for (const d of drivers) {
 
     for (const fenced of [false, true]) {
       const mode = fenced ? "fenced mode, a handler that ignores its signal" : "default mode, a handler that honours its signal";
-      const only = fenced && !d.faults.reconnects && "fenced mode needs a pool of at least 2 connections (its lease commits in a transaction of its own); a one-connection driver refuses it with INVALID_INPUT (tests/unit/fenced.test.ts)";
-      test(`a handler still sleeping when its session dies (${mode}): no new handler of the dead batch, no two calls of one key at once`, { skip: skip || only, timeout: T }, async () => {
+      const only = fenced && !d.faults.reconnects &&
+        "fenced mode needs a pool of at least 2 connections (its lease commits in a transaction of its own); a one-connection driver refuses it with INVALID_INPUT (tests/unit/fenced.test.ts)";
+      test(`a handler still sleeping when its session dies (${mode}): no new handler of the dead batch, no two calls of one key at once`, {
+        skip: skip || only,
+        timeout: T,
+      }, async () => {
         const opts = fenced ? { fenced: true, deferDelay: 20 } : { deferDelay: 20 };
         await withSetup(d, async ({ schema, sent }, client) => {
           const a = await client();

@@ -8,7 +8,23 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { keyq } from "../mod.ts";
-import { crashes, cluster, doneStats, drivers, faultHooks, finish, kill, noCluster, open, restartTimes, runtime, side, STEPS, T, withSetup } from "./helpers/faults.ts";
+import {
+  cluster,
+  crashes,
+  doneStats,
+  drivers,
+  faultHooks,
+  finish,
+  kill,
+  noCluster,
+  open,
+  restartTimes,
+  runtime,
+  side,
+  STEPS,
+  T,
+  withSetup,
+} from "./helpers/faults.ts";
 import { sleep } from "./helpers/sync.ts";
 
 faultHooks();
@@ -16,7 +32,10 @@ faultHooks();
 for (const d of drivers) {
   const skip = noCluster || d.skip;
   describe(`faults: ${d.label} on ${runtime} (private cluster)`, () => {
-    test("backend killed at each step of a batch: the batch rejects, no handler of it starts after the kill, nothing lost or doubled, no crash", { skip, timeout: T }, async () => {
+    test("backend killed at each step of a batch: the batch rejects, no handler of it starts after the kill, nothing lost or doubled, no crash", {
+      skip,
+      timeout: T,
+    }, async () => {
       for (const step of STEPS) {
         await withSetup(d, async ({ schema, sent }, client) => {
           const { driver } = await client();
@@ -48,7 +67,10 @@ for (const d of drivers) {
             },
           }).then((r) => r, (err: unknown) => err);
           assert.ok(killed, `${step}: the kill happened`);
-          assert.ok(!(result && typeof result === "object" && "events" in result && Number(result.events) > 0), `${step}: the dead batch reported no committed event (${JSON.stringify(result)})`);
+          assert.ok(
+            !(result && typeof result === "object" && "events" in result && Number(result.events) > 0),
+            `${step}: the dead batch reported no committed event (${JSON.stringify(result)})`,
+          );
           assert.equal(startsAfterKill, 0, `${step}: no handler of the dead batch started after the kill`);
           assert.deepEqual(await doneStats(schema), { n: 0, d: 0 }, `${step}: nothing of the dead batch committed`);
           if (d.faults.reconnects) {
@@ -132,19 +154,24 @@ for (const d of drivers) {
         await sleep(700);
         await cluster!.start();
         restartedAt = Date.now();
-        ids.push(...(await (async () => {
-          for (let i = 0;; i++) {
-            try {
-              return await sent(60, (i) => `k${i % 10}`);
-            } catch (err) {
-              if (i > 50) throw err;
-              await sleep(100);
+        ids.push(
+          ...(await (async () => {
+            for (let i = 0;; i++) {
+              try {
+                return await sent(60, (i) => `k${i % 10}`);
+              } catch (err) {
+                if (i > 50) throw err;
+                await sleep(100);
+              }
             }
-          }
-        })()));
+          })()),
+        );
         for (let i = 0; (await doneStats(schema)).d < ids.length; i++) {
           assert.deepEqual(early, [], "no work() loop gave up");
-          assert.ok(i < 600, `only ${(await doneStats(schema)).d} of ${ids.length} handled 60 s after the restart (retries: ${JSON.stringify(retries.slice(-5))})`);
+          assert.ok(
+            i < 600,
+            `only ${(await doneStats(schema)).d} of ${ids.length} handled 60 s after the restart (retries: ${JSON.stringify(retries.slice(-5))})`,
+          );
           await sleep(100);
         }
         // One loop may have been starved by the other (it was backing off while the other took
@@ -160,13 +187,20 @@ for (const d of drivers) {
         ctl.abort();
         assert.deepEqual(await Promise.all(settled), ["resolved", "resolved"], "both work() loops resolved on their signal");
         restartTimes[`${d.label} on ${runtime}`] = firstAfterRestart - restartedAt;
-        console.log(`faults: ${d.label} on ${runtime}: server restart → first event handled: ${firstAfterRestart - restartedAt} ms; events per loop after the restart: ${afterRestart.join(", ")}; retries reported: ${retries.length} (${[...new Set(retries.map((r) => r.code))].join(", ")})`);
+        console.log(
+          `faults: ${d.label} on ${runtime}: server restart → first event handled: ${firstAfterRestart - restartedAt} ms; events per loop after the restart: ${
+            afterRestart.join(", ")
+          }; retries reported: ${retries.length} (${[...new Set(retries.map((r) => r.code))].join(", ")})`,
+        );
         const stats = await doneStats(schema);
         assert.deepEqual(stats, { n: ids.length, d: ids.length }, "every sent event committed exactly once");
         const handled = await side(`select ev_id::text as id from "${schema}".done order by ev_id`);
         assert.deepEqual(handled.map((r) => r.id), [...ids].sort((a, b) => Number(a) - Number(b)), "the committed ids are the sent ids");
         assert.ok(retries.length > 0, "the loops met the outage and reported their retries");
-        assert.ok(afterRestart[0]! > 0 && afterRestart[1]! > 0, `every loop resumed by itself (${afterRestart.join(", ")} events after the restart; retries ${retriesBy.join(", ")})`);
+        assert.ok(
+          afterRestart[0]! > 0 && afterRestart[1]! > 0,
+          `every loop resumed by itself (${afterRestart.join(", ")} events after the restart; retries ${retriesBy.join(", ")})`,
+        );
         assert.deepEqual(crashes, [], "no uncaught exception or unhandled rejection");
       });
     });

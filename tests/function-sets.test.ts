@@ -125,40 +125,44 @@ function variant(marker: string, serial: number, version = thisBuild.functionsVe
   return { ...thisBuild, functions, functionsHash: functionsHash(functions), functionsSerial: serial, functionsVersion: version };
 }
 
-test("two builds of one version: the higher serial's set stays, call after call; an equal serial is refused", { skip }, () =>
-  withSchema(async ({ url, schema }, defer) => {
-    const sql = defer.use(connect(url), (s) => s.end({ timeout: 2 }));
-    const driver = fromPostgresJs(sql);
-    const older = thisBuild;
-    const newer = variant("newer", thisBuild.functionsSerial + 1);
-    const state = async () => {
-      const [p] = await sql.unsafe(
-        `select string_agg(oid::text || ':' || xmin::text, ',' order by oid) as procs from pg_proc where pronamespace = '"${schema}"'::regnamespace`,
-      );
-      const [f] = await sql.unsafe(`select hash, serial, applied_at::text as at from "${schema}".function_set`);
-      return { procs: String(p!.procs), hash: String(f!.hash), serial: Number(f!.serial), at: String(f!.at) };
-    };
-    assert.equal((await migrateBuild(older, driver, schema)).functions, "applied");
-    assert.equal((await migrateBuild(newer, driver, schema)).functions, "applied", "a later build replaces an earlier one's set");
-    const settled = await state();
-    assert.equal(settled.hash, newer.functionsHash);
-    for (const build of [older, newer, older, older, newer]) {
-      const r = await migrateBuild(build, driver, schema);
-      assert.equal(r.functions, build === newer ? "current" : "newer", "the older build leaves the newer set alone and says so");
-      assert.deepEqual(await state(), settled, "no function re-created, nothing recorded");
-    }
-    const [m] = await sql.unsafe(`select "${schema}".build_marker() as m`);
-    assert.equal(m!.m, "newer");
-    // A twin: another set under the newer build's serial. Refused, nothing applied.
-    await assert.rejects(migrateBuild(variant("twin", newer.functionsSerial), driver, schema), (err: unknown) => {
-      assert.ok(err instanceof KeyqError && err.code === "FUNCTION_SET_CONFLICT", String(err));
-      return true;
-    });
-    assert.deepEqual(await state(), settled);
-    // Versions order first: an older version's higher serial is left alone, a newer version's lower serial applies.
-    assert.equal((await migrateBuild(variant("old", 999, "0.0.1"), driver, schema)).functions, "newer");
-    assert.deepEqual(await state(), settled);
-    assert.equal((await migrateBuild(variant("next", 0, "999.0.0"), driver, schema)).functions, "applied");
-    const [n] = await sql.unsafe(`select "${schema}".build_marker() as m`);
-    assert.equal(n!.m, "next");
-  }, "fnset"));
+test(
+  "two builds of one version: the higher serial's set stays, call after call; an equal serial is refused",
+  { skip },
+  () =>
+    withSchema(async ({ url, schema }, defer) => {
+      const sql = defer.use(connect(url), (s) => s.end({ timeout: 2 }));
+      const driver = fromPostgresJs(sql);
+      const older = thisBuild;
+      const newer = variant("newer", thisBuild.functionsSerial + 1);
+      const state = async () => {
+        const [p] = await sql.unsafe(
+          `select string_agg(oid::text || ':' || xmin::text, ',' order by oid) as procs from pg_proc where pronamespace = '"${schema}"'::regnamespace`,
+        );
+        const [f] = await sql.unsafe(`select hash, serial, applied_at::text as at from "${schema}".function_set`);
+        return { procs: String(p!.procs), hash: String(f!.hash), serial: Number(f!.serial), at: String(f!.at) };
+      };
+      assert.equal((await migrateBuild(older, driver, schema)).functions, "applied");
+      assert.equal((await migrateBuild(newer, driver, schema)).functions, "applied", "a later build replaces an earlier one's set");
+      const settled = await state();
+      assert.equal(settled.hash, newer.functionsHash);
+      for (const build of [older, newer, older, older, newer]) {
+        const r = await migrateBuild(build, driver, schema);
+        assert.equal(r.functions, build === newer ? "current" : "newer", "the older build leaves the newer set alone and says so");
+        assert.deepEqual(await state(), settled, "no function re-created, nothing recorded");
+      }
+      const [m] = await sql.unsafe(`select "${schema}".build_marker() as m`);
+      assert.equal(m!.m, "newer");
+      // A twin: another set under the newer build's serial. Refused, nothing applied.
+      await assert.rejects(migrateBuild(variant("twin", newer.functionsSerial), driver, schema), (err: unknown) => {
+        assert.ok(err instanceof KeyqError && err.code === "FUNCTION_SET_CONFLICT", String(err));
+        return true;
+      });
+      assert.deepEqual(await state(), settled);
+      // Versions order first: an older version's higher serial is left alone, a newer version's lower serial applies.
+      assert.equal((await migrateBuild(variant("old", 999, "0.0.1"), driver, schema)).functions, "newer");
+      assert.deepEqual(await state(), settled);
+      assert.equal((await migrateBuild(variant("next", 0, "999.0.0"), driver, schema)).functions, "applied");
+      const [n] = await sql.unsafe(`select "${schema}".build_marker() as m`);
+      assert.equal(n!.m, "next");
+    }, "fnset"),
+);

@@ -17,8 +17,16 @@ const RUNS = Number(process.env.KEYQ_PROPERTY_RUNS ?? 400);
 const SEED = Number(process.env.KEYQ_PROPERTY_SEED ?? 20261130);
 
 const CODES: KeyqErrorCode[] = [
-  "INVALID_IDENTIFIER", "INVALID_INPUT", "INVALID_PAYLOAD", "QUEUE_NOT_FOUND", "QUEUE_EXISTS", "CONSUMER_NOT_FOUND",
-  "CONSUMER_KIND_MISMATCH", "SLOT_COUNT_MISMATCH", "DEAD_LETTER_NOT_FOUND", "TRANSACTIONS_UNSUPPORTED",
+  "INVALID_IDENTIFIER",
+  "INVALID_INPUT",
+  "INVALID_PAYLOAD",
+  "QUEUE_NOT_FOUND",
+  "QUEUE_EXISTS",
+  "CONSUMER_NOT_FOUND",
+  "CONSUMER_KIND_MISMATCH",
+  "SLOT_COUNT_MISMATCH",
+  "DEAD_LETTER_NOT_FOUND",
+  "TRANSACTIONS_UNSUPPORTED",
 ];
 
 // Generated values ------------------------------------------------------------
@@ -35,8 +43,22 @@ const number = fc.oneof(
   fc.double(),
 );
 const odd = fc.constantFrom<unknown>(
-  null, undefined, true, false, 10n, Symbol("s"), () => 1, new Map([[1, 2]]), new Set([1]), new Date(0), [], {},
-  Object.create(null), [1, undefined], new Uint8Array(2), AbortSignal.abort(),
+  null,
+  undefined,
+  true,
+  false,
+  10n,
+  Symbol("s"),
+  () => 1,
+  new Map([[1, 2]]),
+  new Set([1]),
+  new Date(0),
+  [],
+  {},
+  Object.create(null),
+  [1, undefined],
+  new Uint8Array(2),
+  AbortSignal.abort(),
 );
 const value: fc.Arbitrary<unknown> = fc.oneof(
   { weight: 3, arbitrary: fc.jsonValue({ maxDepth: 2 }) },
@@ -49,9 +71,7 @@ const value: fc.Arbitrary<unknown> = fc.oneof(
 
 /** Valid option names, their misspellings, and random keys. */
 function keysOf(valid: readonly string[]): fc.Arbitrary<string> {
-  const typo = fc.tuple(fc.constantFrom(...valid), fc.nat()).map(([k, n]) =>
-    n % 3 === 0 ? k.toUpperCase() : n % 3 === 1 ? k.slice(0, -1) : `${k}s`
-  );
+  const typo = fc.tuple(fc.constantFrom(...valid), fc.nat()).map(([k, n]) => n % 3 === 0 ? k.toUpperCase() : n % 3 === 1 ? k.slice(0, -1) : `${k}s`);
   return fc.oneof({ weight: 6, arbitrary: fc.constantFrom(...valid) }, { weight: 2, arbitrary: typo }, { weight: 1, arbitrary: text });
 }
 
@@ -66,25 +86,59 @@ function options(valid: Record<string, fc.Arbitrary<unknown>>): fc.Arbitrary<unk
 }
 
 const duration = fc.oneof(fc.constantFrom(1, 100, 5000, "30s", "1 hour", "2h", 0), number, text);
-const queueName = fc.oneof({ weight: 6, arbitrary: fc.constantFrom("files", "nope", "other", "q-2", "Files") }, { weight: 2, arbitrary: text }, { weight: 1, arbitrary: odd });
+const queueName = fc.oneof({ weight: 6, arbitrary: fc.constantFrom("files", "nope", "other", "q-2", "Files") }, { weight: 2, arbitrary: text }, {
+  weight: 1,
+  arbitrary: odd,
+});
 const consumerName = fc.oneof({ weight: 6, arbitrary: fc.constantFrom("c", "x", "o", "fresh") }, { weight: 2, arbitrary: text }, { weight: 1, arbitrary: odd });
 const settings = options({
-  tables: fc.integer({ min: 1, max: 9 }), rotationPeriod: duration, tickMaxCount: number, tickMaxLag: duration,
-  tickIdlePeriod: duration, maxRetries: fc.integer({ min: -1, max: 10 }), retryBase: duration, retryCap: duration,
+  tables: fc.integer({ min: 1, max: 9 }),
+  rotationPeriod: duration,
+  tickMaxCount: number,
+  tickMaxLag: duration,
+  tickIdlePeriod: duration,
+  maxRetries: fc.integer({ min: -1, max: 10 }),
+  retryBase: duration,
+  retryCap: duration,
 });
 const event = fc.oneof(
-  { weight: 6, arbitrary: options({ type: fc.oneof(fc.constantFrom("A", "B"), text), payload: value, key: fc.oneof(text, fc.constant(null)), dedupKey: text, ttl: duration }) },
+  {
+    weight: 6,
+    arbitrary: options({
+      type: fc.oneof(fc.constantFrom("A", "B"), text),
+      payload: value,
+      key: fc.oneof(text, fc.constant(null)),
+      dedupKey: text,
+      ttl: duration,
+    }),
+  },
   { weight: 1, arbitrary: value },
 );
-const handler = fc.constantFrom<unknown>(() => {}, async () => {}, () => { throw new Error("handler\0failed"); });
+const handler = fc.constantFrom<unknown>(() => {}, async () => {}, () => {
+  throw new Error("handler\0failed");
+});
 const batchOpts = options({
-  handler, maxEvents: fc.integer({ min: 0, max: 200 }), statementTimeout: duration, idleTimeout: duration,
-  budgetMs: fc.integer({ min: 0, max: 2000 }), maxBatches: fc.integer({ min: 0, max: 3 }), worker: fc.integer({ min: -1, max: 5 }),
-  workers: fc.integer({ min: 0, max: 6 }), onError: handler, batchTimeout: duration, eventTimeout: duration,
+  handler,
+  maxEvents: fc.integer({ min: 0, max: 200 }),
+  statementTimeout: duration,
+  idleTimeout: duration,
+  budgetMs: fc.integer({ min: 0, max: 2000 }),
+  maxBatches: fc.integer({ min: 0, max: 3 }),
+  worker: fc.integer({ min: -1, max: 5 }),
+  workers: fc.integer({ min: 0, max: 6 }),
+  onError: handler,
+  batchTimeout: duration,
+  eventTimeout: duration,
   retryBackoff: options({ baseMs: number, capMs: number }),
 });
 const filter = options({
-  queue: queueName, consumer: consumerName, key: text, olderThan: duration, newerThan: duration, limit: number, afterId: text,
+  queue: queueName,
+  consumer: consumerName,
+  key: text,
+  olderThan: duration,
+  newerThan: duration,
+  limit: number,
+  afterId: text,
 });
 
 type Op = { name: string; call: (q: Keyq) => unknown };
@@ -97,40 +151,56 @@ const sendOpts = options({ tx: value });
 
 const ops: fc.Arbitrary<Op> = fc.oneof(
   op("send", fc.tuple(queueName, event, sendOpts), (q, e, o) => (k) => k.send(q as string, e as never, o as never)),
-  op("sendBatch", fc.tuple(queueName, fc.oneof(fc.array(event, { maxLength: 4 }), value), sendOpts), (q, es, o) => (k) =>
-    k.sendBatch(q as string, es as never, o as never)),
+  op(
+    "sendBatch",
+    fc.tuple(queueName, fc.oneof(fc.array(event, { maxLength: 4 }), value), sendOpts),
+    (q, es, o) => (k) => k.sendBatch(q as string, es as never, o as never),
+  ),
   op("createQueue", fc.tuple(queueName, settings), (q, s) => (k) => k.createQueue(q as string, s as never)),
   op("updateQueue", fc.tuple(queueName, settings), (q, s) => (k) => k.updateQueue(q as string, s as never)),
   op("dropQueue", fc.tuple(queueName), (q) => (k) => k.dropQueue(protect(q) as string)),
   op("tick", fc.tuple(queueName, options({ force: fc.boolean() })), (q, o) => (k) => k.tick(q as string, o as never)),
-  op("maintain", fc.tuple(fc.oneof(queueName, fc.constant(undefined)), options({ forceRotate: fc.boolean() })), (q, o) => (k) =>
-    k.maintain(q as string, o as never)),
+  op(
+    "maintain",
+    fc.tuple(fc.oneof(queueName, fc.constant(undefined)), options({ forceRotate: fc.boolean() })),
+    (q, o) => (k) => k.maintain(q as string, o as never),
+  ),
   op("status", fc.tuple(options({ queue: queueName, staleAfter: duration })), (o) => (k) => k.status(o as never)),
-  op("consumer", fc.tuple(
-    fc.constantFrom("consumer", "exclusive", "ordered"),
-    queueName,
-    consumerName,
-    options({
-      maxRetries: number, retryBase: duration, retryCap: duration, slots: fc.constantFrom(1, 2, 4, 0, 1025), onFailure: fc.constantFrom("skip", "pause", "stop"),
-      helpAfter: duration, idempotent: fc.boolean(), deferDelay: duration, fenced: fc.boolean(),
-    }),
-    fc.constantFrom("batch", "run", "work", "subscribe", "unsubscribe", "slotOf", "blockedKeys"),
-    batchOpts,
-    value,
-  ), (kind, q, name, copts, call, bopts, key) => async (k) => {
-    type Calls = Record<string, ((o: unknown) => Promise<unknown>) | undefined>;
-    const c = (k[kind] as unknown as (q: string, n: string, o: unknown) => Calls)(q as string, name as string, copts);
-    if (call === "subscribe" || call === "unsubscribe" || call === "blockedKeys") return await c[call]?.(undefined);
-    if (call === "slotOf") return c.slotOf ? await c.slotOf(key) : undefined;
-    // work() loops until its signal aborts: give it an aborted one when none was generated.
-    const o = call === "work" && bopts && typeof bopts === "object" && !("signal" in bopts) ? { ...bopts, signal: AbortSignal.abort() } : bopts;
-    return await c[call]!(o);
-  }),
+  op(
+    "consumer",
+    fc.tuple(
+      fc.constantFrom("consumer", "exclusive", "ordered"),
+      queueName,
+      consumerName,
+      options({
+        maxRetries: number,
+        retryBase: duration,
+        retryCap: duration,
+        slots: fc.constantFrom(1, 2, 4, 0, 1025),
+        onFailure: fc.constantFrom("skip", "pause", "stop"),
+        helpAfter: duration,
+        idempotent: fc.boolean(),
+        deferDelay: duration,
+        fenced: fc.boolean(),
+      }),
+      fc.constantFrom("batch", "run", "work", "subscribe", "unsubscribe", "slotOf", "blockedKeys"),
+      batchOpts,
+      value,
+    ),
+    (kind, q, name, copts, call, bopts, key) => async (k) => {
+      type Calls = Record<string, ((o: unknown) => Promise<unknown>) | undefined>;
+      const c = (k[kind] as unknown as (q: string, n: string, o: unknown) => Calls)(q as string, name as string, copts);
+      if (call === "subscribe" || call === "unsubscribe" || call === "blockedKeys") return await c[call]?.(undefined);
+      if (call === "slotOf") return c.slotOf ? await c.slotOf(key) : undefined;
+      // work() loops until its signal aborts: give it an aborted one when none was generated.
+      const o = call === "work" && bopts && typeof bopts === "object" && !("signal" in bopts) ? { ...bopts, signal: AbortSignal.abort() } : bopts;
+      return await c[call]!(o);
+    },
+  ),
   op("dlq.list", fc.tuple(filter), (o) => (k) => k.dlq.list(o as never)),
   op("dlq.count", fc.tuple(filter), (o) => (k) => k.dlq.count(o as never)),
   op("dlq.replay", fc.tuple(fc.oneof(text, fc.array(text, { maxLength: 3 }), value)), (ids) => (k) => k.dlq.replay(ids as never)),
-  op("dlq.replayKey", fc.tuple(queueName, consumerName, fc.oneof(text, value)), (q, c, key) => (k) =>
-    k.dlq.replayKey(q as string, c as string, key as string)),
+  op("dlq.replayKey", fc.tuple(queueName, consumerName, fc.oneof(text, value)), (q, c, key) => (k) => k.dlq.replayKey(q as string, c as string, key as string)),
   op("dlq.replayAll", fc.tuple(queueName, consumerName), (q, c) => (k) => k.dlq.replayAll(q as string, c as string)),
   op("dlq.purge", fc.tuple(filter), (o) => (k) => k.dlq.purge(o as never)),
   op("keyq", fc.tuple(options({ schema: text, payloads: value })), (o) => (k) => keyq(k.driver, o as never)),

@@ -108,7 +108,10 @@ describe("operator controls (CLI, spawned)", () => {
     });
   });
 
-  test("create-queue/update-queue flags, status with the retained range, pause/resume, blocked, seek, history, unsubscribe, drop-queue", { skip, timeout: 120_000 }, async () => {
+  test("create-queue/update-queue flags, status with the retained range, pause/resume, blocked, seek, history, unsubscribe, drop-queue", {
+    skip,
+    timeout: 120_000,
+  }, async () => {
     await withPg(async (f) => {
       const env = { DATABASE_URL: f.url, KEYQ_SCHEMA: f.schema };
       const created = await cli(["create-queue", "files", "--retention", "7d", "--max-retries", "3", "--tables", "4", "--json"], env);

@@ -54,7 +54,9 @@ describe("start positions and seek", () => {
     await withPg(async (f) => {
       await f.q.createQueue("files", { retention: "1 hour" });
       const { between, second } = await twoWindows(f);
-      const kinds = (name: string) => [f.q.consumer("files", `${name}-p`), f.q.exclusive("files", `${name}-a`), f.q.ordered("files", `${name}-b`, { slots: 3 })];
+      const kinds = (
+        name: string,
+      ) => [f.q.consumer("files", `${name}-p`), f.q.exclusive("files", `${name}-a`), f.q.ordered("files", `${name}-b`, { slots: 3 })];
       for (const c of kinds("date")) {
         await c.subscribe({ from: between });
         assert.deepEqual(sorted(await drain(c)), second, `${c.name}: the events committed after the time`);
@@ -70,55 +72,63 @@ describe("start positions and seek", () => {
     });
   });
 
-  test("seek back and forward on plain, Tier A and Tier B; one slot of Tier B; retries of the moved range are dropped", { skip, timeout: 120_000 }, async () => {
-    await withPg(async (f) => {
-      await f.q.createQueue("files", { retention: "1 hour" });
-      const cs = [f.q.consumer("files", "p"), f.q.exclusive("files", "a"), f.q.ordered("files", "b", { slots: 3 })];
-      for (const c of cs) await c.subscribe();
-      await f.q.sendBatch("files", events(40));
-      for (const c of cs) assert.equal((await drain(c)).length, 40);
-      let total = 40;
-      for (const c of cs) {
-        const back = await c.seek("earliest");
-        assert.equal(back.slots, c.name === "b" ? 3 : 1);
-        assert.deepEqual(sorted(await drain(c)), ids(1, total), `${c.name}: back to earliest, everything again`);
-        await c.seek("31");
-        assert.deepEqual(sorted(await drain(c)), ids(31, total), `${c.name}: to an id`);
-        await f.q.sendBatch("files", events(5, 100));
-        total += 5;
-        await c.seek("latest");
-        assert.deepEqual(await drain(c), [], `${c.name}: forward to latest skips what was pending`);
-      }
-      // One slot of the ordered consumer goes back; the other slots stay.
-      const b = f.q.ordered("files", "b", { slots: 3 });
-      const slotOf = new Map<string, number>();
-      for (let k = 0; k < 5; k++) slotOf.set(`k${k}`, await b.slotOf(`k${k}`));
-      const one = [...slotOf.values()][0]!;
-      await b.seek("earliest", { slot: one });
-      const again: KeyqEvent[] = [];
-      for (let i = 0; i < 20; i++) {
-        const r = await b.run({ handler: (ev: KeyqEvent) => void again.push(ev) });
-        if (r.events === 0) break;
-      }
-      assert.ok(again.length > 0);
-      assert.deepEqual([...new Set(again.map((e) => slotOf.get(e.key!)))], [one], "only the sought slot's keys come again");
-      const expected = (await f.raw(`select count(*)::int as n from "${f.schema}".event_1 where "${f.schema}".slot_of(ev_key, 3) = ${one}`))[0]!.n;
-      assert.equal(again.length, expected);
-      await assert.rejects(b.seek("earliest", { slot: 3 }), { code: "INVALID_INPUT" });
-      await assert.rejects(f.q.seek("files", "p", "earliest", { slot: 0 }), { code: "INVALID_INPUT" }, "slots are for ordered consumers");
+  test(
+    "seek back and forward on plain, Tier A and Tier B; one slot of Tier B; retries of the moved range are dropped",
+    { skip, timeout: 120_000 },
+    async () => {
+      await withPg(async (f) => {
+        await f.q.createQueue("files", { retention: "1 hour" });
+        const cs = [f.q.consumer("files", "p"), f.q.exclusive("files", "a"), f.q.ordered("files", "b", { slots: 3 })];
+        for (const c of cs) await c.subscribe();
+        await f.q.sendBatch("files", events(40));
+        for (const c of cs) assert.equal((await drain(c)).length, 40);
+        let total = 40;
+        for (const c of cs) {
+          const back = await c.seek("earliest");
+          assert.equal(back.slots, c.name === "b" ? 3 : 1);
+          assert.deepEqual(sorted(await drain(c)), ids(1, total), `${c.name}: back to earliest, everything again`);
+          await c.seek("31");
+          assert.deepEqual(sorted(await drain(c)), ids(31, total), `${c.name}: to an id`);
+          await f.q.sendBatch("files", events(5, 100));
+          total += 5;
+          await c.seek("latest");
+          assert.deepEqual(await drain(c), [], `${c.name}: forward to latest skips what was pending`);
+        }
+        // One slot of the ordered consumer goes back; the other slots stay.
+        const b = f.q.ordered("files", "b", { slots: 3 });
+        const slotOf = new Map<string, number>();
+        for (let k = 0; k < 5; k++) slotOf.set(`k${k}`, await b.slotOf(`k${k}`));
+        const one = [...slotOf.values()][0]!;
+        await b.seek("earliest", { slot: one });
+        const again: KeyqEvent[] = [];
+        for (let i = 0; i < 20; i++) {
+          const r = await b.run({ handler: (ev: KeyqEvent) => void again.push(ev) });
+          if (r.events === 0) break;
+        }
+        assert.ok(again.length > 0);
+        assert.deepEqual([...new Set(again.map((e) => slotOf.get(e.key!)))], [one], "only the sought slot's keys come again");
+        const expected = (await f.raw(`select count(*)::int as n from "${f.schema}".event_1 where "${f.schema}".slot_of(ev_key, 3) = ${one}`))[0]!.n;
+        assert.equal(again.length, expected);
+        await assert.rejects(b.seek("earliest", { slot: 3 }), { code: "INVALID_INPUT" });
+        await assert.rejects(f.q.seek("files", "p", "earliest", { slot: 0 }), { code: "INVALID_INPUT" }, "slots are for ordered consumers");
 
-      // A failing event leaves a retry; a seek past it drops the retry (the stated rule).
-      let fail = true;
-      await f.q.send("files", { type: "E", payload: 0, key: "k1" });
-      await f.q.consumer("files", "p").run({ handler: () => { if (fail) throw new Error("no"); } });
-      const pending = (await f.q.status({ queue: "files" }))[0]!.consumers.find((c) => c.name === "p")!.retries;
-      assert.equal(pending, 11, "the 10 events sent since p's last seek and this one failed");
-      const r = await f.q.seek("files", "p", "latest");
-      assert.equal(r.retriesDropped, 11);
-      assert.equal((await f.q.status({ queue: "files" }))[0]!.consumers.find((c) => c.name === "p")!.retries, 0);
-      fail = false;
-    });
-  });
+        // A failing event leaves a retry; a seek past it drops the retry (the stated rule).
+        let fail = true;
+        await f.q.send("files", { type: "E", payload: 0, key: "k1" });
+        await f.q.consumer("files", "p").run({
+          handler: () => {
+            if (fail) throw new Error("no");
+          },
+        });
+        const pending = (await f.q.status({ queue: "files" }))[0]!.consumers.find((c) => c.name === "p")!.retries;
+        assert.equal(pending, 11, "the 10 events sent since p's last seek and this one failed");
+        const r = await f.q.seek("files", "p", "latest");
+        assert.equal(r.retriesDropped, 11);
+        assert.equal((await f.q.status({ queue: "files" }))[0]!.consumers.find((c) => c.name === "p")!.retries, 0);
+        fail = false;
+      });
+    },
+  );
 
   test("a seek while a batch holds the consumer is CONSUMER_BUSY and changes nothing", { skip, timeout: 120_000 }, async () => {
     await withPg({ max: 2 }, async (f, defer) => {
@@ -147,36 +157,40 @@ describe("start positions and seek", () => {
     });
   });
 
-  test("bad positions: future dates, unknown ids, ids of another queue, a passed range; typed errors, nothing changed", { skip, timeout: 120_000 }, async () => {
-    await withPg(async (f) => {
-      await f.q.createQueue("files");
-      await f.q.createQueue("other");
-      const c = f.q.consumer("files", "c");
-      await c.subscribe();
-      await f.q.sendBatch("files", events(10));
-      await f.q.sendBatch("other", events(50));
-      await drain(c);
-      for (let i = 0; i < 3; i++) await f.q.maintain("files", { forceRotate: true }); // events 1–10 are gone
-      await f.q.sendBatch("files", events(5, 10));
-      const before = await state(f, "c");
-      const cases: [unknown, string][] = [
-        [new Date(Date.now() + 3_600_000), "POSITION_OUT_OF_RANGE"],
-        [new Date("2001-01-01"), "POSITION_OUT_OF_RANGE"],
-        ["40", "EVENT_NOT_FOUND"], // an id of queue "other", beyond this queue's ids
-        ["3", "POSITION_OUT_OF_RANGE"], // truncated by rotation
-        [new Date("nope"), "INVALID_INPUT"],
-        ["first", "INVALID_INPUT"],
-        [12, "INVALID_INPUT"],
-      ];
-      for (const [to, code] of cases) {
-        await assert.rejects(c.seek(to as string), { code }, `seek ${String(to)}`);
-        await assert.rejects(f.q.consumer("files", "new").subscribe({ from: to as string }), { code }, `subscribe from ${String(to)}`);
-      }
-      assert.equal(await state(f, "c"), before, "the cursor did not move");
-      assert.equal(await state(f, "new"), "[]", "no consumer was created");
-      await assert.rejects(f.q.history("files", "k1", { from: new Date(Date.now() + 60_000) }), { code: "POSITION_OUT_OF_RANGE" });
-    });
-  });
+  test(
+    "bad positions: future dates, unknown ids, ids of another queue, a passed range; typed errors, nothing changed",
+    { skip, timeout: 120_000 },
+    async () => {
+      await withPg(async (f) => {
+        await f.q.createQueue("files");
+        await f.q.createQueue("other");
+        const c = f.q.consumer("files", "c");
+        await c.subscribe();
+        await f.q.sendBatch("files", events(10));
+        await f.q.sendBatch("other", events(50));
+        await drain(c);
+        for (let i = 0; i < 3; i++) await f.q.maintain("files", { forceRotate: true }); // events 1–10 are gone
+        await f.q.sendBatch("files", events(5, 10));
+        const before = await state(f, "c");
+        const cases: [unknown, string][] = [
+          [new Date(Date.now() + 3_600_000), "POSITION_OUT_OF_RANGE"],
+          [new Date("2001-01-01"), "POSITION_OUT_OF_RANGE"],
+          ["40", "EVENT_NOT_FOUND"], // an id of queue "other", beyond this queue's ids
+          ["3", "POSITION_OUT_OF_RANGE"], // truncated by rotation
+          [new Date("nope"), "INVALID_INPUT"],
+          ["first", "INVALID_INPUT"],
+          [12, "INVALID_INPUT"],
+        ];
+        for (const [to, code] of cases) {
+          await assert.rejects(c.seek(to as string), { code }, `seek ${String(to)}`);
+          await assert.rejects(f.q.consumer("files", "new").subscribe({ from: to as string }), { code }, `subscribe from ${String(to)}`);
+        }
+        assert.equal(await state(f, "c"), before, "the cursor did not move");
+        assert.equal(await state(f, "new"), "[]", "no consumer was created");
+        await assert.rejects(f.q.history("files", "k1", { from: new Date(Date.now() + 60_000) }), { code: "POSITION_OUT_OF_RANGE" });
+      });
+    },
+  );
 });
 
 describe("key history", () => {

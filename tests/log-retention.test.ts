@@ -55,7 +55,10 @@ async function lateSend(sql: Sql, schema: string, queue: string, key: string): P
 }
 
 describe("retention", () => {
-  test("keeps a ring table past its consumers while it is younger than the retention, and lets it go once it passes (sizes measured)", { skip, timeout: 120_000 }, async () => {
+  test("keeps a ring table past its consumers while it is younger than the retention, and lets it go once it passes (sizes measured)", {
+    skip,
+    timeout: 120_000,
+  }, async () => {
     await withPg(async (f) => {
       await f.q.createQueue("kept", { retention: "1 hour" });
       await f.q.createQueue("plain"); // no retention: today's behaviour
@@ -70,8 +73,10 @@ describe("retention", () => {
       }
       const kept = await tables(f, "kept");
       const plain = await tables(f, "plain");
-      console.log(`retention 1 h: rows per ring table ${kept.map((t) => t.rows).join("/")}, bytes ${kept.map((t) => t.bytes).join("/")}; ` +
-        `no retention: rows ${plain.map((t) => t.rows).join("/")}, bytes ${plain.map((t) => t.bytes).join("/")}`);
+      console.log(
+        `retention 1 h: rows per ring table ${kept.map((t) => t.rows).join("/")}, bytes ${kept.map((t) => t.bytes).join("/")}; ` +
+          `no retention: rows ${plain.map((t) => t.rows).join("/")}, bytes ${plain.map((t) => t.bytes).join("/")}`,
+      );
       assert.equal(kept.reduce((n, t) => n + t.rows, 0), 1200, "every event is kept past its consumer");
       assert.equal(plain.reduce((n, t) => n + t.rows, 0), 800, "without retention the third rotation truncated the passed table 0");
       assert.equal(plain[0]!.rows, 0);
@@ -107,8 +112,11 @@ describe("retention", () => {
   });
 });
 
-describe("from: \"earliest\"", () => {
-  test("a new consumer gets the whole retained history once and in order (plain: the live order; Tier B: per key), late commits included", { skip, timeout: 120_000 }, async () => {
+describe('from: "earliest"', () => {
+  test("a new consumer gets the whole retained history once and in order (plain: the live order; Tier B: per key), late commits included", {
+    skip,
+    timeout: 120_000,
+  }, async () => {
     await withPg({ max: 3 }, async (f, defer) => {
       const other = worker(f.url, f.schema, 0, "kq-late");
       defer(() => other.sql.end());
@@ -171,7 +179,7 @@ describe("from: \"earliest\"", () => {
     });
   });
 
-  test("the default start is \"latest\", independent of whether a tick happened", { skip, timeout: 120_000 }, async () => {
+  test('the default start is "latest", independent of whether a tick happened', { skip, timeout: 120_000 }, async () => {
     await withPg(async (f) => {
       await f.q.createQueue("files");
       for (const ticked of [false, true]) {

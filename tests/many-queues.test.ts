@@ -7,7 +7,7 @@
 // parameter plans (and locks) every queue's partitions; this test fails then.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import type { TxDriver, Executor, Keyq, Row, SqlParam } from "../mod.ts";
+import type { Executor, Keyq, Row, SqlParam, TxDriver } from "../mod.ts";
 import { keyq } from "../mod.ts";
 import { dbSkip } from "./helpers/db.ts";
 import { type PgFixture, withPg } from "./helpers/fixture.ts";
@@ -45,7 +45,10 @@ async function locksOfRun(f: PgFixture, queues: number, kind: Kind): Promise<{ m
   const consumer = (c: Keyq) => kind === "plain" ? c.consumer("q0", "c") : kind === "exclusive" ? c.exclusive("q0", "c") : c.ordered("q0", "c", { slots: 4 });
   await consumer(f.q).subscribe();
   const ten = Array.from({ length: 10 }, (_, j) => ({ type: "T", key: `k${j}`, payload: { j } }));
-  const run = (c: Keyq) => kind === "ordered" ? (consumer(c) as ReturnType<Keyq["ordered"]>).run({ worker: 0, workers: 1, handler: () => {} }) : (consumer(c) as ReturnType<Keyq["consumer"]>).run({ handler: () => {} });
+  const run = (c: Keyq) =>
+    kind === "ordered"
+      ? (consumer(c) as ReturnType<Keyq["ordered"]>).run({ worker: 0, workers: 1, handler: () => {} })
+      : (consumer(c) as ReturnType<Keyq["consumer"]>).run({ handler: () => {} });
   await f.q.sendBatch("q0", ten);
   await run(f.q); // first run: whatever a first run sets up
   await f.q.sendBatch("q0", ten);

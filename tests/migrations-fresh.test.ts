@@ -130,7 +130,8 @@ test("splitStatements splits at semicolons outside quotes, dollar quotes and com
 });
 
 test("fresh forms leave out function definitions but a frozen function's last one, and refuse a migration that calls a left-out one", () => {
-  const f = (name: string, body = "select 1") => `-- ${name} does this\ncreate or replace function :KEYQ_SCHEMA.${name}() returns int language sql as $$ ${body} $$;\n`;
+  const f = (name: string, body = "select 1") =>
+    `-- ${name} does this\ncreate or replace function :KEYQ_SCHEMA.${name}() returns int language sql as $$ ${body} $$;\n`;
   const one = `-- header\n\ncreate table :KEYQ_SCHEMA.tick (a int);\n\n${f("tick")}\n${f("slot_of")}`;
   const two = `${f("slot_of", "select 2")}create index on :KEYQ_SCHEMA.tick (a);\n`;
   const [a, b, c] = freshMigrations([one, two, "select 3;\n"], ["slot_of"]);
@@ -144,8 +145,10 @@ test("fresh forms leave out function definitions but a frozen function's last on
 
 test("the generated module gives a migration a fresh form exactly when it defines functions", () => {
   const out = renderMigrations(
-    [{ name: "001_a.sql", text: "create table :KEYQ_SCHEMA.t (a int);\ncreate function :KEYQ_SCHEMA.slot_of() returns int language sql as $$ select 1 $$;\n" },
-     { name: "002_b.sql", text: "create function :KEYQ_SCHEMA.f() returns int language sql as $$ select 1 $$;\nalter table :KEYQ_SCHEMA.t add b int;\n" }],
+    [
+      { name: "001_a.sql", text: "create table :KEYQ_SCHEMA.t (a int);\ncreate function :KEYQ_SCHEMA.slot_of() returns int language sql as $$ select 1 $$;\n" },
+      { name: "002_b.sql", text: "create function :KEYQ_SCHEMA.f() returns int language sql as $$ select 1 $$;\nalter table :KEYQ_SCHEMA.t add b int;\n" },
+    ],
     [],
   );
   assert.equal(out.match(/^ {4}fresh: `/gm)?.length, 1);

@@ -1,29 +1,13 @@
 // Tier B: ordered per key over N fixed slots, shown with real connections.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import pg from "pg";
 import * as v from "valibot";
-import { keyq, KeyqError } from "../mod.ts";
-import { fromPg } from "../src/drivers/pg.ts";
+import { KeyqError } from "../mod.ts";
 import { dbSkip } from "./helpers/db.ts";
-import type { Fixture } from "./helpers/keyq.ts";
 import { withPg } from "./helpers/fixture.ts";
-import { gate, sleep, terminate, worker } from "./helpers/sync.ts";
+import { gate, sleep, worker } from "./helpers/sync.ts";
 
 const skip = await dbSkip();
-
-
-
-/** Rows read from the queue's event tables (sequential + index fetches), after stats are flushed. */
-async function rowsRead(f: Fixture): Promise<number> {
-  await f.raw("select pg_stat_clear_snapshot()");
-  const [r] = await f.raw(
-    `select coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0)::bigint::text as n
-       from pg_stat_user_tables where schemaname = $1 and relname like 'event\\_%'`,
-    [f.schema],
-  );
-  return Number(r!.n);
-}
 
 describe("Tier B: ordered consumer", () => {
   test("pinned routing at N = 4: tenant-1…5 → slots 1, 3, 2, 3, 3; a null key → slot 0", { skip }, async () => {
@@ -51,10 +35,13 @@ describe("Tier B: ordered consumer", () => {
       const N = 10_000;
       // One producer, in sequence: A, B, A, A, B… keys from a skewed, interleaved pattern.
       for (let i = 0; i < N; i += 500) {
-        await f.q.sendBatch("files", Array.from({ length: 500 }, (_, j) => {
-          const n = i + j;
-          return { type: "FileEvent", payload: n, key: `tenant-${(n * 7 + (n >> 3)) % 100}` };
-        }));
+        await f.q.sendBatch(
+          "files",
+          Array.from({ length: 500 }, (_, j) => {
+            const n = i + j;
+            return { type: "FileEvent", payload: n, key: `tenant-${(n * 7 + (n >> 3)) % 100}` };
+          }),
+        );
       }
       const handled = { n: 0 };
       await Promise.all(workers.map(async ({ q }, w) => {
@@ -92,7 +79,9 @@ describe("Tier B: ordered consumer", () => {
         `select count(distinct worker)::int as workers, count(distinct slot)::int as slots from "${f.schema}".log`,
       );
       console.log(
-        `G1: events=${N} keys=100 slots=8 workers=4 delivered=${count!.events} rows=${count!.rows} wrongSlot=${wrongSlot!.n} outOfOrder=${outOfOrder!.n} busyWorkers=${spread!.workers}`,
+        `G1: events=${N} keys=100 slots=8 workers=4 delivered=${count!.events} rows=${count!.rows} wrongSlot=${wrongSlot!.n} outOfOrder=${
+          outOfOrder!.n
+        } busyWorkers=${spread!.workers}`,
       );
       assert.equal(count!.events, N, "the union of the slots is the whole stream");
       assert.equal(count!.rows, N, "pairwise disjoint: no event delivered twice");
@@ -103,62 +92,66 @@ describe("Tier B: ordered consumer", () => {
     });
   });
 
-  test("G2: two workers on one slot — one gets the batch, the other skips; a client that skips the try-lock blocks, then sees no duplicate", { skip }, async () => {
-    await withPg({ max: 2 }, async (f, defer) => {
-      const a = worker(f.url, f.schema, 0);
-      const b = worker(f.url, f.schema, 1);
-      const c = worker(f.url, f.schema, 2);
-      const release = gate();
-      defer(async () => {
-        release.open(); // never leave the first batch hanging when an assertion fails
-        await Promise.all([a, b, c].map((w) => w.sql.end()));
+  test(
+    "G2: two workers on one slot — one gets the batch, the other skips; a client that skips the try-lock blocks, then sees no duplicate",
+    { skip },
+    async () => {
+      await withPg({ max: 2 }, async (f, defer) => {
+        const a = worker(f.url, f.schema, 0);
+        const b = worker(f.url, f.schema, 1);
+        const c = worker(f.url, f.schema, 2);
+        const release = gate();
+        defer(async () => {
+          release.open(); // never leave the first batch hanging when an assertion fails
+          await Promise.all([a, b, c].map((w) => w.sql.end()));
+        });
+        await f.q.createQueue("files");
+        const opts = { slots: 4, helpAfter: "1h" };
+        const consumer = f.q.ordered("files", "idx", opts);
+        await consumer.subscribe();
+        // tenant-1 → slot 1.
+        await f.q.sendBatch("files", Array.from({ length: 6 }, (_, i) => ({ type: "E", payload: i, key: "tenant-1" })));
+        await f.q.tick("files");
+        const inside = gate();
+        const aSeen: string[] = [];
+        const aBatch = a.q.ordered("files", "idx", opts).batch({
+          worker: 1,
+          workers: 4,
+          maxEvents: 3,
+          handler: async (ev) => {
+            aSeen.push(ev.id);
+            inside.open();
+            await release.wait;
+          },
+        });
+        await inside.wait;
+        const bReport = await b.q.ordered("files", "idx", opts).batch({ worker: 1, workers: 4, maxEvents: 3, handler: () => {} });
+        assert.deepEqual({ events: bReport.events, busy: bReport.busy }, { events: 0, busy: true }, "B skipped the held slot");
+        // C bypasses the try-lock: it must block on the cursor row, not read the same events.
+        const cResult = c.sql.begin(async (tx) => {
+          const [row] = await tx.unsafe(
+            `select "${f.schema}".receive_ordered(queue => 'files', consumer => 'idx', slots => '{1}', max_events => 3, skip_try_lock => true)::text as r`,
+          );
+          return JSON.parse(row!.r) as { events: { id: string }[] };
+        });
+        let waiting = 0;
+        for (let i = 0; i < 100 && waiting === 0; i++) {
+          await sleep(50);
+          const [w] = await f.raw(
+            `select count(*)::int as n from pg_stat_activity where application_name = 'kq-worker-2' and wait_event_type = 'Lock'`,
+          );
+          waiting = Number(w!.n);
+        }
+        assert.equal(waiting, 1, "the bypassing client is blocked on the slot's cursor row");
+        release.open();
+        await aBatch;
+        const cEvents = (await cResult).events.map((e) => e.id);
+        assert.equal(aSeen.length, 3);
+        assert.equal(cEvents.length, 3);
+        assert.deepEqual(cEvents.filter((id) => aSeen.includes(id)), [], "no duplicate after the first committed");
       });
-      await f.q.createQueue("files");
-      const opts = { slots: 4, helpAfter: "1h" };
-      const consumer = f.q.ordered("files", "idx", opts);
-      await consumer.subscribe();
-      // tenant-1 → slot 1.
-      await f.q.sendBatch("files", Array.from({ length: 6 }, (_, i) => ({ type: "E", payload: i, key: "tenant-1" })));
-      await f.q.tick("files");
-      const inside = gate();
-      const aSeen: string[] = [];
-      const aBatch = a.q.ordered("files", "idx", opts).batch({
-        worker: 1,
-        workers: 4,
-        maxEvents: 3,
-        handler: async (ev) => {
-          aSeen.push(ev.id);
-          inside.open();
-          await release.wait;
-        },
-      });
-      await inside.wait;
-      const bReport = await b.q.ordered("files", "idx", opts).batch({ worker: 1, workers: 4, maxEvents: 3, handler: () => {} });
-      assert.deepEqual({ events: bReport.events, busy: bReport.busy }, { events: 0, busy: true }, "B skipped the held slot");
-      // C bypasses the try-lock: it must block on the cursor row, not read the same events.
-      const cResult = c.sql.begin(async (tx) => {
-        const [row] = await tx.unsafe(
-          `select "${f.schema}".receive_ordered(queue => 'files', consumer => 'idx', slots => '{1}', max_events => 3, skip_try_lock => true)::text as r`,
-        );
-        return JSON.parse(row!.r) as { events: { id: string }[] };
-      });
-      let waiting = 0;
-      for (let i = 0; i < 100 && waiting === 0; i++) {
-        await sleep(50);
-        const [w] = await f.raw(
-          `select count(*)::int as n from pg_stat_activity where application_name = 'kq-worker-2' and wait_event_type = 'Lock'`,
-        );
-        waiting = Number(w!.n);
-      }
-      assert.equal(waiting, 1, "the bypassing client is blocked on the slot's cursor row");
-      release.open();
-      await aBatch;
-      const cEvents = (await cResult).events.map((e) => e.id);
-      assert.equal(aSeen.length, 3);
-      assert.equal(cEvents.length, 3);
-      assert.deepEqual(cEvents.filter((id) => aSeen.includes(id)), [], "no duplicate after the first committed");
-    });
-  });
+    },
+  );
 
   test("static assignment: 3 workers cover 8 slots; with one absent its slots are drained by help-out and rotation is not pinned", { skip }, async () => {
     await withPg({ max: 2 }, async (f) => {
@@ -187,10 +180,14 @@ describe("Tier B: ordered consumer", () => {
       assert.ok(before < 64, "before the bound, nobody reads the absent worker's slots");
       await sleep(1600);
       for (const w of [0, 2]) {
-        await c.run({ worker: w, workers: 3, handler: (ev) => {
-          late.push(ev.payload);
-          bySlot.set(ev.slot!, (bySlot.get(ev.slot!) ?? 0) + 1);
-        } });
+        await c.run({
+          worker: w,
+          workers: 3,
+          handler: (ev) => {
+            late.push(ev.payload);
+            bySlot.set(ev.slot!, (bySlot.get(ev.slot!) ?? 0) + 1);
+          },
+        });
       }
       assert.equal(late.length, 64, `every event drained (${before} before help-out)`);
       for (const s of [1, 4, 7]) assert.ok((bySlot.get(s) ?? 0) > 0, `slot ${s} was helped`);
@@ -282,115 +279,47 @@ describe("Tier B: ordered consumer", () => {
     });
   }
 
-  test("pause: a head dead-lettered on its first failure (bad payload, maxRetries 0) releases the events held behind it in the same batch", { skip }, async () => {
-    await withPg({ payloads: { files: v.object({ n: v.number() }) } }, async (f) => {
-      await f.q.createQueue("files", { maxRetries: 0 });
-      const c = f.q.ordered<{ n: number }>("files", "idx", { slots: 1, onFailure: "pause" });
-      await c.subscribe();
-      // The head bypasses the send-side schema check (an older producer): it fails at receive.
-      await f.raw(`select "${f.schema}".send(queue => 'files', type => 'E', payload => '{"n": "bad"}'::jsonb, key => 'K')`);
-      await f.q.sendBatch("files", [{ type: "E", payload: { n: 1 }, key: "K" }, { type: "E", payload: { n: 0 }, key: "L" }]);
-      await f.q.tick("files");
-      const seen: string[] = [];
-      const first = await c.batch({ handler: (ev) => void seen.push(`${ev.key}${ev.payload.n}`) });
-      assert.deepEqual(seen, ["L0"], "K1 is held behind its failed head in the same batch");
-      assert.deepEqual([first.events, first.deadLettered], [1, 1]);
-      await c.run({ handler: (ev) => void seen.push(`${ev.key}${ev.payload.n}`) });
-      assert.deepEqual(seen, ["L0", "K1"], "then released: delivered once, after the head");
-      assert.deepEqual(await c.blockedKeys(), []);
-      const [left] = await f.raw(`select count(*)::int as n from "${f.schema}".retry`);
-      assert.equal(left!.n, 0);
-    });
-  });
+  test(
+    "pause: a head dead-lettered on its first failure (bad payload, maxRetries 0) releases the events held behind it in the same batch",
+    { skip },
+    async () => {
+      await withPg({ payloads: { files: v.object({ n: v.number() }) } }, async (f) => {
+        await f.q.createQueue("files", { maxRetries: 0 });
+        const c = f.q.ordered<{ n: number }>("files", "idx", { slots: 1, onFailure: "pause" });
+        await c.subscribe();
+        // The head bypasses the send-side schema check (an older producer): it fails at receive.
+        await f.raw(`select "${f.schema}".send(queue => 'files', type => 'E', payload => '{"n": "bad"}'::jsonb, key => 'K')`);
+        await f.q.sendBatch("files", [{ type: "E", payload: { n: 1 }, key: "K" }, { type: "E", payload: { n: 0 }, key: "L" }]);
+        await f.q.tick("files");
+        const seen: string[] = [];
+        const first = await c.batch({ handler: (ev) => void seen.push(`${ev.key}${ev.payload.n}`) });
+        assert.deepEqual(seen, ["L0"], "K1 is held behind its failed head in the same batch");
+        assert.deepEqual([first.events, first.deadLettered], [1, 1]);
+        await c.run({ handler: (ev) => void seen.push(`${ev.key}${ev.payload.n}`) });
+        assert.deepEqual(seen, ["L0", "K1"], "then released: delivered once, after the head");
+        assert.deepEqual(await c.blockedKeys(), []);
+        const [left] = await f.raw(`select count(*)::int as n from "${f.schema}".retry`);
+        assert.equal(left!.n, 0);
+      });
+    },
+  );
 
   test("N invariant: another slot count is rejected and nothing changes", { skip }, async () => {
     await withPg(async (f) => {
       await f.q.createQueue("files");
       await f.q.ordered("files", "idx", { slots: 8 }).subscribe();
-      await assert.rejects(f.q.ordered("files", "idx", { slots: 4 }).subscribe(), (e: unknown) =>
-        e instanceof KeyqError && e.code === "SLOT_COUNT_MISMATCH" && /has 8 slots/.test(e.message));
+      await assert.rejects(
+        f.q.ordered("files", "idx", { slots: 4 }).subscribe(),
+        (e: unknown) => e instanceof KeyqError && e.code === "SLOT_COUNT_MISMATCH" && /has 8 slots/.test(e.message),
+      );
       const [row] = await f.raw(`select slots, (select count(*)::int from "${f.schema}".cursor) as cursors from "${f.schema}".consumer`);
       assert.deepEqual(row, { slots: 8, cursors: 8 });
       assert.throws(() => f.q.ordered("files", "x", { slots: 0 }), (e: unknown) => e instanceof KeyqError && e.code === "INVALID_INPUT");
-      assert.throws(() => f.q.ordered("files", "x", { slots: 8, onFailure: "halt" as "skip" }), (e: unknown) =>
-        e instanceof KeyqError && e.code === "INVALID_INPUT");
-      await assert.rejects(f.q.exclusive("files", "idx").subscribe(), (e: unknown) =>
-        e instanceof KeyqError && e.code === "CONSUMER_KIND_MISMATCH");
-    });
-  });
-
-  test("read amplification: rows read per delivered event at N = 1, 4, 8, 16 (≤ 1.5 at N = 8)", { skip }, async () => {
-    const results: Record<number, number> = {};
-    for (const n of [1, 4, 8, 16]) {
-      await withPg({ max: 1 }, async (f) => {
-        await f.q.createQueue("files");
-        const c = f.q.ordered("files", "idx", { slots: n });
-        await c.subscribe();
-        const E = 4000;
-        for (let i = 0; i < E; i += 1000) {
-          await f.q.sendBatch("files", Array.from({ length: 1000 }, (_, j) => ({ type: "E", payload: i + j, key: `tenant-${(i + j) % 200}` })));
-        }
-        await f.raw(`analyze "${f.schema}".event`);
-        await f.raw("select pg_stat_force_next_flush()");
-        await f.raw("select 1");
-        const before = await rowsRead(f);
-        let delivered = 0;
-        for (let round = 0; round < 50 && delivered < E; round++) {
-          delivered += (await c.run({ maxEvents: 100, handler: () => {} })).events;
-        }
-        await f.raw("select pg_stat_force_next_flush()");
-        await f.raw("select 1");
-        const after = await rowsRead(f);
-        assert.equal(delivered, E);
-        results[n] = (after - before) / delivered;
-      });
-    }
-    console.log(`read amplification (rows read per delivered event): ${Object.entries(results).map(([n, r]) => `N=${n}: ${r.toFixed(3)}`).join(", ")}`);
-    assert.ok(results[8]! <= 1.5, `N = 8 reads ${results[8]} rows per event`);
-  });
-
-  // node-postgres for the victim: postgres.js 3.4.9 crashes the process when
-  // its backend is killed mid-transaction (porsager/postgres#1208).
-  test("crash mid-batch: the slot is free at once; nothing lost or duplicated in the database", { skip }, async () => {
-    await withPg({ max: 2 }, async (f, defer) => {
-      const pool = new pg.Pool({ connectionString: f.url, application_name: "kq-victim", max: 1 });
-      pool.on("error", () => {});
-      defer(() => pool.end());
-      await f.q.createQueue("files");
-      await f.raw(`create table "${f.schema}".side (ev_id bigint primary key)`);
-      const opts = { slots: 2 };
-      await f.q.ordered("files", "idx", opts).subscribe();
-      await f.q.sendBatch("files", Array.from({ length: 10 }, (_, i) => ({ type: "E", payload: i, key: "tenant-1" })));
-      const victim = keyq(fromPg(pool), { schema: f.schema }).ordered("files", "idx", opts);
-      const inside = gate();
-      const killed = gate();
-      let pid = "";
-      const run = victim.run({
-        maxEvents: 4,
-        handler: async (ev, tx) => {
-          await tx.query(`insert into "${f.schema}".side values ($1::bigint)`, [ev.id]);
-          pid = String((await tx.query("select pg_backend_pid()::text as p"))[0]!.p);
-          inside.open();
-          await killed.wait;
-          await tx.query("select 1"); // the connection is gone: the batch fails here
-        },
-      });
-      await inside.wait;
-      await terminate(f.raw, pid);
-      killed.open();
-      await assert.rejects(run);
-      const order: number[] = [];
-      const r = await f.q.ordered<number>("files", "idx", opts).run({
-        maxEvents: 4,
-        handler: async (ev, tx) => {
-          order.push(ev.payload);
-          await tx.query(`insert into "${f.schema}".side values ($1::bigint)`, [ev.id]);
-        },
-      });
-      assert.equal(r.events, 10, "the slot was free at once and nothing was lost");
-      assert.deepEqual(order, Array.from({ length: 10 }, (_, i) => i), "in order");
-      const [side] = await f.raw(`select count(*)::int as n from "${f.schema}".side`);
-      assert.equal(side!.n, 10, "no duplicate effects");
+      assert.throws(
+        () => f.q.ordered("files", "x", { slots: 8, onFailure: "halt" as "skip" }),
+        (e: unknown) => e instanceof KeyqError && e.code === "INVALID_INPUT",
+      );
+      await assert.rejects(f.q.exclusive("files", "idx").subscribe(), (e: unknown) => e instanceof KeyqError && e.code === "CONSUMER_KIND_MISMATCH");
     });
   });
 });

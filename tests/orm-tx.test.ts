@@ -77,9 +77,19 @@ describe("send and sendBatch join the user's ORM transaction", { skip }, () => {
     const s = f.schema;
     const orders = pgSchema(s).table("orders", { id: integer("id").primaryKey() });
     const dz = drizzlePostgres(f.sql);
-    orms.push({ name: "Drizzle (postgres-js)", db: dz, close: async () => {}, transaction: (fn) => dz.transaction((tx) => fn(tx, (id) => tx.insert(orders).values({ id }))) });
+    orms.push({
+      name: "Drizzle (postgres-js)",
+      db: dz,
+      close: async () => {},
+      transaction: (fn) => dz.transaction((tx) => fn(tx, (id) => tx.insert(orders).values({ id }))),
+    });
     const dp = drizzlePg(pool);
-    orms.push({ name: "Drizzle (node-postgres)", db: dp, close: async () => {}, transaction: (fn) => dp.transaction((tx) => fn(tx, (id) => tx.insert(orders).values({ id }))) });
+    orms.push({
+      name: "Drizzle (node-postgres)",
+      db: dp,
+      close: async () => {},
+      transaction: (fn) => dp.transaction((tx) => fn(tx, (id) => tx.insert(orders).values({ id }))),
+    });
     const ky = new Kysely<{ orders: { id: number } }>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: f.url, max: 2 }) }) });
     orms.push({
       name: "Kysely",

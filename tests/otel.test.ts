@@ -48,7 +48,15 @@ test("traceparent round trip; malformed ones are refused", () => {
   const tp = toTraceparent(sc);
   assert.equal(tp, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
   assert.deepEqual(fromTraceparent(tp), { ...sc, isRemote: true });
-  for (const bad of [undefined, "", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331", "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", `00-${"0".repeat(32)}-b7ad6b7169203331-01`]) {
+  for (
+    const bad of [
+      undefined,
+      "",
+      "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
+      "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+      `00-${"0".repeat(32)}-b7ad6b7169203331-01`,
+    ]
+  ) {
     assert.equal(fromTraceparent(bad), undefined, String(bad));
   }
 });
@@ -158,7 +166,11 @@ describe("keyq/otel on Postgres", { skip }, () => {
     exporter.reset();
     await f.q.send("head-traced", { type: "T", payload: 1, key: "bad" });
     const headTrace = toTraceparent(exporter.getFinishedSpans().find((s) => s.name === "send head-traced")!.spanContext());
-    await o.run({ handler: () => { throw new Error("poison"); } });
+    await o.run({
+      handler: () => {
+        throw new Error("poison");
+      },
+    });
     await f.q.settleHead("head-traced", "life", "bad", "deadLetter");
     assert.equal((await f.q.dlq.list({ queue: "head-traced" }))[0]!.trace, headTrace);
 
@@ -218,7 +230,10 @@ describe("keyq/otel on Postgres", { skip }, () => {
     const tickAge = (await value(reader, "keyq.queue.tick_age", q))!;
     const [st] = await f.q.status({ queue: "metered" });
     const between = Date.now() - t0;
-    assert.ok(tickAge * 1000 <= st!.lastTickAgeMs! + 1 && tickAge * 1000 >= st!.lastTickAgeMs! - between - 1, `tick_age ${tickAge} s, lastTickAgeMs ${st!.lastTickAgeMs}`);
+    assert.ok(
+      tickAge * 1000 <= st!.lastTickAgeMs! + 1 && tickAge * 1000 >= st!.lastTickAgeMs! - between - 1,
+      `tick_age ${tickAge} s, lastTickAgeMs ${st!.lastTickAgeMs}`,
+    );
     // Lifecycle events of the same workload.
     const mine = events.filter((e) => "batch" in e && (e.batch as { queue: string }).queue === "metered");
     assert.equal(mine.filter((e) => e.type === "events.deadLettered").length, 1);

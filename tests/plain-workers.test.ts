@@ -72,7 +72,13 @@ describe("plain consumer, several workers", () => {
       const held = new Promise<void>((r) => (release = r));
       let started!: () => void;
       const inside = new Promise<void>((r) => (started = r));
-      const slow = c.batch({ maxEvents: 1, handler: async () => { started(); await held; } });
+      const slow = c.batch({
+        maxEvents: 1,
+        handler: async () => {
+          started();
+          await held;
+        },
+      });
       await inside;
       const t0 = Date.now();
       const r = await c.batch({ maxEvents: 1, statementTimeout: 400, handler: () => {} }); // waits min(2 s, 400/2 ms)

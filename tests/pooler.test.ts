@@ -29,7 +29,9 @@ const url = skip ? "" : await requireDatabase();
 // The single-connection cases go through the pooler on Node only: what they
 // test of the pooler (statements, savepoints, one transaction at a time) does
 // not depend on the runtime, and they are most of this file's time.
-const singleSkip: string | false = runtimeName() === "node" ? false : "single-connection cases through PgBouncer run under Node only (the pooler's behaviour does not depend on the runtime)";
+const singleSkip: string | false = runtimeName() === "node"
+  ? false
+  : "single-connection cases through PgBouncer run under Node only (the pooler's behaviour does not depend on the runtime)";
 const cases: { c: Case; skip: string | false }[] = [
   ...[migrateCase, ...tierACases, ...tierBCases].map((c) => ({ c, skip: false as const })),
   ...[...basicCases, ...failureCases].map((c) => ({ c, skip: singleSkip })),

@@ -32,10 +32,12 @@ for (const max of [1, 2]) {
       const jobs: Promise<unknown>[] = [];
       for (let i = 0; i < 60; i++) {
         jobs.push(db.transaction(async (tx) => (await tx.query("select $1::int as v", [String(i)]))[0]));
-        jobs.push(db.transaction(async (tx) => {
-          await tx.query("select $1::int as v", [String(i)]);
-          throw new Error("handler failed"); // ROLLBACK
-        }).catch((e: Error) => assert.equal(e.message, "handler failed")));
+        jobs.push(
+          db.transaction(async (tx) => {
+            await tx.query("select $1::int as v", [String(i)]);
+            throw new Error("handler failed"); // ROLLBACK
+          }).catch((e: Error) => assert.equal(e.message, "handler failed")),
+        );
         jobs.push(db.query("select $1::int as w", [String(i)]));
       }
       assert.equal(await settledWithin(jobs, 10_000), jobs.length, "a transaction never settled");

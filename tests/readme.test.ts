@@ -54,7 +54,7 @@ describe(`README Tour (${runtime})`, () => {
     assert.equal(program.match(/^import \{[^}]*\bkeyq\b[^}]*\} from "keyq";$/gm)?.length, 1);
     assert.match(program.trimEnd(), /await sql\.end\(\);[^\n]*$/, "the program ends with sql.end()");
     assert.doesNotMatch(program, /\?\?\s*"postgres(ql)?:\/\//, "no fallback to a shared database: it says what to set instead");
-    const fake = "<!-- tour:start -->\n```ts\nimport a from \"a\";\nx();\n```\n```sh\nno\n```\n```ts\nimport a from \"a\";\ny();\n```\n<!-- tour:end -->";
+    const fake = '<!-- tour:start -->\n```ts\nimport a from "a";\nx();\n```\n```sh\nno\n```\n```ts\nimport a from "a";\ny();\n```\n<!-- tour:end -->';
     assert.equal(tourProgram(fake).program, 'import a from "a";\n\n// --- README Tour block 1\nx();\n\n// --- README Tour block 2\ny();\n\n');
   });
 

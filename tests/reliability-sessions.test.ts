@@ -123,8 +123,7 @@ describe("reliability", () => {
    * keeps polling the same consumer. Returns the calls of both.
    */
   async function zombie(tier: "A" | "B", fenced: boolean): Promise<{ calls: Call[]; killAt: number; w1Deadline: number; w2FirstAt: number }> {
-    const consumer = (q: Keyq) =>
-      tier === "A" ? q.exclusive<number>("jobs", "f", { fenced }) : q.ordered<number>("jobs", "f", { slots: 1, fenced });
+    const consumer = (q: Keyq) => tier === "A" ? q.exclusive<number>("jobs", "f", { fenced }) : q.ordered<number>("jobs", "f", { slots: 1, fenced });
     return await withPg(async (f, defer) => {
       const sql1 = defer.use(connect(f.url, { max: 2 }), (s) => s.end({ timeout: 1 }).catch(() => {}));
       const w1 = keyq(fromPostgresJs(sql1), { schema: f.schema });

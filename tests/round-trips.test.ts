@@ -201,7 +201,9 @@ for (const spec of specs) {
     for (const kind of kinds) {
       test(`cold invocation: fresh connection, fresh client, one run() of a ${kind} consumer with 10 waiting events`, async () => {
         const name = `cold_${kind}`;
-        const make = (k: Keyq) => (kind === "plain" ? k.consumer("jobs", name) : kind === "exclusive" ? k.exclusive("jobs", name) : k.ordered("jobs", name, { slots: 4 }));
+        const make = (
+          k: Keyq,
+        ) => (kind === "plain" ? k.consumer("jobs", name) : kind === "exclusive" ? k.exclusive("jobs", name) : k.ordered("jobs", name, { slots: 4 }));
         await make(f.q).subscribe();
         await make(f.q).run({ handler: () => {} }); // nothing left from earlier tests
         await f.q.sendBatch("jobs", Array.from({ length: 10 }, (_, i) => ({ type: "E", payload: i, key: `c${i}` })));

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { keyq } from "../mod.ts";
-import type { TxDriver, Executor } from "../mod.ts";
+import type { Executor, TxDriver } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { connect, dbSkip } from "./helpers/db.ts";
 import { withPg } from "./helpers/fixture.ts";
@@ -18,9 +18,7 @@ function counting(driver: TxDriver): { driver: TxDriver; log: string[][] } {
   const wrap = (tx: Executor, mine: string[]): Executor => ({
     ...tx,
     query: (text, params) => (mine.push(text.trim().split(/\s+/)[0]!.toLowerCase()), tx.query(text, params)),
-    savepoint: tx.savepoint
-      ? (fn) => (mine.push("savepoint"), tx.savepoint!((sp) => fn(wrap(sp, mine))))
-      : undefined,
+    savepoint: tx.savepoint ? (fn) => (mine.push("savepoint"), tx.savepoint!((sp) => fn(wrap(sp, mine)))) : undefined,
   });
   return {
     log,
@@ -78,38 +76,42 @@ describe("Tier A at scale", () => {
       assert.ok(perWorker.filter((n) => n > 0).length >= 2, `work spread over workers: ${perWorker.join(", ")}`);
     }));
 
-  test("each event in its own savepoint, opened with its first statement; a failure rolls back that event only, with no rerun", { skip }, () =>
-    withPg({ max: 2 }, async (f, defer) => {
-      const sql = defer.use(connect(f.url), (s) => s.end());
-      const { driver, log } = counting(fromPostgresJs(sql));
-      const q = keyq(driver, { schema: f.schema });
-      await q.createQueue("jobs");
-      await f.raw(`create table "${f.schema}".sink (n int)`);
-      await q.exclusive("jobs", "m").subscribe();
-      await q.sendBatch("jobs", Array.from({ length: 20 }, (_, i) => ({ type: "E", payload: i, key: `k${i}` })));
-      const c = q.exclusive<number>("jobs", "m");
-      const calls = new Map<number, number>();
-      const handler = async (ev: { payload: number }, tx: Executor) => {
-        calls.set(ev.payload, (calls.get(ev.payload) ?? 0) + 1);
-        await tx.query(`insert into "${f.schema}".sink values ($1::int)`, [String(ev.payload)]);
-        if (ev.payload === 25) throw new Error("fails once it wrote");
-      };
-      const r = await c.run({ maxEvents: 100, maxBatches: 1, handler });
-      assert.equal(r.events, 20);
-      const batch = log.at(-1)!;
-      // SAVEPOINT, or RELEASE of the previous event's with the next SAVEPOINT in one text.
-      assert.equal(batch.filter((s) => s === "savepoint" || s === "release").length, 20, batch.join(" "));
-      assert.equal(batch.filter((s) => s === "rollback").length, 0, batch.join(" "));
-      assert.equal(batch.length, 41, `receive + 20 × (savepoint + insert): ${batch.join(" ")}`);
+  test(
+    "each event in its own savepoint, opened with its first statement; a failure rolls back that event only, with no rerun",
+    { skip },
+    () =>
+      withPg({ max: 2 }, async (f, defer) => {
+        const sql = defer.use(connect(f.url), (s) => s.end());
+        const { driver, log } = counting(fromPostgresJs(sql));
+        const q = keyq(driver, { schema: f.schema });
+        await q.createQueue("jobs");
+        await f.raw(`create table "${f.schema}".sink (n int)`);
+        await q.exclusive("jobs", "m").subscribe();
+        await q.sendBatch("jobs", Array.from({ length: 20 }, (_, i) => ({ type: "E", payload: i, key: `k${i}` })));
+        const c = q.exclusive<number>("jobs", "m");
+        const calls = new Map<number, number>();
+        const handler = async (ev: { payload: number }, tx: Executor) => {
+          calls.set(ev.payload, (calls.get(ev.payload) ?? 0) + 1);
+          await tx.query(`insert into "${f.schema}".sink values ($1::int)`, [String(ev.payload)]);
+          if (ev.payload === 25) throw new Error("fails once it wrote");
+        };
+        const r = await c.run({ maxEvents: 100, maxBatches: 1, handler });
+        assert.equal(r.events, 20);
+        const batch = log.at(-1)!;
+        // SAVEPOINT, or RELEASE of the previous event's with the next SAVEPOINT in one text.
+        assert.equal(batch.filter((s) => s === "savepoint" || s === "release").length, 20, batch.join(" "));
+        assert.equal(batch.filter((s) => s === "rollback").length, 0, batch.join(" "));
+        assert.equal(batch.length, 41, `receive + 20 × (savepoint + insert): ${batch.join(" ")}`);
 
-      await q.sendBatch("jobs", Array.from({ length: 10 }, (_, i) => ({ type: "E", payload: 20 + i, key: `k${i}` })));
-      const before = log.length;
-      const r2 = await c.run({ maxEvents: 100, maxBatches: 1, handler });
-      assert.equal(r2.events, 10);
-      assert.equal(r2.retried, 1, "the failing event goes to retry");
-      assert.equal(log.length - before, 1, "one attempt: no rerun");
-      assert.deepEqual([...calls.values()].filter((n) => n !== 1), [], "every handler called once");
-      const rows = await f.raw(`select n from "${f.schema}".sink where n >= 20 order by n`);
-      assert.deepEqual(rows.map((x) => x.n), [20, 21, 22, 23, 24, 26, 27, 28, 29], "the failed event's write rolled back, the others committed once");
-    }));
+        await q.sendBatch("jobs", Array.from({ length: 10 }, (_, i) => ({ type: "E", payload: 20 + i, key: `k${i}` })));
+        const before = log.length;
+        const r2 = await c.run({ maxEvents: 100, maxBatches: 1, handler });
+        assert.equal(r2.events, 10);
+        assert.equal(r2.retried, 1, "the failing event goes to retry");
+        assert.equal(log.length - before, 1, "one attempt: no rerun");
+        assert.deepEqual([...calls.values()].filter((n) => n !== 1), [], "every handler called once");
+        const rows = await f.raw(`select n from "${f.schema}".sink where n >= 20 order by n`);
+        assert.deepEqual(rows.map((x) => x.n), [20, 21, 22, 23, 24, 26, 27, 28, 29], "the failed event's write rolled back, the others committed once");
+      }),
+  );
 });

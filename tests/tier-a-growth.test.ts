@@ -85,10 +85,13 @@ describe("Tier A: the bucket count grows with the workload", () => {
       // A batch's receive in a transaction rolled back at once (what it read stays unread).
       const receive = async (name: string) => {
         let r: { events: unknown[]; starved?: number } | undefined;
-        await assert.rejects(f.sql.begin(async (tx) => {
-          r = (await tx.unsafe(`select ${s}.receive_exclusive('jobs', $1, 10) as r`, [name]))[0]!.r as typeof r;
-          throw new Error("roll back");
-        }), /roll back/);
+        await assert.rejects(
+          f.sql.begin(async (tx) => {
+            r = (await tx.unsafe(`select ${s}.receive_exclusive('jobs', $1, 10) as r`, [name]))[0]!.r as typeof r;
+            throw new Error("roll back");
+          }),
+          /roll back/,
+        );
         return r!;
       };
       assert.deepEqual(await receive("m").then((r) => [r.events.length, r.starved ?? null]), [10, null], "a batch with work did not starve");
@@ -131,7 +134,9 @@ describe("Tier A: the bucket count grows with the workload", () => {
       assert.deepEqual(await buckets(f, "m"), { set: null, grown: null }, "nothing grows inside a batch");
       await c.run({ maxEvents: 10, maxBatches: 1, handler });
       assert.deepEqual(await buckets(f, "m"), { set: null, grown: 32 }, "grown by the next run's prepare");
-      const idx = await f.sql.unsafe(`select bool_and(indisvalid) as valid, count(*)::int as n from pg_index where indexrelid::regclass::text like $1`, [`%${f.schema}%_slots32`]);
+      const idx = await f.sql.unsafe(`select bool_and(indisvalid) as valid, count(*)::int as n from pg_index where indexrelid::regclass::text like $1`, [
+        `%${f.schema}%_slots32`,
+      ]);
       assert.deepEqual([idx[0]!.valid, idx[0]!.n > 0], [true, true], "the slot index for 32 is valid");
       assert.equal((await prepare("m", 16)).buckets, 32, "a second report of the same starvation grows nothing");
       const counts = await f.sql.unsafe(`select distinct nbuckets from ${s}.chunk k join ${s}.consumer c using (consumer_id) where c.consumer_name = 'm'`);
@@ -217,7 +222,10 @@ describe("Tier A: the bucket count grows with the workload", () => {
       // Resubscribing without the option keeps it set; another count is refused.
       await f.q.exclusive("jobs", "fixed").subscribe();
       assert.deepEqual(await buckets(f, "fixed"), { set: 16, grown: null });
-      await assert.rejects(f.q.exclusive("jobs", "fixed", { buckets: 32 }).subscribe(), (e: unknown) => (e as { code?: string }).code === "CONSUMER_OPTION_MISMATCH");
+      await assert.rejects(
+        f.q.exclusive("jobs", "fixed", { buckets: 32 }).subscribe(),
+        (e: unknown) => (e as { code?: string }).code === "CONSUMER_OPTION_MISMATCH",
+      );
     });
   });
 });

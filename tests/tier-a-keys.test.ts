@@ -62,16 +62,18 @@ async function slowBatch(slowMax: number, otherMax: number): Promise<number> {
     });
     await inside.wait;
     // Three workers drain whatever they can while the slow batch is stuck.
-    await Promise.all(ws.slice(1).map(async ({ q }) => {
-      const c = q.exclusive("jobs", "m", { deferDelay: 20 });
-      for (let idle = 0; idle < 5;) {
-        const r = await c.run({ maxEvents: otherMax, budgetMs: 20_000, handler: (ev) => void count(ev.id) });
-        if (r.events === 0 && r.deferred === 0) {
-          idle++;
-          await sleep(30);
-        } else idle = 0;
-      }
-    }));
+    await Promise.all(
+      ws.slice(1).map(async ({ q }) => {
+        const c = q.exclusive("jobs", "m", { deferDelay: 20 });
+        for (let idle = 0; idle < 5;) {
+          const r = await c.run({ maxEvents: otherMax, budgetMs: 20_000, handler: (ev) => void count(ev.id) });
+          if (r.events === 0 && r.deferred === 0) {
+            idle++;
+            await sleep(30);
+          } else idle = 0;
+        }
+      }),
+    );
     const all = await f.raw(`select ev_id::text as id, ev_key as key from "${f.schema}".event`);
     const slowIds = new Set(slow.map((e) => e.id));
     const slowKeys = new Set(slow.map((e) => e.key));
@@ -112,46 +114,50 @@ describe("Tier A: a batch holds only what it reads", () => {
 });
 
 describe("Tier A: buckets follow the workload", () => {
-  test("buckets: 64 set: 32 workers on a backlog of 1,000 keys: every worker is inside a handler at once (unset, see tier-a-growth.test.ts)", { skip }, async () => {
-    await withPg({ max: 2 }, async (f, defer) => {
-      const W = 32;
-      const ws = Array.from({ length: W }, (_, i) => worker(f.url, f.schema, i));
-      defer(() => Promise.all(ws.map((w) => w.sql.end())));
-      await f.q.createQueue("jobs");
-      const opts = { buckets: 64 };
-      await f.q.exclusive("jobs", "m", opts).subscribe();
-      await f.q.sendBatch("jobs", Array.from({ length: 4000 }, (_, i) => ({ type: "E", payload: i, key: `tenant-${i % 1000}` })));
-      await f.q.tick("jobs");
-      const inside = new Set<number>();
-      const got = new Array<number>(W).fill(0);
-      let maxInside = 0;
-      let released = false;
-      const until = Date.now() + 30_000;
-      await Promise.all(ws.map(async ({ q }, w) => {
-        const c = q.exclusive("jobs", "m", opts);
-        while (!released && Date.now() < until) {
-          const r = await c.run({
-            maxEvents: 10,
-            maxBatches: 1,
-            budgetMs: 60_000,
-            handler: async () => {
-              got[w]!++;
-              inside.add(w);
-              maxInside = Math.max(maxInside, inside.size);
-              // Hold the batch until every worker holds one (or the time is up).
-              while (inside.size < W && !released && Date.now() < until) await sleep(20);
-              released = true;
-            },
-          });
-          inside.delete(w);
-          if (r.events === 0) await sleep(50);
-        }
-      }));
-      console.log(`${W} workers: at most ${maxInside} inside a handler at once; events per worker ${got.join(",")}`);
-      assert.equal(maxInside, W, `only ${maxInside} of ${W} workers got work at once`);
-      for (const n of got) assert.ok(n > 0, `a worker got no work: ${got.join(",")}`);
-    });
-  });
+  test(
+    "buckets: 64 set: 32 workers on a backlog of 1,000 keys: every worker is inside a handler at once (unset, see tier-a-growth.test.ts)",
+    { skip },
+    async () => {
+      await withPg({ max: 2 }, async (f, defer) => {
+        const W = 32;
+        const ws = Array.from({ length: W }, (_, i) => worker(f.url, f.schema, i));
+        defer(() => Promise.all(ws.map((w) => w.sql.end())));
+        await f.q.createQueue("jobs");
+        const opts = { buckets: 64 };
+        await f.q.exclusive("jobs", "m", opts).subscribe();
+        await f.q.sendBatch("jobs", Array.from({ length: 4000 }, (_, i) => ({ type: "E", payload: i, key: `tenant-${i % 1000}` })));
+        await f.q.tick("jobs");
+        const inside = new Set<number>();
+        const got = new Array<number>(W).fill(0);
+        let maxInside = 0;
+        let released = false;
+        const until = Date.now() + 30_000;
+        await Promise.all(ws.map(async ({ q }, w) => {
+          const c = q.exclusive("jobs", "m", opts);
+          while (!released && Date.now() < until) {
+            const r = await c.run({
+              maxEvents: 10,
+              maxBatches: 1,
+              budgetMs: 60_000,
+              handler: async () => {
+                got[w]!++;
+                inside.add(w);
+                maxInside = Math.max(maxInside, inside.size);
+                // Hold the batch until every worker holds one (or the time is up).
+                while (inside.size < W && !released && Date.now() < until) await sleep(20);
+                released = true;
+              },
+            });
+            inside.delete(w);
+            if (r.events === 0) await sleep(50);
+          }
+        }));
+        console.log(`${W} workers: at most ${maxInside} inside a handler at once; events per worker ${got.join(",")}`);
+        assert.equal(maxInside, W, `only ${maxInside} of ${W} workers got work at once`);
+        for (const n of got) assert.ok(n > 0, `a worker got no work: ${got.join(",")}`);
+      });
+    },
+  );
 });
 
 describe("Tier A: k handlers per key, lock scopes", () => {

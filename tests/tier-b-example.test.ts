@@ -15,13 +15,16 @@ describe("examples/tier-b-lifecycle.ts", () => {
       await f.raw(`create table "${f.schema}".file_state (tenant text, path text, size int, version int, primary key (tenant, path))`);
       await f.q.ordered("files", "file-state", { slots: 8 }).subscribe();
       const tenants = Array.from({ length: 12 }, (_, i) => `tenant-${i}`);
-      await f.q.sendBatch<{ path: string; size?: number }>("files", tenants.flatMap((key) => [
-        { type: "FileCreated", key, payload: { path: "/a", size: 1 } },
-        { type: "FileCreated", key, payload: { path: "/b", size: 2 } },
-        { type: "FileOverwritten", key, payload: { path: "/a", size: 3 } },
-        { type: "FileDeleted", key, payload: { path: "/b" } },
-        { type: "FileOverwritten", key, payload: { path: "/a", size: 4 } },
-      ]));
+      await f.q.sendBatch<{ path: string; size?: number }>(
+        "files",
+        tenants.flatMap((key) => [
+          { type: "FileCreated", key, payload: { path: "/a", size: 1 } },
+          { type: "FileCreated", key, payload: { path: "/b", size: 2 } },
+          { type: "FileOverwritten", key, payload: { path: "/a", size: 3 } },
+          { type: "FileDeleted", key, payload: { path: "/b" } },
+          { type: "FileOverwritten", key, payload: { path: "/a", size: 4 } },
+        ]),
+      );
       let events = 0;
       for (const index of [0, 1, 2]) events += (await handler(f.q, index, 3)).events;
       assert.equal(events, 60);

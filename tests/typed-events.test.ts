@@ -113,7 +113,10 @@ test("on: refuses a second handler, a type the queue lacks, a non-function; work
     const c = q.consumer("files", "c");
     const all = { FileCreated() {}, FileDeleted() {}, FileTagged() {} };
     assert.match((await refused(c.run({ on: all, handler: () => {} } as never), "INVALID_INPUT")).message, /exactly one of "handler", "handleBatch" or "on"/);
-    assert.match((await refused(c.run({ on: { ...all, FileMovd() {} } } as never), "INVALID_INPUT")).message, /"FileMovd" is not an event type of queue "files"/);
+    assert.match(
+      (await refused(c.run({ on: { ...all, FileMovd() {} } } as never), "INVALID_INPUT")).message,
+      /"FileMovd" is not an event type of queue "files"/,
+    );
     await refused(c.run({ on: { ...all, FileCreated: 1 } } as never), "INVALID_INPUT");
     await refused(c.run({ on: null } as never), "INVALID_INPUT");
     // Untyped: on: dispatches by type, a type without an entry fails (UNKNOWN_EVENT_TYPE).

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
-import { KeyqError, keyq } from "../mod.ts";
+import { keyq, KeyqError } from "../mod.ts";
 import { latestVersion } from "../src/engine/migrate.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { functionsHash } from "../src/generated/migrations.ts";
@@ -84,42 +84,46 @@ async function drain(c: { run: (o: never) => Promise<{ events: number }> }, seen
   }
 }
 
-test("0.1 → current: in-flight events of every consumer kind are delivered exactly once, per-key order kept", { skip }, () =>
-  withSchema(async ({ url, schema }, defer) => {
-    const sql = defer.use(connect(url, { max: 4 }), (s) => s.end({ timeout: 2 }));
-    await install01(url, schema);
-    const done = await inFlight01(sql, schema);
-    for (const name of ["plain", "excl", "ord"]) assert.ok(done[name]!.length > 0, `0.1 consumed some events of ${name}`);
-    const [retrying] = await sql.unsafe(`select count(*)::int as n from "${schema}".retry`);
-    assert.equal(retrying!.n, 2, "two events failed under 0.1 wait for a retry");
-    const q = keyq(fromPostgresJs(sql), { schema });
-    const r = await q.migrate();
-    assert.equal(r.from, 5, "0.1 recorded versions 1–5");
-    assert.deepEqual(r.applied, Array.from({ length: latestVersion - 5 }, (_, i) => i + 6));
-    const kinds = { plain: q.consumer("jobs", "plain"), excl: q.exclusive("jobs", "excl"), ord: q.ordered("jobs", "ord", { slots: 4 }) };
-    for (const [name, c] of Object.entries(kinds)) {
-      const before = done[name]!;
-      const after: Ev[] = [];
-      await drain(c as never, after, 60 - before.length);
-      const all = [...before, ...after].map((e) => Number(e.payload)).sort((a, b) => a - b);
-      assert.deepEqual(all, Array.from({ length: 60 }, (_, i) => i), `${name}: every event exactly once`);
-      if (name === "ord") {
-        for (const k of KEYS) {
-          const seq = [...before, ...after].filter((e) => e.key === k).map((e) => Number(e.payload));
-          assert.deepEqual(seq, [...seq].sort((a, b) => a - b), `ord: key ${k} in send order`);
+test(
+  "0.1 → current: in-flight events of every consumer kind are delivered exactly once, per-key order kept",
+  { skip },
+  () =>
+    withSchema(async ({ url, schema }, defer) => {
+      const sql = defer.use(connect(url, { max: 4 }), (s) => s.end({ timeout: 2 }));
+      await install01(url, schema);
+      const done = await inFlight01(sql, schema);
+      for (const name of ["plain", "excl", "ord"]) assert.ok(done[name]!.length > 0, `0.1 consumed some events of ${name}`);
+      const [retrying] = await sql.unsafe(`select count(*)::int as n from "${schema}".retry`);
+      assert.equal(retrying!.n, 2, "two events failed under 0.1 wait for a retry");
+      const q = keyq(fromPostgresJs(sql), { schema });
+      const r = await q.migrate();
+      assert.equal(r.from, 5, "0.1 recorded versions 1–5");
+      assert.deepEqual(r.applied, Array.from({ length: latestVersion - 5 }, (_, i) => i + 6));
+      const kinds = { plain: q.consumer("jobs", "plain"), excl: q.exclusive("jobs", "excl"), ord: q.ordered("jobs", "ord", { slots: 4 }) };
+      for (const [name, c] of Object.entries(kinds)) {
+        const before = done[name]!;
+        const after: Ev[] = [];
+        await drain(c as never, after, 60 - before.length);
+        const all = [...before, ...after].map((e) => Number(e.payload)).sort((a, b) => a - b);
+        assert.deepEqual(all, Array.from({ length: 60 }, (_, i) => i), `${name}: every event exactly once`);
+        if (name === "ord") {
+          for (const k of KEYS) {
+            const seq = [...before, ...after].filter((e) => e.key === k).map((e) => Number(e.payload));
+            assert.deepEqual(seq, [...seq].sort((a, b) => a - b), `ord: key ${k} in send order`);
+          }
         }
       }
-    }
-    assert.equal(await catalogDump(sql, schema), snapshot, "the upgraded schema has the committed snapshot's shape");
-    // 0.1's slot index (on the queue's parent) now has per-table names: a new
-    // ordered consumer of the same N builds no twin indexes.
-    const slotIndexes = `select string_agg(c.relname, ',' order by c.relname) as names from pg_class c
+      assert.equal(await catalogDump(sql, schema), snapshot, "the upgraded schema has the committed snapshot's shape");
+      // 0.1's slot index (on the queue's parent) now has per-table names: a new
+      // ordered consumer of the same N builds no twin indexes.
+      const slotIndexes = `select string_agg(c.relname, ',' order by c.relname) as names from pg_class c
       where c.relnamespace = '"${schema}"'::regnamespace and c.relkind = 'i' and c.relname like '%slots4'`;
-    const [names] = await sql.unsafe(slotIndexes);
-    assert.equal(names!.names, "event_1_0_slots4,event_1_1_slots4,event_1_2_slots4");
-    await q.ordered("jobs", "ord2", { slots: 4 }).subscribe();
-    assert.deepEqual([...await sql.unsafe(slotIndexes)], [names]);
-  }, "upgrade"));
+      const [names] = await sql.unsafe(slotIndexes);
+      assert.equal(names!.names, "event_1_0_slots4,event_1_1_slots4,event_1_2_slots4");
+      await q.ordered("jobs", "ord2", { slots: 4 }).subscribe();
+      assert.deepEqual([...await sql.unsafe(slotIndexes)], [names]);
+    }, "upgrade"),
+);
 
 test("an empty 0.1 schema upgrades to exactly the fresh schema; migrate() again is a no-op", { skip }, () =>
   withSchema(async ({ url, schema }, defer) => {
@@ -139,31 +143,35 @@ test("an empty 0.1 schema upgrades to exactly the fresh schema; migrate() again 
     assert.equal(set!.hash, functionsHash);
   }, "upgrade"));
 
-test("a function set whose recorded hash differs is re-applied: changed, missing and stray functions; slot_of kept", { skip }, () =>
-  withSchema(async ({ url, schema }, defer) => {
-    const sql = defer.use(connect(url), (s) => s.end({ timeout: 2 }));
-    const q = keyq(fromPostgresJs(sql), { schema });
-    await q.migrate();
-    await q.createQueue("jobs");
-    await q.ordered("jobs", "ord", { slots: 4 }).subscribe(); // a slot index now depends on slot_of
-    const slotOf = `select oid from pg_proc where oid = '"${schema}".slot_of(text, int)'::regprocedure`;
-    const [frozen] = await sql.unsafe(slotOf);
-    // What a release with an edited function file finds: another hash (of an earlier serial), other functions.
-    await sql.unsafe(`update "${schema}".function_set set hash = 'from an older build', serial = serial - 1`);
-    await sql.unsafe(`drop function "${schema}".status(text, float8)`);
-    await sql.unsafe(`create function "${schema}".removed_since(x int) returns int language sql as 'select x'`);
-    await sql.unsafe(`create or replace function "${schema}".key_budget() returns int language sql as 'select 1'`);
-    const r = await q.migrate();
-    assert.deepEqual(r.applied, []);
-    assert.equal((await q.status()).length, 1, "status() is back");
-    const [gone] = await sql.unsafe(`select to_regprocedure('"${schema}".removed_since(int)')::text as f`);
-    assert.equal(gone!.f, null, "a function no longer in the set is dropped");
-    const [budget] = await sql.unsafe(`select "${schema}".key_budget() as b`);
-    assert.ok(Number(budget!.b) > 1, "the edited function is the set's again");
-    assert.deepEqual([...await sql.unsafe(slotOf)], [frozen], "slot_of (frozen) is never dropped");
-    const [set] = await sql.unsafe(`select hash from "${schema}".function_set`);
-    assert.equal(set!.hash, functionsHash);
-  }, "upgrade"));
+test(
+  "a function set whose recorded hash differs is re-applied: changed, missing and stray functions; slot_of kept",
+  { skip },
+  () =>
+    withSchema(async ({ url, schema }, defer) => {
+      const sql = defer.use(connect(url), (s) => s.end({ timeout: 2 }));
+      const q = keyq(fromPostgresJs(sql), { schema });
+      await q.migrate();
+      await q.createQueue("jobs");
+      await q.ordered("jobs", "ord", { slots: 4 }).subscribe(); // a slot index now depends on slot_of
+      const slotOf = `select oid from pg_proc where oid = '"${schema}".slot_of(text, int)'::regprocedure`;
+      const [frozen] = await sql.unsafe(slotOf);
+      // What a release with an edited function file finds: another hash (of an earlier serial), other functions.
+      await sql.unsafe(`update "${schema}".function_set set hash = 'from an older build', serial = serial - 1`);
+      await sql.unsafe(`drop function "${schema}".status(text, float8)`);
+      await sql.unsafe(`create function "${schema}".removed_since(x int) returns int language sql as 'select x'`);
+      await sql.unsafe(`create or replace function "${schema}".key_budget() returns int language sql as 'select 1'`);
+      const r = await q.migrate();
+      assert.deepEqual(r.applied, []);
+      assert.equal((await q.status()).length, 1, "status() is back");
+      const [gone] = await sql.unsafe(`select to_regprocedure('"${schema}".removed_since(int)')::text as f`);
+      assert.equal(gone!.f, null, "a function no longer in the set is dropped");
+      const [budget] = await sql.unsafe(`select "${schema}".key_budget() as b`);
+      assert.ok(Number(budget!.b) > 1, "the edited function is the set's again");
+      assert.deepEqual([...await sql.unsafe(slotOf)], [frozen], "slot_of (frozen) is never dropped");
+      const [set] = await sql.unsafe(`select hash from "${schema}".function_set`);
+      assert.equal(set!.hash, functionsHash);
+    }, "upgrade"),
+);
 
 test("a function set recorded by a newer keyq is left alone (no downgrade in a rolling deploy)", { skip }, () =>
   withSchema(async ({ url, schema }, defer) => {
@@ -182,29 +190,33 @@ test("a function set recorded by a newer keyq is left alone (no downgrade in a r
     assert.deepEqual({ ...now }, { f: null, hash: functionsHash });
   }, "upgrade"));
 
-test("function sets of one version are ordered by serial: a later build's set is kept, an equal serial with another hash is refused", { skip }, () =>
-  withSchema(async ({ url, schema }, defer) => {
-    const sql = defer.use(connect(url), (s) => s.end({ timeout: 2 }));
-    const q = keyq(fromPostgresJs(sql), { schema });
-    await q.migrate();
-    const read = async () => ({ ...(await sql.unsafe(`select hash, serial, applied_at::text as at from "${schema}".function_set`))[0] });
-    // A later build of this version (higher serial) recorded its set: this build keeps it.
-    await sql.unsafe(`update "${schema}".function_set set hash = 'a later build', serial = serial + 1`);
-    await sql.unsafe(`create function "${schema}".later_only() returns int language sql as 'select 1'`);
-    const later = await read();
-    assert.equal((await q.migrate()).functions, "newer", "migrate() says it left a newer set alone");
-    assert.equal((await q.migrate()).functions, "newer");
-    assert.deepEqual(await read(), later, "the later build's set is left alone, call after call");
-    const [f] = await sql.unsafe(`select to_regprocedure('"${schema}".later_only()')::text as f`);
-    assert.ok(f!.f, "its functions stay");
-    // Another set with this build's serial: two different builds of one version.
-    await sql.unsafe(`update "${schema}".function_set set hash = 'a twin build', serial = serial - 1`);
-    const twin = await read();
-    await assert.rejects(q.migrate(), (err: unknown) => {
-      assert.ok(err instanceof KeyqError, String(err));
-      assert.equal(err.code, "FUNCTION_SET_CONFLICT");
-      assert.match(err.message, /same serial/);
-      return true;
-    });
-    assert.deepEqual(await read(), twin, "nothing was re-applied");
-  }, "upgrade"));
+test(
+  "function sets of one version are ordered by serial: a later build's set is kept, an equal serial with another hash is refused",
+  { skip },
+  () =>
+    withSchema(async ({ url, schema }, defer) => {
+      const sql = defer.use(connect(url), (s) => s.end({ timeout: 2 }));
+      const q = keyq(fromPostgresJs(sql), { schema });
+      await q.migrate();
+      const read = async () => ({ ...(await sql.unsafe(`select hash, serial, applied_at::text as at from "${schema}".function_set`))[0] });
+      // A later build of this version (higher serial) recorded its set: this build keeps it.
+      await sql.unsafe(`update "${schema}".function_set set hash = 'a later build', serial = serial + 1`);
+      await sql.unsafe(`create function "${schema}".later_only() returns int language sql as 'select 1'`);
+      const later = await read();
+      assert.equal((await q.migrate()).functions, "newer", "migrate() says it left a newer set alone");
+      assert.equal((await q.migrate()).functions, "newer");
+      assert.deepEqual(await read(), later, "the later build's set is left alone, call after call");
+      const [f] = await sql.unsafe(`select to_regprocedure('"${schema}".later_only()')::text as f`);
+      assert.ok(f!.f, "its functions stay");
+      // Another set with this build's serial: two different builds of one version.
+      await sql.unsafe(`update "${schema}".function_set set hash = 'a twin build', serial = serial - 1`);
+      const twin = await read();
+      await assert.rejects(q.migrate(), (err: unknown) => {
+        assert.ok(err instanceof KeyqError, String(err));
+        assert.equal(err.code, "FUNCTION_SET_CONFLICT");
+        assert.match(err.message, /same serial/);
+        return true;
+      });
+      assert.deepEqual(await read(), twin, "nothing was re-applied");
+    }, "upgrade"),
+);

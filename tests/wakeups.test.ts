@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 import pg from "pg";
 import postgres from "postgres";
-import { type TxDriver, type Executor, keyq, type LifecycleEvent } from "../mod.ts";
+import { type Executor, keyq, type LifecycleEvent, type TxDriver } from "../mod.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPGlite } from "../src/drivers/pglite.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";

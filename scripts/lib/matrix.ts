@@ -95,9 +95,7 @@ export function renderTable(results: Partial<Record<Runtime, RunResult>>): strin
 
 /** The table rows of the docs/drivers.md section, as `{ label → { Node → cell } }`. */
 export function parseTable(section: string): Map<string, Map<string, string>> {
-  const rows = section.split("\n").filter((l) => l.startsWith("|")).map((l) =>
-    l.slice(1, -1).split(" | ").map((c) => c.trim())
-  );
+  const rows = section.split("\n").filter((l) => l.startsWith("|")).map((l) => l.slice(1, -1).split(" | ").map((c) => c.trim()));
   const header = rows[0] ?? [];
   const out = new Map<string, Map<string, string>>();
   for (const r of rows.slice(2)) out.set(r[0]!, new Map(header.map((h, i) => [h, r[i] ?? ""])));

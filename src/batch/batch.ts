@@ -15,7 +15,7 @@ import { type Driver, type Executor, transactional } from "../driver.ts";
 import type { AckOutcome, AckReply, EventRef, LocalTimeouts, Received, WireEvent } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
 import { classify } from "../faults.ts";
-import { type BatchRun, failures, type Failures, type Handled, handleAll, handleEach, readyEvents } from "./handler.ts";
+import { type BatchRun, type Failures, failures, handleAll, type Handled, handleEach, readyEvents } from "./handler.ts";
 import { type BatchLife, batchLife } from "./life.ts";
 import { BUDGET_GRACE_MS, deadline, move, type Phase, type Step } from "./machine.ts";
 import type { PayloadSchema } from "../payload.ts";

@@ -6,7 +6,7 @@
  */
 import type { Executor, Row, SqlParam, TxDriver } from "../driver.ts";
 import { KeyqError } from "../errors.ts";
-import { poolerError, wentAstray } from "./shared.ts";
+import { poolerError, wentAstray } from "./internal/shared.ts";
 
 /** The part of a `Bun.SQL` instance or transaction the adapter uses. */
 export interface BunSqlQueryable {

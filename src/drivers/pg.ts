@@ -70,10 +70,23 @@ interface PgQueryLike {
   handleCommandComplete(msg: unknown, con: PgConnectionLike): void;
   [handler: string]: unknown;
 }
-type PgQueryClass = new (config: { text: string; values: SqlParam[] }, values: undefined, cb: (err: Error | null, res?: { rows: Row[] }) => void) => PgQueryLike;
+type PgQueryClass = new (
+  config: { text: string; values: SqlParam[] },
+  values: undefined,
+  cb: (err: Error | null, res?: { rows: Row[] }) => void,
+) => PgQueryLike;
 
 /** What a client's extended-protocol query passes through to pg's own `Query` unchanged. */
-const DELEGATED = ["handleRowDescription", "handleDataRow", "handleEmptyQuery", "handleError", "handleReadyForQuery", "handlePortalSuspended", "handleCopyInResponse", "handleCopyData"];
+const DELEGATED = [
+  "handleRowDescription",
+  "handleDataRow",
+  "handleEmptyQuery",
+  "handleError",
+  "handleReadyForQuery",
+  "handlePortalSuspended",
+  "handleCopyInResponse",
+  "handleCopyData",
+];
 
 /**
  * `Client.Query` of a client that can take a submittable query object: not in
@@ -324,7 +337,9 @@ function clientDriver(client: PgClientLike): TxDriver {
     query: (text, params) => serial(() => run(client, text, params)),
     // The client itself listens: notifications arrive between its queries.
     ...(typeof (client as Partial<Notifying>).removeListener === "function"
-      ? { listen: sharedListen(() => Promise.resolve({ c: client as PgClientLike & Notifying, q: (text) => serial(() => client.query(text)), close: () => {} })) }
+      ? {
+        listen: sharedListen(() => Promise.resolve({ c: client as PgClientLike & Notifying, q: (text) => serial(() => client.query(text)), close: () => {} })),
+      }
       : {}),
     // The owner listens for the client's errors too; this listener only tells the
     // running transaction that its connection is gone, so no further handler starts.

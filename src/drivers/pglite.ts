@@ -48,8 +48,7 @@ export function fromPGlite(db: PGliteLike): TxDriver {
     connections: 1,
     query: (text, params) => run(db, text, params),
     ...(db.listen ? { listen: (channel: string, fn: (payload: string) => void) => db.listen!(channel, fn) } : {}),
-    transaction: <T>(fn: (tx: Executor) => Promise<T>): Promise<T> =>
-      db.transaction((tx) => fn({ query: (text, params) => run(tx, text, params) })),
+    transaction: <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => db.transaction((tx) => fn({ query: (text, params) => run(tx, text, params) })),
     // The `tx` of db.transaction has query, exec and rollback; the instance has `transaction`.
     adopt: (native) => {
       const t = native as Record<string, unknown> | null;

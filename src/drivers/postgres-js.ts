@@ -5,8 +5,8 @@
 import { type Executor, ORM_STATEMENT, type Row, type SqlParam, type TxDriver } from "../driver.ts";
 import type { KeyqError } from "../errors.ts";
 import { connectionLost } from "../faults.ts";
-import { poolerError, wentAstray } from "./shared.ts";
-import { finish, reserver } from "./postgres-js-reserve.ts";
+import { poolerError, wentAstray } from "./internal/shared.ts";
+import { finish, reserver } from "./internal/postgres-js-reserve.ts";
 
 /** A pending postgres.js query; `.simple()` sends it by the simple protocol (several statements). */
 export interface PostgresJsQueryLike extends PromiseLike<unknown> {
@@ -45,6 +45,7 @@ export interface PostgresJsLike extends PostgresJsTxLike {
  * `begin()` does): it calls the connection's `onclose` when the socket closes.
  */
 export interface PostgresJsConnection {
+  /** Called by postgres.js when the connection's socket closes. */
   onclose?: ((err: unknown) => void) | null;
   /** Set by `sql.reserve()` while reserved; with `release` false the connection goes back to the pool by itself on its next idle ReadyForQuery. */
   reserved?: ((() => unknown) & { release?: boolean }) | null;
@@ -83,13 +84,14 @@ function names(): Names {
  * (transaction poolers) overrides this: postgres.js then prepares nothing.
  */
 async function run(sql: PostgresJsTxLike, text: string, params?: readonly SqlParam[], named?: Names): Promise<Row[]> {
-  const res = (await (params === undefined
-    ? sql.unsafe(text).simple()
-    : sql.unsafe(text, text.startsWith(ORM_STATEMENT) ? [...params] : params.map((p) => (p === null ? null : sql.typed(p, 25))), {
-      prepare: named?.(text) ?? false,
-    }))) as
-      | Row[]
-      | Row[][];
+  const res =
+    (await (params === undefined
+      ? sql.unsafe(text).simple()
+      : sql.unsafe(text, text.startsWith(ORM_STATEMENT) ? [...params] : params.map((p) => (p === null ? null : sql.typed(p, 25))), {
+        prepare: named?.(text) ?? false,
+      }))) as
+        | Row[]
+        | Row[][];
   return Array.from(Array.isArray(res[0]) ? (res.at(-1) as Row[]) : (res as Row[]));
 }
 
@@ -347,9 +349,7 @@ export function fromPostgresJs(sql: PostgresJsLike): TxDriver {
     connections: sql.options?.max,
     // The caller's own transaction: keyq does not own its life, so a fresh state.
     adopt: (native) =>
-      isTransaction(native)
-        ? wrapTransaction(native, { dead: false, ctl: new AbortController(), named }, sql.options?.prepare !== false)
-        : undefined,
+      isTransaction(native) ? wrapTransaction(native, { dead: false, ctl: new AbortController(), named }, sql.options?.prepare !== false) : undefined,
     query: (text, params) => autocommit(sql, text, params, named),
     ...(sql.listen
       ? {

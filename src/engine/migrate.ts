@@ -224,7 +224,9 @@ async function applyFunctions(tx: Executor, schema: string, build: EngineBuild):
           "FUNCTION_SET_CONFLICT",
           `Schema "${schema}" holds another function set of keyq ${version} with the same serial ${serial} (hash ${
             String(recorded.hash).slice(0, 12)
-          }, this build's ${functionsHash.slice(0, 12)}): two different builds of one version are deployed. Deploy one build, or rebuild with npm run build:migrations so the newer set gets the next serial.`,
+          }, this build's ${
+            functionsHash.slice(0, 12)
+          }): two different builds of one version are deployed. Deploy one build, or rebuild with npm run build:migrations so the newer set gets the next serial.`,
           { schema, version, serial, recorded: recorded.hash, hash: functionsHash },
         );
       }

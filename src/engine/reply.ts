@@ -63,7 +63,9 @@ export function reply<T>(rows: unknown, fn: string, shape: Shape): T {
   if (typeof row !== "object" || row === null || !("r" in row) || !shape(value)) {
     throw new KeyqError(
       "BAD_REPLY",
-      `The engine call ${fn}() got a reply that is not its own (${describeRows(rows)}); the connection is confused or was lost. The call was not applied or is rolled back; retry it.`,
+      `The engine call ${fn}() got a reply that is not its own (${
+        describeRows(rows)
+      }); the connection is confused or was lost. The call was not applied or is rolled back; retry it.`,
       { fn },
     );
   }

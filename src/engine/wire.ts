@@ -50,7 +50,8 @@ export interface PlainBatch {
 }
 
 function isRow(x: unknown): x is PlainRow {
-  return Array.isArray(x) && (x.length === 6 || (x.length === 7 && (x[6] === null || typeof x[6] === "string"))) && typeof x[0] === "string" && typeof x[1] === "string" &&
+  return Array.isArray(x) && (x.length === 6 || (x.length === 7 && (x[6] === null || typeof x[6] === "string"))) && typeof x[0] === "string" &&
+    typeof x[1] === "string" &&
     typeof x[2] === "string" && (x[3] === null || typeof x[3] === "string") && typeof x[4] === "string";
 }
 

@@ -15,7 +15,7 @@ import { transactional } from "../driver.ts";
 import type { ConsumerKind } from "./kinds.ts";
 import { runLoop, workLoop } from "./loop.ts";
 import { observeBatch } from "../observe/batches.ts";
-import { hub as newHub, type Hub } from "../observe/observer.ts";
+import { type Hub, hub as newHub } from "../observe/observer.ts";
 import { pollWaker, type Waker, waker } from "../observe/wake.ts";
 import { buildConcurrently } from "./slot-index.ts";
 import * as v from "valibot";

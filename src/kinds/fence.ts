@@ -28,9 +28,7 @@ export function fenceHooks(ctx: ConsumerContext, queue: string, consumer: string
     statements: () => sent,
     async afterReceive(received: Received, _tx: Executor, life: BatchLife): Promise<boolean> {
       const live = received.events.filter((w) => w.locked !== false);
-      const keys = mode === "slot"
-        ? (received.events.length > 0 ? [""] : [])
-        : [...new Set(live.flatMap((w) => (w.key === null ? [] : [w.key])))];
+      const keys = mode === "slot" ? (received.events.length > 0 ? [""] : []) : [...new Set(live.flatMap((w) => (w.key === null ? [] : [w.key])))];
       if (keys.length === 0) return true;
       sent++;
       const taken = await engine(ctx.driver, ctx.schema).fence({

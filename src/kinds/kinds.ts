@@ -43,9 +43,13 @@ export interface KindTarget {
 /** Static assignment (`worker`/`workers`) is a Tier B option; elsewhere it would be silently ignored. */
 function noWorkers(s: BatchSettings, kind: string): void {
   if (s.worker !== undefined) {
-    throw new KeyqError("INVALID_INPUT", `Options "worker" and "workers" assign the slots of an ordered consumer; a ${kind} consumer has none, so remove them.`, {
-      field: "worker",
-    });
+    throw new KeyqError(
+      "INVALID_INPUT",
+      `Options "worker" and "workers" assign the slots of an ordered consumer; a ${kind} consumer has none, so remove them.`,
+      {
+        field: "worker",
+      },
+    );
   }
 }
 
@@ -68,7 +72,15 @@ function ack(
       queue: t.queue,
       consumer: t.name,
       slot: policy.slot(r),
-      outcome: { retried: o.retried, failed: o.failed, deferred: o.deferred, deferDelay: policy.deferDelay, pause: policy.pause, held: o.held, released: o.released },
+      outcome: {
+        retried: o.retried,
+        failed: o.failed,
+        deferred: o.deferred,
+        deferDelay: policy.deferDelay,
+        pause: policy.pause,
+        held: o.held,
+        released: o.released,
+      },
     });
 }
 
@@ -182,8 +194,7 @@ function bucketGrowth(t: KindTarget): { prepare(chunkSize: number): Promise<bool
   const { ctx, queue, name } = t;
   let growFrom: number | null = null;
   let inline = false;
-  const call = (chunkSize: number) =>
-    engine(ctx.driver, ctx.schema).prepareExclusive({ queue, consumer: name, chunkSize, growFrom, indexInline: inline });
+  const call = (chunkSize: number) => engine(ctx.driver, ctx.schema).prepareExclusive({ queue, consumer: name, chunkSize, growFrom, indexInline: inline });
   return {
     starved(count) {
       growFrom = count;
@@ -216,9 +227,13 @@ export interface OrderedSettings {
 /** The ordered kind's refusals: the pause policy needs per-event handlers; a worker must read some slot. */
 function checkOrdered(o: OrderedSettings, s: BatchSettings): void {
   if (o.pause && s.handleBatch) {
-    throw new KeyqError("INVALID_INPUT", 'The pause policy needs a per-event "handler" (events after a failed head are held back); use handler instead of handleBatch.', {
-      field: "handleBatch",
-    });
+    throw new KeyqError(
+      "INVALID_INPUT",
+      'The pause policy needs a per-event "handler" (events after a failed head are held back); use handler instead of handleBatch.',
+      {
+        field: "handleBatch",
+      },
+    );
   }
   if (s.worker !== undefined && s.worker >= o.slots) {
     throw new KeyqError(

@@ -143,7 +143,9 @@ export function exclusiveOptions(options: unknown): { settings: Record<string, u
   if (o.fenced && ((o.perKey ?? 1) > 1 || o.lockScope !== undefined)) {
     throw new KeyqError(
       "INVALID_INPUT",
-      `Option "fenced" leases keys to one batch of this consumer only, so it cannot be combined with ${o.lockScope !== undefined ? `lockScope "${o.lockScope}"` : `perKey ${o.perKey}`}; remove fenced or that option.`,
+      `Option "fenced" leases keys to one batch of this consumer only, so it cannot be combined with ${
+        o.lockScope !== undefined ? `lockScope "${o.lockScope}"` : `perKey ${o.perKey}`
+      }; remove fenced or that option.`,
       { field: "fenced" },
     );
   }

@@ -124,7 +124,10 @@ export function healthHandler(q: Pick<Observable, "status">, options: HealthOpti
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
       return text
-        ? new Response(`# keyq status failed: ${message.replace(/\n/g, " ")}\n# TYPE keyq_up gauge\nkeyq_up 0\n`, { status: 503, headers: { "content-type": "text/plain; version=0.0.4" } })
+        ? new Response(`# keyq status failed: ${message.replace(/\n/g, " ")}\n# TYPE keyq_up gauge\nkeyq_up 0\n`, {
+          status: 503,
+          headers: { "content-type": "text/plain; version=0.0.4" },
+        })
         : Response.json({ ok: false, problems: [`status() failed: ${message}`], status: [] }, { status: 503 });
     }
     const problems = checkStatus(status, thresholds);

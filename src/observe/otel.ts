@@ -32,8 +32,8 @@
 
 import {
   type Attributes,
-  context,
   type Context,
+  context,
   type Link,
   type Meter,
   type MeterProvider,

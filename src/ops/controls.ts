@@ -36,8 +36,7 @@ const keyText = text("key", 0, 1000);
 export function controls(driver: Driver, schema: string): Controls {
   const db = engine(driver, schema);
   const qc = (queue: string, consumer: string) => ({ queue: checkName("queue", queue), consumer: checkName("consumer", consumer) });
-  const paused = async (queue: string, consumer: string, p: boolean) =>
-    (await db.setPaused({ ...qc(queue, consumer), paused: p })).changed;
+  const paused = async (queue: string, consumer: string, p: boolean) => (await db.setPaused({ ...qc(queue, consumer), paused: p })).changed;
   return {
     pause: (queue, consumer) => paused(queue, consumer, true),
     resume: (queue, consumer) => paused(queue, consumer, false),

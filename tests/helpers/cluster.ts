@@ -56,9 +56,7 @@ const q = (s: string): string => `'${s.replace(/'/g, `'\\''`)}'`;
 
 /** Runs `cmd args…` (as the `postgres` user when we are root) and resolves to its stdout. */
 export function runAsPostgres(cmd: string, args: string[], timeoutMs = 60_000): Promise<string> {
-  const [file, argv] = asRoot
-    ? ["su", ["postgres", "-s", "/bin/bash", "-c", [cmd, ...args].map(q).join(" ")]]
-    : [cmd, args];
+  const [file, argv] = asRoot ? ["su", ["postgres", "-s", "/bin/bash", "-c", [cmd, ...args].map(q).join(" ")]] : [cmd, args];
   return new Promise((resolve, reject) => {
     execFile(file, argv, { timeout: timeoutMs, encoding: "utf8" }, (err, stdout, stderr) => {
       if (err) reject(new Error(`${cmd} ${args.join(" ")} failed: ${err.message}\n${stderr}`));

@@ -98,7 +98,10 @@ async function drop(schema: string): Promise<void> {
 }
 
 /** `setup()` for the body; the schema is dropped after the body's own cleanups (close clients with `client()`). */
-export function withSetup<T>(d: FaultDriver, body: (s: Awaited<ReturnType<typeof setup>>, client: () => Promise<Opened>, defer: Defer) => Promise<T>): Promise<T> {
+export function withSetup<T>(
+  d: FaultDriver,
+  body: (s: Awaited<ReturnType<typeof setup>>, client: () => Promise<Opened>, defer: Defer) => Promise<T>,
+): Promise<T> {
   return scoped(async (defer) => {
     const s = await setup();
     defer(() => drop(s.schema));

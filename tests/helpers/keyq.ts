@@ -82,5 +82,4 @@ export async function drain(
 }
 
 /** The number of rows of `table` in the fixture's schema. */
-export const count = async (f: Fixture, table: string): Promise<number> =>
-  Number((await f.raw(`select count(*)::int as n from "${f.schema}".${table}`))[0]!.n);
+export const count = async (f: Fixture, table: string): Promise<number> => Number((await f.raw(`select count(*)::int as n from "${f.schema}".${table}`))[0]!.n);

@@ -29,14 +29,36 @@ export interface NeonHttpShim {
 
 type Query = { query: string; params?: unknown[]; arrayMode?: boolean };
 type Opts = { raw: boolean; arrayMode: boolean };
-const ERROR_FIELDS = ["code", "detail", "hint", "position", "internalPosition", "internalQuery", "severity",
-  "where", "table", "column", "schema", "dataType", "constraint", "file", "line", "routine"] as const;
+const ERROR_FIELDS = [
+  "code",
+  "detail",
+  "hint",
+  "position",
+  "internalPosition",
+  "internalQuery",
+  "severity",
+  "where",
+  "table",
+  "column",
+  "schema",
+  "dataType",
+  "constraint",
+  "file",
+  "line",
+  "routine",
+] as const;
 const JSON_TYPES: Record<number, (v: string) => unknown> = {
-  16: (v) => v === "t", 21: Number, 23: Number, 26: Number, 700: Number, 701: Number, 114: JSON.parse, 3802: JSON.parse,
+  16: (v) => v === "t",
+  21: Number,
+  23: Number,
+  26: Number,
+  700: Number,
+  701: Number,
+  114: JSON.parse,
+  3802: JSON.parse,
 };
 
-const toText = (v: unknown): string | null =>
-  v === null || v === undefined ? null : typeof v === "object" ? JSON.stringify(v) : String(v);
+const toText = (v: unknown): string | null => v === null || v === undefined ? null : typeof v === "object" ? JSON.stringify(v) : String(v);
 
 async function runOne(c: pg.ClientBase, q: Query, o: Opts): Promise<Record<string, unknown>> {
   const arrayMode = q.arrayMode ?? o.arrayMode;
@@ -48,8 +70,13 @@ async function runOne(c: pg.ClientBase, q: Query, o: Opts): Promise<Record<strin
     types: { getTypeParser: () => (v: string) => v },
   } as pg.QueryArrayConfig);
   const fields = res.fields.map((f) => ({
-    name: f.name, dataTypeID: f.dataTypeID, tableID: f.tableID, columnID: f.columnID,
-    dataTypeSize: f.dataTypeSize, dataTypeModifier: f.dataTypeModifier, format: "text",
+    name: f.name,
+    dataTypeID: f.dataTypeID,
+    tableID: f.tableID,
+    columnID: f.columnID,
+    dataTypeSize: f.dataTypeSize,
+    dataTypeModifier: f.dataTypeModifier,
+    format: "text",
   }));
   const rows = res.rows.map((row: unknown[]) => {
     const values = row.map((v, i) => (o.raw || v === null ? v : (JSON_TYPES[fields[i]!.dataTypeID] ?? String)(v as string)));
@@ -65,7 +92,7 @@ export async function startNeonHttpShim(): Promise<NeonHttpShim> {
     const host = new URL(conn).hostname;
     if (!["127.0.0.1", "localhost", "[::1]"].includes(host)) throw new Error(`shim: refusing host ${host}`);
     let pool = pools.get(conn);
-    if (!pool) pools.set(conn, (pool = new pg.Pool({ connectionString: conn, max: 4 })));
+    if (!pool) pools.set(conn, pool = new pg.Pool({ connectionString: conn, max: 4 }));
     return pool;
   };
   let requests = 0;
@@ -85,7 +112,11 @@ export async function startNeonHttpShim(): Promise<NeonHttpShim> {
       try {
         if (!("queries" in body)) return reply(200, await runOne(client, body, o));
         const level = h("Neon-Batch-Isolation-Level")?.replace(/([a-z])([A-Z])/g, "$1 $2");
-        await client.query(`begin${level ? ` isolation level ${level}` : ""}${h("Neon-Batch-Read-Only") === "true" ? " read only" : ""}${h("Neon-Batch-Deferrable") === "true" ? " deferrable" : ""}`);
+        await client.query(
+          `begin${level ? ` isolation level ${level}` : ""}${h("Neon-Batch-Read-Only") === "true" ? " read only" : ""}${
+            h("Neon-Batch-Deferrable") === "true" ? " deferrable" : ""
+          }`,
+        );
         try {
           const results = [];
           for (const q of body.queries) results.push(await runOne(client, q, o));

@@ -36,10 +36,12 @@ function sourceHash(): string {
   const h = createHash("sha256");
   const walk = (rel: string): void => {
     const full = join(root, rel);
-    if (statSync(full).isDirectory()) for (const n of readdirSync(full).sort()) walk(join(rel, n));
+    if (statSync(full).isDirectory()) { for (const n of readdirSync(full).sort()) walk(join(rel, n)); }
     else h.update(rel).update("\0").update(readFileSync(full)).update("\0");
   };
-  for (const rel of ["package.json", "tsconfig.build.json", "mod.ts", "src", "bin", "scripts/fix-dts.ts", "README.md", "CHANGELOG.md", "LICENSE", "docs/keyq.svg"]) {
+  for (
+    const rel of ["package.json", "tsconfig.build.json", "mod.ts", "src", "bin", "scripts/fix-dts.ts", "README.md", "CHANGELOG.md", "LICENSE", "docs/keyq.svg"]
+  ) {
     if (existsSync(join(root, rel))) walk(rel);
   }
   return h.digest("hex").slice(0, 16);

@@ -27,7 +27,7 @@
  * await proxy.stop();
  * ```
  */
-import { createServer, type Server, type Socket, connect as netConnect } from "node:net";
+import { connect as netConnect, createServer, type Server, type Socket } from "node:net";
 
 /** Messages the clients sent since the last `reset()`. */
 export interface WireCounts {
@@ -88,13 +88,27 @@ function clientParser(get: () => WireCounts): (chunk: Uint8Array) => void {
       const len = view().getInt32(1);
       if (buf.length < 1 + len) return;
       switch (String.fromCharCode(buf[0]!)) {
-        case "S": c.sync++, c.waits++; break;
-        case "Q": c.query++, c.waits++; break;
-        case "H": c.flush++, c.waits++; break;
-        case "P": c.parse++; break;
-        case "B": c.bind++; break;
-        case "E": c.execute++; break;
-        case "D": c.describe++; break;
+        case "S":
+          c.sync++, c.waits++;
+          break;
+        case "Q":
+          c.query++, c.waits++;
+          break;
+        case "H":
+          c.flush++, c.waits++;
+          break;
+        case "P":
+          c.parse++;
+          break;
+        case "B":
+          c.bind++;
+          break;
+        case "E":
+          c.execute++;
+          break;
+        case "D":
+          c.describe++;
+          break;
       }
       buf = buf.subarray(1 + len);
     }

@@ -124,7 +124,15 @@ export const basicCases: Case[] = [
       const first = await c.batch({ maxEvents: 20, handler: (ev) => void got.push(ev.payload) });
       assert.equal(first.events, 20);
       // A failing batch in the middle rolls back and does not lose its place.
-      await assert.rejects(c.batch({ maxEvents: 20, handleBatch: () => { throw new Error("boom"); } }), /boom/);
+      await assert.rejects(
+        c.batch({
+          maxEvents: 20,
+          handleBatch: () => {
+            throw new Error("boom");
+          },
+        }),
+        /boom/,
+      );
       const second = await c.batch({ maxEvents: 20, handler: (ev) => void got.push(ev.payload) });
       const third = await c.batch({ maxEvents: 20, handler: (ev) => void got.push(ev.payload) });
       assert.deepEqual([second.events, third.events], [20, 10]);
@@ -254,8 +262,7 @@ export const basicCases: Case[] = [
       const slow = f.q.consumer<number>("files", "slow");
       await fast.subscribe();
       await slow.subscribe();
-      const sizeOf = async () =>
-        Number((await f.raw(`select count(*)::int as n from "${f.schema}".event`))[0]!.n);
+      const sizeOf = async () => Number((await f.raw(`select count(*)::int as n from "${f.schema}".event`))[0]!.n);
       const sent: number[] = [];
       let n = 0;
       const slowSeen: number[] = [];
@@ -294,7 +301,11 @@ export const basicCases: Case[] = [
       assert.equal(st.length, 1);
       assert.equal(st[0]!.eventsSinceTick, 2);
       assert.deepEqual(st[0]!.consumers[0]!.cursors.map((x) => x.lagEvents), [2, 2]);
-      await c.run({ handler: (ev) => { if (ev.type === "A") throw new Error("no"); } });
+      await c.run({
+        handler: (ev) => {
+          if (ev.type === "A") throw new Error("no");
+        },
+      });
       st = await f.q.status({ queue: "files", staleAfter: "1h" });
       const cons = st[0]!.consumers[0]!;
       assert.deepEqual([cons.kind, cons.slots, cons.deadLetters, cons.retries], ["ordered", 2, 1, 0]);

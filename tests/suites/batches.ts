@@ -83,13 +83,18 @@ function swallowCase(kind: KindName, workers: number): Case {
         const calls = new Map<number, number>();
         const t = `"${f.schema}".t`;
         const done = `"${f.schema}".done`;
-        const total = await pump(c, async (ev, tx) => {
-          calls.set(ev.payload, (calls.get(ev.payload) ?? 0) + 1);
-          await tx.query(`insert into ${done} values ($1::int)`, [String(ev.payload)]);
-          try {
-            await tx.query(`insert into ${t} values ($1::int)`, [String(ev.payload)]);
-          } catch { /* swallowed: "it was there already" */ }
-        }, async () => (await rows(f, `select 1 from $S.dead_letter`)).length === 1, workers);
+        const total = await pump(
+          c,
+          async (ev, tx) => {
+            calls.set(ev.payload, (calls.get(ev.payload) ?? 0) + 1);
+            await tx.query(`insert into ${done} values ($1::int)`, [String(ev.payload)]);
+            try {
+              await tx.query(`insert into ${t} values ($1::int)`, [String(ev.payload)]);
+            } catch { /* swallowed: "it was there already" */ }
+          },
+          async () => (await rows(f, `select 1 from $S.dead_letter`)).length === 1,
+          workers,
+        );
         const dead = await rows(f, `select ev_data::text as ev_data, error->>'code' as code, error->>'message' as message from $S.dead_letter`);
         assert.equal(dead.length, 1);
         assert.equal(JSON.parse(String(dead[0]!.ev_data)), 3, "the swallowing event is the dead letter");
@@ -214,11 +219,13 @@ const timeoutCase: Case = {
     await f.q.createQueue("jobs");
     const c = f.q.exclusive<number>("jobs", "c");
     // Longer than batchTimeout: refused (batch, run, work), nothing read.
-    for (const call of [
-      () => c.batch({ statementTimeout: "90s", handler: () => {} }),
-      () => c.run({ statementTimeout: 61_000, handler: () => {} }),
-      () => c.work({ statementTimeout: "20s", batchTimeout: "10s", handler: () => {} }),
-    ]) {
+    for (
+      const call of [
+        () => c.batch({ statementTimeout: "90s", handler: () => {} }),
+        () => c.run({ statementTimeout: 61_000, handler: () => {} }),
+        () => c.work({ statementTimeout: "20s", batchTimeout: "10s", handler: () => {} }),
+      ]
+    ) {
       const err = await call().then(() => null, (e: unknown) => e);
       assert.ok(err instanceof KeyqError && err.code === "INVALID_INPUT" && err.details.field === "statementTimeout", String(err));
     }

@@ -105,7 +105,12 @@ export const failureCases: Case[] = [
       await f.q.tick("files");
       const seenA: number[] = [];
       const seenB: number[] = [];
-      await a.batch({ handler: (ev) => { seenA.push(ev.retry); if (ev.retry === 0) throw new Error("a fails once"); } });
+      await a.batch({
+        handler: (ev) => {
+          seenA.push(ev.retry);
+          if (ev.retry === 0) throw new Error("a fails once");
+        },
+      });
       await b.batch({ handler: (ev) => void seenB.push(ev.retry) });
       await pump(a, (ev) => void seenA.push(ev.retry), () => seenA.length === 2);
       await sleep(100);
@@ -154,7 +159,11 @@ export const failureCases: Case[] = [
       await c.subscribe();
       await f.q.sendBatch("files", ["a", "b", "c"].map((key) => ({ type: "E", payload: key, key })));
       await f.q.tick("files");
-      await c.batch({ handler: () => { throw new Error("nope"); } });
+      await c.batch({
+        handler: () => {
+          throw new Error("nope");
+        },
+      });
       const all = await f.q.dlq.list();
       assert.deepEqual(all.map((d) => d.key), ["a", "b", "c"]);
       assert.deepEqual((await f.q.dlq.list({ key: "b" })).map((d) => d.payload), ["b"]);
@@ -168,7 +177,11 @@ export const failureCases: Case[] = [
       assert.deepEqual(got, ["a"]);
       assert.equal(await f.q.dlq.purge({ olderThan: "1h" }), 0);
       assert.equal(await f.q.dlq.replayAll("files", "indexer"), 2);
-      await c.batch({ handler: () => { throw new Error("again"); } });
+      await c.batch({
+        handler: () => {
+          throw new Error("again");
+        },
+      });
       assert.equal(await f.q.dlq.purge({ olderThan: 0 }), 2);
       assert.equal(await f.q.dlq.count(), 0);
     },
@@ -233,7 +246,11 @@ export const failureCases: Case[] = [
       await c.subscribe();
       await f.q.send("jobs", { type: "E", payload: 1 });
       await f.q.tick("jobs");
-      await c.batch({ handler: () => { throw new Error("x"); } });
+      await c.batch({
+        handler: () => {
+          throw new Error("x");
+        },
+      });
       const [dead] = await f.q.dlq.list();
       await rejects(f.q.dlq.replay([dead!.id, "987654"]), "DEAD_LETTER_NOT_FOUND");
       assert.equal(await f.q.dlq.count(), 1);

@@ -118,7 +118,11 @@ export const httpCases: Case[] = [
         const c = pool.consumer("jobs", "w");
         await c.subscribe();
         await f.q.sendBatch("jobs", [{ type: "Poison", payload: 1, key: "k" }, { type: "Fine", payload: 2 }]);
-        const r = await c.run({ handler: (ev) => { if (ev.type === "Poison") throw new Error("poison"); } });
+        const r = await c.run({
+          handler: (ev) => {
+            if (ev.type === "Poison") throw new Error("poison");
+          },
+        });
         assert.equal(r.deadLettered, 1);
       });
       assert.equal(await f.q.dlq.count(), 1);

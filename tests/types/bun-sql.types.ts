@@ -1,7 +1,7 @@
 /// <reference types="bun-types" />
 // Type proof: a real `Bun.SQL` instance fits the structural parameter type of
 // src/drivers/bun-sql.ts. Checked by `npx tsc -p tests/types/tsconfig.json`; never run.
-import { fromBunSql, type BunSqlLike } from "../../src/drivers/bun-sql.ts";
+import { type BunSqlLike, fromBunSql } from "../../src/drivers/bun-sql.ts";
 import type { Driver } from "../../src/driver.ts";
 
 declare const sql: Bun.SQL;

@@ -2,7 +2,7 @@
 // does, and every `@ts-expect-error` line must be an error (tsc fails on an
 // unused one). Checked by `npx tsc -p tests/types/tsconfig.json` (CI) and the
 // main tsconfig; never run.
-import { type Driver, keyq, type Keyq, type KeyqBase, type TxDriver } from "../../mod.ts";
+import { type Driver, type Keyq, keyq, type KeyqBase, type TxDriver } from "../../mod.ts";
 import { fromPg, type PgPoolLike } from "../../src/drivers/pg.ts";
 import { fromNeonHttp, fromNeonPool, type NeonHttpLike } from "../../src/drivers/neon.ts";
 import { fromPGlite, type PGliteLike } from "../../src/drivers/pglite.ts";

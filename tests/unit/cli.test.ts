@@ -43,9 +43,36 @@ describe("keyq CLI: parsing and formatting (no database)", () => {
   test("human units: durations and queue settings in a stable order", () => {
     assert.deepEqual([250, 1_230, 42_000, 300_000, 5_400_000, 172_800_000].map(humanMs), ["250 ms", "1.2 s", "42 s", "5 min", "1.5 h", "2 d"]);
     assert.equal(humanMs(null), "");
-    const info = { name: "files", tables: 3, currentTable: 0, rotatedAt: "r", rotationPeriod: 3_600_000, tickMaxCount: 1000, tickMaxLag: 0, tickIdlePeriod: 60_000, maxRetries: 5, retryBase: 1000, retryCap: 3_600_000, retention: null, createdAt: "c" };
+    const info = {
+      name: "files",
+      tables: 3,
+      currentTable: 0,
+      rotatedAt: "r",
+      rotationPeriod: 3_600_000,
+      tickMaxCount: 1000,
+      tickMaxLag: 0,
+      tickIdlePeriod: 60_000,
+      maxRetries: 5,
+      retryBase: 1000,
+      retryCap: 3_600_000,
+      retention: null,
+      createdAt: "c",
+    };
     const shown = queueSettings(info);
-    assert.deepEqual(Object.keys(shown), ["name", "tables", "current table", "max retries", "retry base", "retry cap", "rotation period", "tick max count", "tick max lag", "tick idle period", "retention", "created at"]);
+    assert.deepEqual(Object.keys(shown), [
+      "name",
+      "tables",
+      "current table",
+      "max retries",
+      "retry base",
+      "retry cap",
+      "rotation period",
+      "tick max count",
+      "tick max lag",
+      "tick idle period",
+      "retention",
+      "created at",
+    ]);
     assert.equal(shown["current table"], 0, "the same value as --json (currentTable is 0-based)");
     assert.equal(shown.retention, "none");
     assert.equal(queueSettings({ ...info, retention: 604_800_000 }).retention, "7 d");
@@ -69,8 +96,15 @@ describe("keyq CLI: parsing and formatting (no database)", () => {
     assert.throws(() => thresholds({ "max-tick-age": "soon" }), /--max-tick-age needs a duration/);
     const cursor = { slot: 2, lagEvents: 50, lagMs: 120_000, polledAgoMs: 900_000, stale: true, windowOpen: false };
     const status: QueueStatus[] = [{
-      queue: "files", tables: 3, currentTable: 0, rotatedAt: "", lastTick: "7", lastTickAgeMs: 400_000, eventsSinceTick: 0,
-      retention: null, retained: { fromTick: "1", since: "", oldestEventId: null, oldestEventTime: null, events: 0, bytes: 0 },
+      queue: "files",
+      tables: 3,
+      currentTable: 0,
+      rotatedAt: "",
+      lastTick: "7",
+      lastTickAgeMs: 400_000,
+      eventsSinceTick: 0,
+      retention: null,
+      retained: { fromTick: "1", since: "", oldestEventId: null, oldestEventTime: null, events: 0, bytes: 0 },
       consumers: [{ name: "lifecycle", kind: "ordered", slots: 8, paused: false, retries: 0, deadLetters: 3, blockedKeys: 1, cursors: [cursor] }],
     }];
     assert.deepEqual(checkStatus(status, { maxLag: 100 }), []);
@@ -103,15 +137,22 @@ describe("keyq CLI: parsing and formatting (no database)", () => {
 
   test("uses postgres when installed, else pg, else says what to install", async () => {
     const missing = (s: string) => Object.assign(new Error(`Cannot find package '${s}'`), { code: "ERR_MODULE_NOT_FOUND" });
-    const fakePg = { default: { Pool: class {
-      end = () => Promise.resolve();
-      query = () => Promise.resolve({ rows: [] });
-      connect = () => Promise.resolve({});
-    } } };
+    const fakePg = {
+      default: {
+        Pool: class {
+          end = () => Promise.resolve();
+          query = () => Promise.resolve({ rows: [] });
+          connect = () => Promise.resolve({});
+        },
+      },
+    };
     const viaPg = await connect("postgres://x@127.0.0.1:1/x", (s) => s === "postgres" ? Promise.reject(missing(s)) : Promise.resolve(fakePg));
     assert.equal(viaPg.driver.name, "pg");
     await viaPg.close();
-    await assert.rejects(connect("postgres://x", (s) => Promise.reject(missing(s))), /No Postgres driver found: install one next to keyq \("npm install postgres" or "npm install pg"\)/);
+    await assert.rejects(
+      connect("postgres://x", (s) => Promise.reject(missing(s))),
+      /No Postgres driver found: install one next to keyq \("npm install postgres" or "npm install pg"\)/,
+    );
     await assert.rejects(connect("postgres://x", () => Promise.reject(new Error("boom"))), /boom/, "other import errors are not hidden");
   });
 
@@ -143,4 +184,3 @@ describe("keyq CLI: parsing and formatting (no database)", () => {
     ]);
   });
 });
-

@@ -1,8 +1,8 @@
-// What the driver adapters share (src/drivers/shared.ts) and the one list of
+// What the driver adapters share (src/drivers/internal/shared.ts) and the one list of
 // connection-loss codes (faults.ts connectionLost). No database.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { poolerError, wentAstray } from "../../src/drivers/shared.ts";
+import { poolerError, wentAstray } from "../../src/drivers/internal/shared.ts";
 import { classify, connectionLost } from "../../src/faults.ts";
 
 test("wentAstray: the pooler's prepared-statement SQLSTATEs; strict reads 08P01's message", () => {
@@ -30,7 +30,21 @@ test("poolerError: PREPARED_STATEMENTS_UNSUPPORTED naming the client, the SQLSTA
 });
 
 test("connectionLost: every code the postgres.js adapter stopped on before, by code only; classify agrees", () => {
-  const gone = ["CONNECTION_CLOSED", "CONNECTION_DESTROYED", "CONNECT_TIMEOUT", "57P01", "57P02", "57P03", "25P03", "57P05", "08006", "08P01", "ECONNRESET", "EPIPE", "ECONNREFUSED"];
+  const gone = [
+    "CONNECTION_CLOSED",
+    "CONNECTION_DESTROYED",
+    "CONNECT_TIMEOUT",
+    "57P01",
+    "57P02",
+    "57P03",
+    "25P03",
+    "57P05",
+    "08006",
+    "08P01",
+    "ECONNRESET",
+    "EPIPE",
+    "ECONNREFUSED",
+  ];
   for (const code of gone) {
     assert.equal(connectionLost({ code }), true, code);
     assert.equal(classify({ code }), "connection", code);

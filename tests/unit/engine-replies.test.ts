@@ -42,22 +42,37 @@ describe("engine replies", () => {
 
   test("a well-formed reply passes, the same reply with a field of the wrong type is BAD_REPLY", async () => {
     const cases: [name: string, good: unknown, bad: unknown, call: (d: Driver) => Promise<unknown>][] = [
-      ["send", { id: "1", deduped: false }, { id: 1, deduped: false }, (d) =>
-        engine(d, "k").send({ queue: "q", type: "T", payload: 1, key: null, dedupKey: null, ttl: null, trace: null })],
+      [
+        "send",
+        { id: "1", deduped: false },
+        { id: 1, deduped: false },
+        (d) => engine(d, "k").send({ queue: "q", type: "T", payload: 1, key: null, dedupKey: null, ttl: null, trace: null }),
+      ],
       ["send_batch", ["1", { id: "2", deduped: true }], ["1", { id: 2 }], (d) => engine(d, "k").sendBatch({ queue: "q", events: [], trace: null })],
-      ["create_queue", { created: true, queue }, { created: true, queue: { name: "jobs" } }, (d) =>
-        engine(d, "k").createQueue({ queue: "q", settings: {} })],
+      ["create_queue", { created: true, queue }, { created: true, queue: { name: "jobs" } }, (d) => engine(d, "k").createQueue({ queue: "q", settings: {} })],
       ["list_queues", [queue], [queue, { ...queue, tables: "3" }], (d) => engine(d, "k").listQueues({})],
-      ["key_history", [history], [{ ...history, position: 2 }], (d) =>
-        engine(d, "k").keyHistory({ queue: "q", key: "a", start: null, after: null, limit: 10 })],
+      [
+        "key_history",
+        [history],
+        [{ ...history, position: 2 }],
+        (d) => engine(d, "k").keyHistory({ queue: "q", key: "a", start: null, after: null, limit: 10 }),
+      ],
       ["dlq_list", [dead], [{ ...dead, attempts: "3" }], (d) => engine(d, "k").dlqList({ filter: {}, limit: 10 })],
       ["dlq_count", 4, "4", (d) => engine(d, "k").dlqCount({ filter: {} })],
       ["consumer_slot_of", 3, 1.5, (d) => engine(d, "k").slotOf({ queue: "q", consumer: "c", key: "a", slotCount: 4 })],
-      ["blocked_keys", [{ slot: 0, key: "a", headId: "1", since: "x", held: 2 }], [{ slot: 0, key: "a" }], (d) =>
-        engine(d, "k").blockedKeys({ queue: "q", consumer: "c" })],
+      [
+        "blocked_keys",
+        [{ slot: 0, key: "a", headId: "1", since: "x", held: 2 }],
+        [{ slot: 0, key: "a" }],
+        (d) => engine(d, "k").blockedKeys({ queue: "q", consumer: "c" }),
+      ],
       ["unsubscribe", { removed: true }, { dropped: true }, (d) => engine(d, "k").unsubscribe({ queue: "q", consumer: "c" })],
-      ["status", [{ queue: "q", tables: 3, currentTable: 0, lastTick: null, consumers: [] }], [{ queue: "q" }], (d) =>
-        engine(d, "k").status({ queue: null, staleAfter: 300 })],
+      [
+        "status",
+        [{ queue: "q", tables: 3, currentTable: 0, lastTick: null, consumers: [] }],
+        [{ queue: "q" }],
+        (d) => engine(d, "k").status({ queue: null, staleAfter: 300 }),
+      ],
     ];
     for (const [name, good, bad, call] of cases) {
       assert.deepEqual(await call(answering(good)), good, `${name} passes its own reply`);

@@ -45,10 +45,24 @@ describe("SQLSTATE to code", () => {
 describe("fault classification", () => {
   test("SQLSTATEs: class 08 and shutdowns are connection faults; contention is transient; the rest permanent", () => {
     const table: [string, string][] = [
-      ["57P01", "connection"], ["57P02", "connection"], ["57P03", "connection"], ["57P05", "connection"], ["25P03", "connection"],
-      ["08006", "connection"], ["08001", "connection"], ["08P01", "connection"],
-      ["53300", "transient"], ["53200", "transient"], ["40001", "transient"], ["40P01", "transient"], ["55P03", "transient"], ["57014", "transient"],
-      ["23505", "permanent"], ["42P01", "permanent"], ["22P02", "permanent"], ["KQ001", "permanent"],
+      ["57P01", "connection"],
+      ["57P02", "connection"],
+      ["57P03", "connection"],
+      ["57P05", "connection"],
+      ["25P03", "connection"],
+      ["08006", "connection"],
+      ["08001", "connection"],
+      ["08P01", "connection"],
+      ["53300", "transient"],
+      ["53200", "transient"],
+      ["40001", "transient"],
+      ["40P01", "transient"],
+      ["55P03", "transient"],
+      ["57014", "transient"],
+      ["23505", "permanent"],
+      ["42P01", "permanent"],
+      ["22P02", "permanent"],
+      ["KQ001", "permanent"],
     ];
     for (const [code, kind] of table) assert.equal(classify(pgError(code)), kind, code);
   });

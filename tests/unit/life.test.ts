@@ -79,9 +79,12 @@ describe("batch life", () => {
     await new Promise((r) => setTimeout(r, 35));
     assert.equal(life.dead(), false, "past the deadline, within the grace: still committing");
     assert.equal(life.signal.aborted, false);
-    await assert.rejects(life.died, (e) =>
-      e instanceof KeyqError && e.code === "BATCH_ABORTED" && e.details.reason === "deadline" && e.details.commit === "unknown" &&
-      /did not answer within 40 ms after its deadline.*may have committed or rolled back/.test(e.message));
+    await assert.rejects(
+      life.died,
+      (e) =>
+        e instanceof KeyqError && e.code === "BATCH_ABORTED" && e.details.reason === "deadline" && e.details.commit === "unknown" &&
+        /did not answer within 40 ms after its deadline.*may have committed or rolled back/.test(e.message),
+    );
     life.dispose();
   });
 
@@ -126,13 +129,27 @@ describe("batch life", () => {
 /** Settings for the loops; only what they read. */
 function settings(over: Partial<BatchSettings> = {}): BatchSettings {
   return {
-    maxBatches: 100, budgetMs: 60_000, signal: undefined, minPollMs: 1, maxPollMs: 8, onRetry: undefined,
-    retryBackoff: { baseMs: 1, capMs: 4 }, ...over,
+    maxBatches: 100,
+    budgetMs: 60_000,
+    signal: undefined,
+    minPollMs: 1,
+    maxPollMs: 8,
+    onRetry: undefined,
+    retryBackoff: { baseMs: 1, capMs: 4 },
+    ...over,
   } as BatchSettings;
 }
 
 const batchOf = (events: number, over: Partial<BatchReport> = {}): BatchReport => ({
-  events, retried: 0, deadLettered: 0, dropped: 0, deferred: 0, statements: 3, roundTrips: 3, busy: false, ...over,
+  events,
+  retried: 0,
+  deadLettered: 0,
+  dropped: 0,
+  deferred: 0,
+  statements: 3,
+  roundTrips: 3,
+  busy: false,
+  ...over,
 } as BatchReport);
 
 describe("run and work loops", () => {
@@ -140,7 +157,18 @@ describe("run and work loops", () => {
     const total = emptyReport();
     addUp(total, { ...batchOf(2, { retried: 1, dropped: 1 }), ticked: true });
     addUp(total, { ...batchOf(3, { deferred: 2, deadLettered: 1 }), batches: 4, ticked: false });
-    assert.deepEqual({ ...total, ms: 0 }, { batches: 5, events: 5, retried: 1, deadLettered: 1, dropped: 1, deferred: 2, statements: 6, roundTrips: 6, ticked: true, ms: 0 });
+    assert.deepEqual({ ...total, ms: 0 }, {
+      batches: 5,
+      events: 5,
+      retried: 1,
+      deadLettered: 1,
+      dropped: 1,
+      deferred: 2,
+      statements: 6,
+      roundTrips: 6,
+      ticked: true,
+      ms: 0,
+    });
   });
 
   test("runLoop stops at the first empty batch, and counts its statements (roundTrips: the same, deprecated)", async () => {
@@ -181,7 +209,12 @@ describe("run and work loops", () => {
   test("workLoop stops on its signal and returns the totals; a throwing onRetry does not stop it", async () => {
     const stop = new AbortController();
     let runs = 0;
-    const s = settings({ signal: stop.signal, onRetry: () => { throw new Error("hook"); } });
+    const s = settings({
+      signal: stop.signal,
+      onRetry: () => {
+        throw new Error("hook");
+      },
+    });
     const total = await workLoop(s, () => {
       runs++;
       if (runs === 1) return Promise.reject(Object.assign(new Error("x"), { code: "ECONNRESET" }));

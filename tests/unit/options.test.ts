@@ -5,7 +5,6 @@ import { describe, test } from "node:test";
 import { type Consumer, type Driver, keyq, type TxDriver } from "../../mod.ts";
 import { refused } from "../helpers/refused.ts";
 
-
 /** A driver with transactions that counts what reaches it. */
 function counting(): { driver: TxDriver; queries: () => number } {
   let n = 0;
@@ -43,7 +42,10 @@ describe("options, refused before any query", () => {
     const c = q.consumer("files", "c");
     await refused(() => keyq(driver, { schema: "Bad" }), "INVALID_IDENTIFIER");
     await refused(() => q.send("1files", { type: "A", payload: 1 }), "INVALID_IDENTIFIER");
-    assert.match((await refused(() => q.ordered("files", "o", { slots: 0 }), "INVALID_INPUT")).message, /"slots" .* is 0: expected a whole number from 1 to 1024/);
+    assert.match(
+      (await refused(() => q.ordered("files", "o", { slots: 0 }), "INVALID_INPUT")).message,
+      /"slots" .* is 0: expected a whole number from 1 to 1024/,
+    );
     assert.match(
       (await refused(() => c.batch({ handler: () => {}, budgetMs: 5 } as never), "INVALID_INPUT")).message,
       /"budgetMs" applies to run\(\) and work\(\), not batch\(\)/,
@@ -86,5 +88,4 @@ describe("refusal before any request: drivers without transactions", () => {
     assert.equal(out, 41);
     assert.equal(queries(), 2, "the fake's transaction and the query in it");
   });
-
 });

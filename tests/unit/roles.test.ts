@@ -11,7 +11,16 @@ const code = (c: string) => (e: unknown) => e instanceof KeyqError && e.code ===
 
 describe("grants without a database", () => {
   test("grant flags: comma lists, queue:consumer pairs, --operate and --all", () => {
-    const { flags } = parseCommandLine(["revoke", "app", "--produce", "orders, audit", "--consume", "orders:billing,orders:lanes,audit:*", "--operate", "--all"]);
+    const { flags } = parseCommandLine([
+      "revoke",
+      "app",
+      "--produce",
+      "orders, audit",
+      "--consume",
+      "orders:billing,orders:lanes,audit:*",
+      "--operate",
+      "--all",
+    ]);
     assert.deepEqual(grantFlags("app", flags, "revoke"), {
       role: "app",
       produce: ["orders", "audit"],

@@ -42,7 +42,11 @@ describe("text Postgres can store", () => {
     const cyc: Record<string, unknown> = {};
     cyc.self = cyc;
     assert.match(refusal(() => checkJson(cyc, "send()"), "INVALID_PAYLOAD").message, /nesting deeper than 1000 levels \(a cycle\?\)/);
-    const trap = new Proxy({}, { ownKeys: () => { throw new Error("trap"); } });
+    const trap = new Proxy({}, {
+      ownKeys: () => {
+        throw new Error("trap");
+      },
+    });
     assert.match(refusal(() => checkJson(trap, "send()"), "INVALID_PAYLOAD").message, /could not be read \("trap"\)/);
   });
 });
@@ -50,9 +54,20 @@ describe("text Postgres can store", () => {
 describe("show", () => {
   test("values as given: strings quoted, -0, NaN, bigint, symbol, function, objects, classes", () => {
     const cases: [unknown, string][] = [
-      ["a", '"a"'], [-0, "-0"], [Number.NaN, "NaN"], [5n, "5n"], [Symbol("x"), "Symbol(x)"], [function named() {}, "function named"],
-      [() => {}, "function (anonymous)"], [undefined, "undefined"], [null, "null"], [{ a: 1 }, '{"a":1}'], [[1, undefined], '[1,"undefined"]'],
-      [new Map(), "a Map"], [{ n: Infinity }, '{"n":"Infinity"}'], [Object.create(null), "{}"],
+      ["a", '"a"'],
+      [-0, "-0"],
+      [Number.NaN, "NaN"],
+      [5n, "5n"],
+      [Symbol("x"), "Symbol(x)"],
+      [function named() {}, "function named"],
+      [() => {}, "function (anonymous)"],
+      [undefined, "undefined"],
+      [null, "null"],
+      [{ a: 1 }, '{"a":1}'],
+      [[1, undefined], '[1,"undefined"]'],
+      [new Map(), "a Map"],
+      [{ n: Infinity }, '{"n":"Infinity"}'],
+      [Object.create(null), "{}"],
     ];
     for (const [value, shown] of cases) assert.equal(show(value), shown);
     assert.equal(show("x".repeat(200)).length, 80);
@@ -65,9 +80,28 @@ describe("describeError", () => {
     const cyc: Record<string, unknown> = {};
     cyc.c = cyc;
     const values: unknown[] = [
-      null, undefined, 0, -0, Number.NaN, 12n, Symbol(), () => {}, Object.create(null), cyc, "\0", "\ud800",
-      new Error("😀".slice(1) + "x".repeat(10_000)), { message: 5, code: 7, name: {} },
-      new Proxy({}, { get() { throw new Error("trap"); }, getPrototypeOf() { throw new Error("trap"); } }),
+      null,
+      undefined,
+      0,
+      -0,
+      Number.NaN,
+      12n,
+      Symbol(),
+      () => {},
+      Object.create(null),
+      cyc,
+      "\0",
+      "\ud800",
+      new Error("😀".slice(1) + "x".repeat(10_000)),
+      { message: 5, code: 7, name: {} },
+      new Proxy({}, {
+        get() {
+          throw new Error("trap");
+        },
+        getPrototypeOf() {
+          throw new Error("trap");
+        },
+      }),
     ];
     for (const v of values) {
       const d = describeError(v);

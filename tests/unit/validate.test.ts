@@ -43,8 +43,19 @@ describe("identifiers", () => {
 describe("durations", () => {
   test("milliseconds and text with units", () => {
     const cases: [number | string, number][] = [
-      [0, 0], [1500, 1500], ["250", 250], ["250ms", 250], ["30s", 30_000], ["1.5 s", 1500], [" 5 minutes ", 300_000],
-      ["2h", 7_200_000], ["1 hour", 3_600_000], ["7d", 604_800_000], ["1 DAY", 86_400_000], ["2 mins", 120_000], ["3 secs", 3000],
+      [0, 0],
+      [1500, 1500],
+      ["250", 250],
+      ["250ms", 250],
+      ["30s", 30_000],
+      ["1.5 s", 1500],
+      [" 5 minutes ", 300_000],
+      ["2h", 7_200_000],
+      ["1 hour", 3_600_000],
+      ["7d", 604_800_000],
+      ["1 DAY", 86_400_000],
+      ["2 mins", 120_000],
+      ["3 secs", 3000],
     ];
     for (const [given, ms] of cases) assert.equal(durationMs("ttl", given), ms, JSON.stringify(given));
     assert.equal(durationMs("ttl", undefined), undefined);

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { KeyqError } from "../errors.ts";
+import { KeyqError } from "../../errors.ts";
 
 /**
  * SQLSTATEs of a named prepared statement that went astray behind a

@@ -4,7 +4,7 @@
  * postgres.js 3.4 that otherwise leave a transaction pending forever.
  * @module
  */
-import type { PostgresJsConnection, PostgresJsLike, PostgresJsReservedLike } from "./postgres-js.ts";
+import type { PostgresJsConnection, PostgresJsLike, PostgresJsReservedLike } from "../postgres-js.ts";
 
 /**
  * `sql.reserve()`, made safe from a postgres.js 3.4 bug: when a connection
@@ -72,4 +72,3 @@ export function finish(r: PostgresJsReservedLike, heard: { conn?: PostgresJsConn
   }
   return Promise.resolve(r.unsafe(text).simple());
 }
-
