@@ -129,15 +129,19 @@ console.log(Object.keys(mods).length + " modules, latestVersion " + mods["keyq"]
   // 4. Types: every specifier resolves to declarations, and the real shapes line up.
   writeFileSync(
     join(app, "check.ts"),
-    `import { keyq, KeyqError, type Driver, type Keyq, type KeyqEvent } from "keyq";
+    `import { keyq, KeyqError, type Driver, type Keyq, type KeyqBase, type KeyqEvent, type TxDriver } from "keyq";
 import { fromPostgresJs, type PostgresJsLike } from "keyq/postgres-js";
 import { fromPGlite, type PGliteLike } from "keyq/pglite";
 import { fromPg, type PgPoolLike } from "keyq/pg";
 import { fromNeonHttp, fromNeonPool, type NeonHttpLike } from "keyq/neon";
 import { fromBunSql, type BunSqlLike } from "keyq/bun-sql";
 declare const a: PostgresJsLike, b: PGliteLike, c: PgPoolLike, d: NeonHttpLike, e: BunSqlLike;
-const drivers: Driver[] = [fromPostgresJs(a), fromPGlite(b), fromPg(c), fromNeonPool(c), fromNeonHttp(d), fromBunSql(e)];
+const drivers: TxDriver[] = [fromPostgresJs(a), fromPGlite(b), fromPg(c), fromNeonPool(c), fromBunSql(e)];
+const http: Driver = fromNeonHttp(d);
 const q: Keyq = keyq(drivers[0]!, { schema: "keyq" });
+export const sendOnly: KeyqBase = keyq(http);
+// @ts-expect-error a driver without transactions gives no consuming client (no migrate, no transaction)
+export const consuming: Keyq = keyq(http);
 export const handler = (ev: KeyqEvent<{ n: number }>): number => ev.payload.n;
 export const code: KeyqError["code"] = "QUEUE_NOT_FOUND";
 // @ts-expect-error send needs a type and a payload
