@@ -295,10 +295,10 @@ export function keyq<E extends EventMap = Record<never, never>>(driver: TxDriver
  * @example
  * ```ts
  * import { keyq } from "@keyq/keyq";
- * import { fromNeonHttp } from "@keyq/keyq/neon";
- * import { neon } from "@neondatabase/serverless";
+ * import { fromNeonHttp, type NeonHttpLike } from "@keyq/keyq/neon";
  *
- * const q = keyq(fromNeonHttp(neon(process.env.DATABASE_URL!)));
+ * declare const sql: NeonHttpLike; // neon(url) from @neondatabase/serverless
+ * const q = keyq(fromNeonHttp(sql));
  * await q.send("files", { type: "FileCreated", payload: { path: "/a" }, key: "tenant-1" });
  * console.log(await q.status({ queue: "files" }));
  * ```
