@@ -14,11 +14,11 @@ import { describeError } from "../error-text.ts";
 import type { EventRef, WireEvent } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
 import { type BatchLife, timer } from "./life.ts";
-import { checkPayload, type PayloadSchema } from "../payload.ts";
+import { checkPayload, type PayloadSchema, plainEvent } from "../payload.ts";
 import { admit, type CallResult, endsBatch, type EventOutcome, settle, swallowedError } from "./machine.ts";
 import { counting, type Tally } from "./report.ts";
 import { batchTx, type EventScope, type HandlerTx } from "./savepoint.ts";
-import type { HandlerContext } from "../types.ts";
+import type { HandlerContext, KeyqEvent } from "../types.ts";
 
 /** Where a batch stands while it runs: its life, and when it should stop starting events. */
 export interface BatchRun {
@@ -71,8 +71,64 @@ export function failures(s: BatchSettings): Failures {
   };
 }
 
-function toEvent(w: WireEvent, payload: unknown, slot: number | undefined): AnyEvent {
-  const ev: AnyEvent = { id: w.id, type: w.type, key: w.key, payload: payload as never, time: new Date(w.time), retry: w.retry };
+/**
+ * The payload of a wire event: a row's JSON text is parsed on first use,
+ * once (the parsed value replaces the text).
+ */
+export function payloadOf(w: WireEvent): unknown {
+  if (w.raw !== undefined) {
+    w.payload = JSON.parse(w.raw);
+    w.raw = undefined;
+  }
+  return w.payload;
+}
+
+/**
+ * The event a handler gets from a wire row: its payload is parsed and its
+ * time made when first read, once (a handler that never looks pays for
+ * neither), through accessors its objects share; `toJSON` gives every
+ * field. Assigning either replaces it.
+ */
+class RowEvent {
+  readonly #w: WireEvent;
+  #time: Date | undefined;
+  id: string;
+  type: string;
+  key: string | null;
+  retry: number;
+  slot?: number;
+  trace?: string;
+  constructor(w: WireEvent, slot: number | undefined) {
+    this.#w = w;
+    this.id = w.id;
+    this.type = w.type;
+    this.key = w.key;
+    this.retry = w.retry;
+    if (slot !== undefined) this.slot = slot;
+    if (w.trace) this.trace = w.trace;
+  }
+  get payload(): never {
+    return payloadOf(this.#w) as never;
+  }
+  set payload(value: never) {
+    this.#w.raw = undefined;
+    this.#w.payload = value;
+  }
+  get time(): Date {
+    return (this.#time ??= new Date(this.#w.time));
+  }
+  set time(value: Date) {
+    this.#time = value;
+  }
+  toJSON(): KeyqEvent<unknown> {
+    return plainEvent(this);
+  }
+}
+
+/** The event a handler gets: lazy for a wire row (RowEvent), plain for an event object of the engine. */
+function toEvent(w: WireEvent, slot: number | undefined): AnyEvent {
+  if (w.raw !== undefined) return new RowEvent(w, slot);
+  const ev: AnyEvent = { id: w.id, type: w.type, key: w.key, payload: w.payload as never, time: new Date(w.time), retry: w.retry };
   if (slot !== undefined) ev.slot = slot;
   if (w.trace) ev.trace = w.trace;
   return ev;
@@ -88,15 +144,16 @@ export async function readyEvents(
 ): Promise<Ready[]> {
   const ready: Ready[] = [];
   if (!schema) {
-    for (const w of live) ready.push({ w, ev: toEvent(w, w.payload, slot) });
+    for (const w of live) ready.push({ w, ev: toEvent(w, slot) });
     return ready;
   }
   for (const w of live) {
     try {
-      const payload = await checkPayload(schema, w.payload, `event ${w.id} (queue "${queue}")`);
-      ready.push({ w, ev: toEvent(w, payload, slot) });
+      const payload = await checkPayload(schema, payloadOf(w), `event ${w.id} (queue "${queue}")`);
+      w.payload = payload;
+      ready.push({ w, ev: toEvent(w, slot) });
     } catch (err) {
-      log.fail(w, toEvent(w, w.payload, slot), err);
+      log.fail(w, toEvent(w, slot), err);
     }
   }
   return ready;

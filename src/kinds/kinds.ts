@@ -279,7 +279,8 @@ export function orderedKind(t: KindTarget, o: OrderedSettings): ConsumerKind {
     prepare: () => ctx.tick(queue),
     receive(tx, s, local) {
       const { slots, helpAfter } = order(s);
-      return engine(tx, ctx.schema).receiveOrdered({ queue, consumer: name, slots, maxEvents: s.maxEvents, helpAfter, slotCount: o.slots }, local);
+      const input = { queue, consumer: name, slots, maxEvents: s.maxEvents, helpAfter, slotCount: o.slots };
+      return engine(tx, ctx.schema).receiveOrderedWire(input, local).then(fromPlain);
     },
     sort: (r) => handleAll(r, r.slot ?? 0, o.pause),
     record: ack(t, { slot: (r) => r.slot ?? 0, deferDelay: 1, pause: o.pause }),
