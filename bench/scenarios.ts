@@ -287,7 +287,13 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
         put(book, `ra-${id}`, k?.readAmp, b?.readAmp);
         return vs(k?.eventsPerSec, b?.eventsPerSec, "pg-boss");
       }
-      const [d, p] = await both(book, "ordered-default", keyqFirst, () => kq.consumeOrderedDefault(admin, s, seed), () => kq.consumePlainLikeOrdered(admin, s, seed));
+      const [d, p] = await both(
+        book,
+        "ordered-default",
+        keyqFirst,
+        () => kq.consumeOrderedDefault(admin, s, seed),
+        () => kq.consumePlainLikeOrdered(admin, s, seed),
+      );
       put(book, "ordered-default", d?.eventsPerSec, b?.eventsPerSec);
       put(book, "ordered-plain", d?.eventsPerSec, p?.eventsPerSec);
       put(book, "ra-ordered", d?.readAmp);

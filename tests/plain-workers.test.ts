@@ -209,7 +209,13 @@ describe("plain wire form", () => {
     const ok = decode('{"busy":false,"slot":5,"retries":[],"rows":[["1","7","T","k","2026-01-01T00:00:00+00:00","2",null]]}');
     assert.equal(ok.slot, 5);
     assert.equal(decode('{"busy":true,"slot":null,"retries":[],"rows":[]}').slot, undefined);
-    for (const bad of ['{"busy":false,"retries":[],"rows":[]}', '{"busy":false,"slot":-1,"retries":[],"rows":[]}', '{"busy":false,"slot":"1","retries":[],"rows":[]}']) {
+    for (
+      const bad of [
+        '{"busy":false,"retries":[],"rows":[]}',
+        '{"busy":false,"slot":-1,"retries":[],"rows":[]}',
+        '{"busy":false,"slot":"1","retries":[],"rows":[]}',
+      ]
+    ) {
       assert.throws(() => decode(bad), (e: unknown) => e instanceof KeyqError && e.code === "BAD_REPLY", bad);
     }
   });
