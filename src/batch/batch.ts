@@ -228,7 +228,7 @@ async function failure(a: Attempt, err: unknown): Promise<unknown> {
   if (!(err instanceof KeyqError) && classify(err) === "connection") life.abort("connection", err);
   if (life.reason() === "connection") {
     // Wait for the handler in flight (it got the signal), bounded by the deadline.
-    await Promise.race([a.br.inflight, life.expired]);
+    await Promise.race([Promise.resolve(a.br.inflight).then(() => {}, () => {}), life.expired]);
     return life.error();
   }
   if (life.dead()) return life.error();

@@ -725,7 +725,8 @@ AS $function$
   select f, p from (values
     ('send', 'produce'), ('send_batch', 'produce'), ('status', 'produce'),
     ('subscribe', 'consume'), ('receive', 'consume'), ('receive_plain', 'consume'),
-    ('receive_exclusive', 'consume'), ('receive_ordered', 'consume'), ('prepare_exclusive', 'consume'),
+    ('receive_exclusive', 'consume'), ('receive_ordered', 'consume'), ('receive_ordered_wire', 'consume'),
+    ('prepare_exclusive', 'consume'),
     ('ack', 'consume'), ('fence', 'consume'), ('unfence', 'consume'), ('consumer_slot_of', 'consume'),
     ('blocked_keys', 'consume'), ('tick', 'consume'), ('maintain', 'consume'), ('status', 'consume'),
     ('dlq_list', 'consume'), ('dlq_count', 'consume'),
@@ -739,7 +740,7 @@ AS $function$
   union all
   -- operate reaches every function the other grants reach.
   select f, 'operate' from (values ('send'), ('send_batch'), ('status'), ('subscribe'), ('receive'),
-    ('receive_plain'), ('receive_exclusive'), ('receive_ordered'), ('prepare_exclusive'), ('ack'),
+    ('receive_plain'), ('receive_exclusive'), ('receive_ordered'), ('receive_ordered_wire'), ('prepare_exclusive'), ('ack'),
     ('fence'), ('unfence'), ('consumer_slot_of'), ('blocked_keys'), ('tick'), ('maintain'),
     ('dlq_list'), ('dlq_count')) v(f)
 $function$;
@@ -1094,6 +1095,74 @@ begin
   return jsonb_build_object('queue', queue, 'skipped', false, 'rotation', r,
                             'ticksPruned', :KEYQ_SCHEMA.prune_ticks(q.queue_id),
                             'dedupExpired', :KEYQ_SCHEMA.dedup_gc(q.queue_id, 5000));
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.ordered_consumer(queue text, consumer text, slot_count integer)
+ RETURNS :KEYQ_SCHEMA.consumer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+begin
+  if c.kind <> 'ordered' then
+    raise exception 'Consumer "%" of queue "%" is a % consumer, not ordered; use another consumer name.', consumer, queue, c.kind
+      using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
+  end if;
+  perform :KEYQ_SCHEMA.check_slots(c, queue, slot_count);
+  if c.paused_at is not null then
+    return null;
+  end if;
+  return c;
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.ordered_take(c :KEYQ_SCHEMA.consumer, slots integer[], max_events integer, help_after double precision, skip_try_lock boolean, OUT o_busy boolean, OUT o_slot integer, OUT o_retries jsonb, OUT o_evs :KEYQ_SCHEMA.event[])
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare
+  cur :KEYQ_SCHEMA.cursor;
+  k int;
+  todo int[];
+  blocked_keys text[];
+  tried int := 0;
+begin
+  o_busy := false;
+  o_retries := '[]';
+  o_evs := '{}';
+  todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);
+  if help_after is not null then
+    todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu
+                           where cu.consumer_id = c.consumer_id and cu.slot <> all (todo)
+                             and cu.polled_at < clock_timestamp() - make_interval(secs => help_after)
+                           order by cu.polled_at);
+  end if;
+  foreach k in array todo loop
+    if not skip_try_lock
+       and not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('slot', c.consumer_id::bigint * 4096 + k)) then
+      continue;
+    end if;
+    tried := tried + 1;
+    select * into cur from :KEYQ_SCHEMA.cursor cu where cu.consumer_id = c.consumer_id and cu.slot = k for update;
+    o_retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, max_events);
+    o_evs := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(o_retries));
+    if c.settings->>'onFailure' = 'pause' and cardinality(o_evs) > 0 then
+      blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
+      if cardinality(blocked_keys) > 0 then
+        perform :KEYQ_SCHEMA.park_events(c, k,
+          (select coalesce(jsonb_agg(jsonb_build_object('id', (o_evs[i]).ev_id::text, 'txid', (o_evs[i]).ev_txid::text) order by i), '[]')
+             from generate_subscripts(o_evs, 1) i where (o_evs[i]).ev_key = any (blocked_keys)),
+          'infinity');
+        o_evs := array(select o_evs[i] from generate_subscripts(o_evs, 1) i
+                        where (o_evs[i]).ev_key is null or not (o_evs[i]).ev_key = any (blocked_keys) order by i);
+      end if;
+    end if;
+    if jsonb_array_length(o_retries) > 0 or cardinality(o_evs) > 0 then
+      o_slot := k;
+      return;
+    end if;
+  end loop;
+  o_busy := tried = 0 and cardinality(todo) > 0;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.out_of_range(q :KEYQ_SCHEMA.queue, what text)
  RETURNS void
@@ -1482,56 +1551,40 @@ AS $function$
 #variable_conflict use_variable
 declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
-  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
-  cur :KEYQ_SCHEMA.cursor;
-  k int;
-  todo int[];
-  evs jsonb;
-  blocked_keys text[];
-  held jsonb;
-  tried int := 0;
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.ordered_consumer(queue, consumer, slot_count);
+  t record;
 begin
-  if c.kind <> 'ordered' then
-    raise exception 'Consumer "%" of queue "%" is a % consumer, not ordered; use another consumer name.', consumer, queue, c.kind
-      using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
-  end if;
-  perform :KEYQ_SCHEMA.check_slots(c, queue, slot_count);
-  if c.paused_at is not null then  -- paused by an operator (07_positions.sql)
+  if c.consumer_id is null then
     return jsonb_build_object('busy', true, 'slot', null, 'events', '[]'::jsonb);
   end if;
-  todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);
-  if help_after is not null then
-    todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu
-                           where cu.consumer_id = c.consumer_id and cu.slot <> all (todo)
-                             and cu.polled_at < clock_timestamp() - make_interval(secs => help_after)
-                           order by cu.polled_at);
+  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock);
+  if t.o_slot is null then
+    return jsonb_build_object('busy', t.o_busy, 'slot', null, 'events', '[]'::jsonb);
   end if;
-  foreach k in array todo loop
-    if not skip_try_lock
-       and not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('slot', c.consumer_id::bigint * 4096 + k)) then
-      continue;
-    end if;
-    tried := tried + 1;
-    select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = k for update;
-    evs := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, max_events);
-    evs := evs || :KEYQ_SCHEMA.read_window(c, cur, max_events - jsonb_array_length(evs));
-    if c.settings->>'onFailure' = 'pause' then
-      blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
-      if cardinality(blocked_keys) > 0 then
-        select coalesce(jsonb_agg(e order by o), '[]') into held
-          from jsonb_array_elements(evs) with ordinality as t(e, o)
-         where e->>'key' = any (blocked_keys) and not coalesce((e->>'redelivered')::boolean, false);
-        perform :KEYQ_SCHEMA.park_events(c, k, held, 'infinity');
-        select coalesce(jsonb_agg(e order by o), '[]') into evs
-          from jsonb_array_elements(evs) with ordinality as t(e, o)
-         where not (e->>'key' = any (blocked_keys) and not coalesce((e->>'redelivered')::boolean, false));
-      end if;
-    end if;
-    if jsonb_array_length(evs) > 0 then
-      return jsonb_build_object('busy', false, 'slot', k, 'events', evs);
-    end if;
-  end loop;
-  return jsonb_build_object('busy', tried = 0 and cardinality(todo) > 0, 'slot', null, 'events', '[]'::jsonb);
+  return jsonb_build_object('busy', false, 'slot', t.o_slot, 'events', t.o_retries ||
+    coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(t.o_evs[i]) order by i) from generate_subscripts(t.o_evs, 1) i), '[]'));
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_ordered_wire(queue text, consumer text, slots integer[], max_events integer, help_after double precision DEFAULT NULL::double precision, skip_try_lock boolean DEFAULT false, slot_count integer DEFAULT NULL::integer)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.ordered_consumer(queue, consumer, slot_count);
+  t record;
+begin
+  if c.consumer_id is null then
+    return '{"busy":true,"slot":null,"retries":[],"rows":[]}';
+  end if;
+  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock);
+  if t.o_slot is null then
+    return '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[],"rows":[]}';
+  end if;
+  return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":' ||
+    :KEYQ_SCHEMA.wire_rows(t.o_evs) || '}';
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_plain(queue text, consumer text, max_events integer, wait_ms integer DEFAULT 0)
  RETURNS text
@@ -1573,11 +1626,7 @@ begin
   end if;
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
   evs := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(retries));
-  return '{"busy":false,"retries":' || retries::text || ',"rows":' ||
-    coalesce((select json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data, e.ev_trace)
-                              order by e.i)::text
-                from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i)),
-             '[]') || '}';
+  return '{"busy":false,"retries":' || retries::text || ',"rows":' || :KEYQ_SCHEMA.wire_rows(evs) || '}';
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.recut_chunks(c :KEYQ_SCHEMA.consumer)
  RETURNS integer
@@ -2612,6 +2661,16 @@ begin
   end if;
   return coalesce(evs, '{}');
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.wire_rows(evs :KEYQ_SCHEMA.event[])
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select coalesce(json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data::text, e.ev_trace)
+                           order by e.i)::text, '[]')
+    from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i)
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.xbuckets()
  RETURNS integer
  LANGUAGE sql
