@@ -123,6 +123,14 @@ class RowEvent {
   toJSON(): KeyqEvent<unknown> {
     return plainEvent(this);
   }
+  // console.log and util.inspect show own fields only: without these, a
+  // logged event would hide its payload and time (they live on the prototype).
+  [Symbol.for("nodejs.util.inspect.custom")](): KeyqEvent<unknown> {
+    return plainEvent(this);
+  }
+  [Symbol.for("Deno.customInspect")](inspect: (value: unknown, options?: unknown) => string, options?: unknown): string {
+    return inspect(plainEvent(this), options);
+  }
 }
 
 /** The event a handler gets: lazy for a wire row (RowEvent), plain for an event object of the engine. */

@@ -4,6 +4,7 @@
 // when the queue has a payload schema or a typed event map.
 import assert from "node:assert/strict";
 import { afterEach, describe, test } from "node:test";
+import { inspect } from "node:util";
 import * as v from "valibot";
 import { keyq } from "../../mod.ts";
 import type { Executor, TxDriver } from "../../src/driver.ts";
@@ -99,6 +100,9 @@ describe("lazy payloads", () => {
       time: "2026-01-01T00:00:00.500Z",
       retry: 0,
     });
+    const shown = inspect(ev, { depth: 5 });
+    assert.match(shown, /deep/, `a logged event shows its payload: ${shown}`);
+    assert.match(shown, /2026-01-01T00:00:00\.500Z/, `a logged event shows its time: ${shown}`);
     ev.payload = "replaced" as never;
     assert.equal(ev.payload, "replaced", "assigning the payload replaces it");
   });
