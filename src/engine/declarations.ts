@@ -402,6 +402,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "read_chunk_part",
   "recut_chunks",
   "split_chunks",
+  "key_safe_cuts",
   "starved",
   "grow_buckets",
   "queue_json",
