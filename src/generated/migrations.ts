@@ -2470,8 +2470,9 @@ begin
   values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), seq)
   returning tick_id into id;
   -- Wakes the queue's listening workers: a new window is readable. (Queue
-  -- names hold no ':', so '<queue>:tick' cannot be a producer's payload.)
-  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':tick');
+  -- names hold no ':', so '<queue>:tick:<id>' cannot be a producer's
+  -- payload; the id tells the worker that wrote the tick its own.)
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':tick:' || id);
   return jsonb_build_object('tick', id::text);
 end $$;
 
@@ -3287,8 +3288,9 @@ end $$;
 -- is a modulo), so chunks of two counts overlap when their buckets agree
 -- modulo the smaller count (chunk_overlaps). Exclusion never depends on the
 -- buckets: it is the key's advisory lock, taken by every batch.
--- The planner reads no event: a batch reads its chunk's rows once, through
--- the slot index. A batch claims chunks with SKIP LOCKED (never waiting on
+-- The planner reads no event of a large window: a batch reads its chunk's
+-- rows once, through the slot index (a small one, up to 64 events, it reads
+-- once to give chunks only to the buckets that have events). A batch claims chunks with SKIP LOCKED (never waiting on
 -- another worker), the oldest chunk of a bucket first, so a key's later
 -- window is taken while its earlier one is held only when no other chunk is
 -- free (a key held across windows is the only source of contention); it
@@ -3351,14 +3353,38 @@ declare
   latest bigint;
   n int := 0;
   oldest bigint;
+  present int[];
+  plan_read constant int := 64;  -- events a planner reads at most (then: every bucket)
 begin
-  -- Wait for a concurrent planner (a short transaction, never a batch): once
-  -- it commits, this caller sees its chunks instead of finding none.
-  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id));
+  -- With a tick to plan, wait for a concurrent planner (a short transaction,
+  -- never a batch): once it commits, this caller sees its chunks instead of
+  -- finding none. With none (the frontier as committed is the newest tick),
+  -- there is nothing to wait for: a planner at work moves the cursor itself,
+  -- so this caller does not queue behind it (idle workers woken together
+  -- would otherwise plan one after another).
+  select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0;
+  frontier := coalesce(cur.end_tick_id, cur.tick_id);
+  if exists (select 1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id > frontier) then
+    perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id));
+  elsif not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id)) then
+    return 0;
+  end if;
   select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0;
   frontier := coalesce(cur.end_tick_id, cur.tick_id);
   select max(tick_id) into latest from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id > frontier;
   if latest is not null then
+    -- A small window (a steady trickle ticked often) is read once for the
+    -- buckets its keys fall in, and only those get a chunk: a batch then
+    -- claims the chunk that holds the event instead of reading and deleting
+    -- up to a chunk per bucket first. A window's events are fixed once its
+    -- end tick committed. A large one gets a chunk per bucket, unread.
+    select case when count(*) > plan_read then null
+                else coalesce(array_agg(distinct :KEYQ_SCHEMA.slot_of(w.ev_key, :KEYQ_SCHEMA.consumer_buckets(c))), '{}') end
+      into present
+      from :KEYQ_SCHEMA.window_events(c.queue_id,
+             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = frontier),
+             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = latest),
+             '0'::xid8, 0, plan_read + 1) w;
     with open as (
       select k.chunk_id from :KEYQ_SCHEMA.chunk k
        where k.consumer_id = c.consumer_id and k.end_tick = frontier and k.after_txid = '0'::xid8 and k.after_id = 0
@@ -3375,6 +3401,7 @@ begin
            :KEYQ_SCHEMA.consumer_buckets(c)
       from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b
      where b not in (select bucket from grown)
+       and (present is null or b = any (present))
      order by b;
     get diagnostics n = row_count;
     frontier := latest;
@@ -4552,6 +4579,8 @@ declare
   pos int;
   nxt int;
   n int := 0;
+  win bigint[];
+  small boolean;
 begin
   if size is null or size < 1 then
     return 0;
@@ -4562,8 +4591,19 @@ begin
        and not exists (select 1 from :KEYQ_SCHEMA.chunk o
                         where o.consumer_id = k.consumer_id and o.chunk_id <> k.chunk_id
                           and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets))
-     order by k.chunk_id
+     order by k.start_tick, k.end_tick, k.chunk_id
   loop
+    -- A chunk is part of its window: when the whole window holds at most
+    -- size events (counted once per window, not read once per bucket), none
+    -- of its chunks needs a cut.
+    if win is distinct from array[ch.start_tick, ch.end_tick] then
+      win := array[ch.start_tick, ch.end_tick];
+      small := :KEYQ_SCHEMA.window_count(c.queue_id,
+                 (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
+                 (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
+                 size + 1) <= size;
+    end if;
+    continue when small;
     evs := :KEYQ_SCHEMA.chunk_events(c, ch, 8 * size + 1);
     got := cardinality(evs);
     continue when got <= size;
@@ -4715,7 +4755,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "5b72b725eefc22a0333616d8e75f18a41b24857c501ca6c8ef6499faa920e25b";
+export const functionsHash: string = "296f6536c27bb7ab90eb56eeca5c25b50ebf35cd5587ee47030821688bcec022";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -4725,4 +4765,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 13;
+export const functionsSerial: number = 16;
