@@ -2486,8 +2486,9 @@ begin
   values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), seq)
   returning tick_id into id;
   -- Wakes the queue's listening workers: a new window is readable. (Queue
-  -- names hold no ':', so '<queue>:tick' cannot be a producer's payload.)
-  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':tick');
+  -- names hold no ':', so '<queue>:tick:<id>' cannot be a producer's
+  -- payload; the id tells the worker that wrote the tick its own.)
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':tick:' || id);
   return jsonb_build_object('tick', id::text);
 end $$;
 
@@ -3312,8 +3313,9 @@ end $$;
 -- is a modulo), so chunks of two counts overlap when their buckets agree
 -- modulo the smaller count (chunk_overlaps). Exclusion never depends on the
 -- buckets: it is the key's advisory lock, taken by every batch.
--- The planner reads no event: a batch reads its chunk's rows once, through
--- the slot index. A batch claims chunks with SKIP LOCKED (never waiting on
+-- The planner reads no event of a large window: a batch reads its chunk's
+-- rows once, through the slot index (a small one, up to 64 events, it reads
+-- once to give chunks only to the buckets that have events). A batch claims chunks with SKIP LOCKED (never waiting on
 -- another worker), the oldest chunk of a bucket first, so a key's later
 -- window is taken while its earlier one is held only when no other chunk is
 -- free (a key held across windows is the only source of contention); it
@@ -3376,14 +3378,38 @@ declare
   latest bigint;
   n int := 0;
   oldest bigint;
+  present int[];
+  plan_read constant int := 64;  -- events a planner reads at most (then: every bucket)
 begin
-  -- Wait for a concurrent planner (a short transaction, never a batch): once
-  -- it commits, this caller sees its chunks instead of finding none.
-  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id));
+  -- With a tick to plan, wait for a concurrent planner (a short transaction,
+  -- never a batch): once it commits, this caller sees its chunks instead of
+  -- finding none. With none (the frontier as committed is the newest tick),
+  -- there is nothing to wait for: a planner at work moves the cursor itself,
+  -- so this caller does not queue behind it (idle workers woken together
+  -- would otherwise plan one after another).
+  select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0;
+  frontier := coalesce(cur.end_tick_id, cur.tick_id);
+  if exists (select 1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id > frontier) then
+    perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id));
+  elsif not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id)) then
+    return 0;
+  end if;
   select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0;
   frontier := coalesce(cur.end_tick_id, cur.tick_id);
   select max(tick_id) into latest from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id > frontier;
   if latest is not null then
+    -- A small window (a steady trickle ticked often) is read once for the
+    -- buckets its keys fall in, and only those get a chunk: a batch then
+    -- claims the chunk that holds the event instead of reading and deleting
+    -- up to a chunk per bucket first. A window's events are fixed once its
+    -- end tick committed. A large one gets a chunk per bucket, unread.
+    select case when count(*) > plan_read then null
+                else coalesce(array_agg(distinct :KEYQ_SCHEMA.slot_of(w.ev_key, :KEYQ_SCHEMA.consumer_buckets(c))), '{}') end
+      into present
+      from :KEYQ_SCHEMA.window_events(c.queue_id,
+             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = frontier),
+             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = latest),
+             '0'::xid8, 0, plan_read + 1) w;
     with open as (
       select k.chunk_id from :KEYQ_SCHEMA.chunk k
        where k.consumer_id = c.consumer_id and k.end_tick = frontier and k.after_txid = '0'::xid8 and k.after_id = 0
@@ -3400,6 +3426,7 @@ begin
            :KEYQ_SCHEMA.consumer_buckets(c)
       from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b
      where b not in (select bucket from grown)
+       and (present is null or b = any (present))
      order by b;
     get diagnostics n = row_count;
     frontier := latest;
@@ -4660,6 +4687,8 @@ declare
   pos int;
   nxt int;
   n int := 0;
+  win bigint[];
+  small boolean;
 begin
   if size is null or size < 1 then
     return 0;
@@ -4671,8 +4700,19 @@ begin
        and not exists (select 1 from :KEYQ_SCHEMA.chunk o
                         where o.consumer_id = k.consumer_id and o.chunk_id <> k.chunk_id
                           and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets))
-     order by k.chunk_id
+     order by k.start_tick, k.end_tick, k.chunk_id
   loop
+    -- A chunk is part of its window: when the whole window holds at most
+    -- size events (counted once per window, not read once per bucket), none
+    -- of its chunks needs a cut.
+    if win is distinct from array[ch.start_tick, ch.end_tick] then
+      win := array[ch.start_tick, ch.end_tick];
+      small := :KEYQ_SCHEMA.window_count(c.queue_id,
+                 (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
+                 (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
+                 size + 1) <= size;
+    end if;
+    continue when small;
     -- A look at two batches' worth first: a cut within them in the longer
     -- view is one in this view too (a key can only reach further), so a
     -- bucket whose keys interleave from its start is left whole after
@@ -4832,7 +4872,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "6d87c1c01c025d506e591f8747aa3d7fd49faa5a1eb2b7ed71d935041f8622f3";
+export const functionsHash: string = "5cca2558e5bbac078d69f4f683cc2c56cd0c4878870782a5e7a5f43920e12165";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -4842,4 +4882,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 16;
+export const functionsSerial: number = 17;

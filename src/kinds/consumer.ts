@@ -13,7 +13,7 @@ import { engine } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
 import { transactional } from "../driver.ts";
 import type { ConsumerKind } from "./kinds.ts";
-import { runLoop, workLoop } from "./loop.ts";
+import { consume, emptyReport, runLoop, workLoop } from "./loop.ts";
 import { observeBatch } from "../observe/batches.ts";
 import { type Hub, hub as newHub } from "../observe/observer.ts";
 import { pollWaker, type Waker, waker } from "../observe/wake.ts";
@@ -195,7 +195,21 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
   // run(): each batch ends by the budget plus a grace (batch.ts); work()'s runs are slices, not limits.
   const run = async (s: BatchSettings, bounded: boolean): Promise<RunReport> => {
     if (!subscribed) await sub();
-    return await runLoop(s, () => k.prepare(s), () => ctx.maintain(queue), (until) => once(s, until, bounded));
+    return await runLoop(s, async () => (await k.prepare(s)) !== null, () => ctx.maintain(queue), (until) => once(s, until, bounded));
+  };
+  // A woken run (work()): no maintenance, and no tick when this worker just
+  // wrote one; a kind whose batches read planned work (Tier A) still plans
+  // a tick it heard from another session. A kind whose batch reads up to
+  // the newest tick ends on a batch that is not full: what commits later
+  // notifies again.
+  const wokeRun = async (s: BatchSettings, ticked: boolean): Promise<RunReport> => {
+    const started = Date.now();
+    const report = emptyReport();
+    if (!ticked && k.plansTicks) {
+      report.ticked = (await k.prepare(s)) !== null;
+      report.statements = report.roundTrips = 1;
+    }
+    return await consume(s, started, report, (until) => once(s, until, false), k.readsAll === true);
   };
   const info = { queue, consumer: name, kind: k.kind };
   const once = (s: BatchSettings, until?: number, bounded?: boolean) => observeBatch(obs, info, s, (s2) => runBatch(ctx, s2, k, until, bounded));
@@ -232,6 +246,7 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
           waker: w,
           woken: () => obs.emit({ type: "work.woken", ...who }),
           tick: () => k.prepare(s),
+          woke: (ticked) => wokeRun(s, ticked),
           retry: (r) => obs.emit({ type: "work.retry", ...who, ...r }),
         });
         obs.emit({ type: "work.stopped", ...who, report });

@@ -27,8 +27,12 @@ export interface ConsumerKind extends BatchKind {
   readonly settings: Record<string, unknown>;
   /** Refuses settings this kind cannot use, before anything is written. */
   check(s: BatchSettings): void;
-  /** Ticks (and plans); true when a tick was written. */
-  prepare(s: BatchSettings): Promise<boolean>;
+  /** Ticks (and plans); the id of the tick it wrote, or null. */
+  prepare(s: BatchSettings): Promise<string | null>;
+  /** True when a tick is read only once planned (`prepare`): a worker that heard another session's tick prepares before it reads. */
+  readonly plansTicks?: boolean;
+  /** True when a batch that is not full read everything up to the newest tick (one cursor, one window at a time). */
+  readonly readsAll?: boolean;
 }
 
 /** The consumer a kind serves. */
@@ -114,6 +118,7 @@ export function plainKind(t: KindTarget): ConsumerKind {
   return {
     kind: "plain",
     slots: 1,
+    readsAll: true,
     maxEvents: PLAIN_MAX_EVENTS,
     settings: t.settings,
     check: (s) => noWorkers(s, "plain"),
@@ -158,6 +163,7 @@ export function exclusiveKind(t: KindTarget, o: ExclusiveSettings): ConsumerKind
   return {
     kind: "exclusive",
     slots: 1,
+    plansTicks: true,
     settings: t.settings,
     check: (s) => noWorkers(s, "exclusive"),
     prepare: (s) => growth.prepare(s.maxEvents),
@@ -190,7 +196,7 @@ export function exclusiveKind(t: KindTarget, o: ExclusiveSettings): ConsumerKind
  * built concurrently, the client builds it here, outside any transaction
  * (never in a batch), and prepares again; until it is valid the count stays.
  */
-function bucketGrowth(t: KindTarget): { prepare(chunkSize: number): Promise<boolean>; starved(count: number): void } {
+function bucketGrowth(t: KindTarget): { prepare(chunkSize: number): Promise<string | null>; starved(count: number): void } {
   const { ctx, queue, name } = t;
   let growFrom: number | null = null;
   let inline = false;
@@ -201,11 +207,11 @@ function bucketGrowth(t: KindTarget): { prepare(chunkSize: number): Promise<bool
     },
     async prepare(chunkSize) {
       let r = await call(chunkSize);
-      let ticked = r.tick !== null;
+      let ticked = r.tick;
       if (growFrom !== null && r.build && r.build.length > 0) {
         inline = !(await buildConcurrently(ctx, r.build));
         r = await call(chunkSize);
-        ticked ||= r.tick !== null;
+        ticked = r.tick ?? ticked;
       }
       // Grown, or nothing to grow; else ("wait", or a build to retry) the next prepare asks again.
       if (!r.build && !r.wait) growFrom = null;

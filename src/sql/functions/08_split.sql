@@ -45,6 +45,8 @@ declare
   pos int;
   nxt int;
   n int := 0;
+  win bigint[];
+  small boolean;
 begin
   if size is null or size < 1 then
     return 0;
@@ -56,8 +58,19 @@ begin
        and not exists (select 1 from :KEYQ_SCHEMA.chunk o
                         where o.consumer_id = k.consumer_id and o.chunk_id <> k.chunk_id
                           and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets))
-     order by k.chunk_id
+     order by k.start_tick, k.end_tick, k.chunk_id
   loop
+    -- A chunk is part of its window: when the whole window holds at most
+    -- size events (counted once per window, not read once per bucket), none
+    -- of its chunks needs a cut.
+    if win is distinct from array[ch.start_tick, ch.end_tick] then
+      win := array[ch.start_tick, ch.end_tick];
+      small := :KEYQ_SCHEMA.window_count(c.queue_id,
+                 (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
+                 (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
+                 size + 1) <= size;
+    end if;
+    continue when small;
     -- A look at two batches' worth first: a cut within them in the longer
     -- view is one in this view too (a key can only reach further), so a
     -- bucket whose keys interleave from its start is left whole after
