@@ -122,7 +122,10 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
           atMost(1.2, "ratio"),
         ],
         ["queues-cold", `cold run() (fresh connection), ${fmt(s.manyQueues)} queues (↓)`, "ms", "the same, 10 queues", true, atMost(1.2, "ratio")],
+        ["queues-cold-nt", `the same, postgres.js fetch_types: false, ${fmt(s.manyQueues)} queues (↓)`, "ms", "the same, 10 queues", true],
         ["queues-tick", `tick() of one queue, ${fmt(s.manyQueues)} queues (↓)`, "ms", "the same, 10 queues", true, atMost(1.2, "ratio")],
+        ["queues-status", `status() over ${fmt(s.manyQueues)} queues, per queue (↓)`, "ms", "the same, 10 queues", true, atMost(1.2, "ratio")],
+        ["queues-maintain", `maintain() over ${fmt(s.manyQueues)} queues, per queue (↓)`, "ms", "the same, 10 queues", true, atMost(1.2, "ratio")],
       ];
     case "retry":
       return [["retry", `retry: every event fails once, Tier A, ${w} workers`, "ev/s", "pg-boss singleton", true]];
@@ -286,9 +289,15 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
       const [many, few] = await both(book, id, keyqFirst, () => manyQueues(admin, s.manyQueues, s.queueSamples), () => manyQueues(admin, 10, s.queueSamples));
       put(book, "queues-run", many?.run, few?.run);
       put(book, "queues-cold", many?.cold, few?.cold);
+      put(book, "queues-cold-nt", many?.coldNoTypes, few?.coldNoTypes);
       put(book, "queues-tick", many?.tick, few?.tick);
+      put(book, "queues-status", many?.statusPerQueue, few?.statusPerQueue);
+      put(book, "queues-maintain", many?.maintainPerQueue, few?.maintainPerQueue);
       const ms = (x: number | undefined) => `${fmt(x)} ms`;
-      return `run ${ms(many?.run)} vs ${ms(few?.run)} · cold ${ms(many?.cold)} vs ${ms(few?.cold)} · tick ${ms(many?.tick)} vs ${ms(few?.tick)}`;
+      return `run ${ms(many?.run)} vs ${ms(few?.run)} · cold ${ms(many?.cold)} vs ${ms(few?.cold)} · tick ${ms(many?.tick)} vs ${ms(few?.tick)}` +
+        ` · status/queue ${ms(many?.statusPerQueue)} vs ${ms(few?.statusPerQueue)} · maintain/queue ${ms(many?.maintainPerQueue)} vs ${
+          ms(few?.maintainPerQueue)
+        }`;
     }
     case "retry": {
       const [k, b] = await both(book, id, keyqFirst, () => kq.retryExclusive(admin, s, seed), () => boss.retryExclusive(admin, s, seed));
