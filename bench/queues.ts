@@ -158,14 +158,22 @@ export async function dropQueues(admin: Sql, s: QueuesSchema): Promise<void> {
   }
 }
 
-/** A schema with `n` queues, each with a consumer of every kind in `kinds`; measures queue q0; drops it all. */
-export async function manyQueues(admin: Sql, n: number, samples: number, kinds: readonly QueueKind[] = ["plain"]): Promise<QueuesResult> {
-  const s = await buildQueues(n, kinds);
+/**
+ * `many` and `few` queues side by side: both schemas are built first, then
+ * every sample measures one and then the other (the order alternating), so
+ * the background work of building 1,000 queues (autovacuum, checkpoints)
+ * and any change in the machine's load reach both sides alike.
+ */
+export async function queuesPair(admin: Sql, many: number, few: number, samples: number): Promise<[QueuesResult, QueuesResult]> {
+  const built: QueuesSchema[] = [];
   try {
-    const x = noSamples(kinds);
-    for (let i = 0; i < samples; i++) await sampleQueues(s, x, i, i % 3 === 0);
-    return summarizeQueues(s, x);
+    built.push(await buildQueues(many, ["plain"]), await buildQueues(few, ["plain"]));
+    const got = [noSamples(["plain"]), noSamples(["plain"])];
+    for (let i = 0; i < samples; i++) {
+      for (const k of i % 2 ? [1, 0] : [0, 1]) await sampleQueues(built[k]!, got[k]!, i, i % 3 === 0);
+    }
+    return [summarizeQueues(built[0]!, got[0]!), summarizeQueues(built[1]!, got[1]!)];
   } finally {
-    await dropQueues(admin, s);
+    for (const s of built) await dropQueues(admin, s);
   }
 }

@@ -13,7 +13,7 @@ import type { Sql } from "./db.ts";
 import * as kq from "./keyq-side.ts";
 import * as boss from "./pgboss-side.ts";
 import * as raw from "./raw-side.ts";
-import { manyQueues } from "./queues.ts";
+import { queuesPair } from "./queues.ts";
 import { roundTrips } from "./roundtrips.ts";
 import * as wk from "./wakeups.ts";
 import type { Row, Target } from "./rows.ts";
@@ -286,7 +286,8 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
       return `keyq p50 ${fmt(k?.p50)} ms p95 ${fmt(k?.p95)} ms · pg-boss p50 ${fmt(b?.p50)} ms p95 ${fmt(b?.p95)} ms`;
     }
     case "queues": {
-      const [many, few] = await both(book, id, keyqFirst, () => manyQueues(admin, s.manyQueues, s.queueSamples), () => manyQueues(admin, 10, s.queueSamples));
+      const pair = await measure(book, id, () => queuesPair(admin, s.manyQueues, 10, s.queueSamples));
+      const [many, few] = pair ?? [null, null];
       put(book, "queues-run", many?.run, few?.run);
       put(book, "queues-cold", many?.cold, few?.cold);
       put(book, "queues-cold-nt", many?.coldNoTypes, few?.coldNoTypes);
