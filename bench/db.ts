@@ -20,11 +20,13 @@ export type Sql = postgres.Sql;
 /**
  * A postgres.js client tagged with `application_name` (so the benchmark can
  * wait for its backends to exit), with the driver's default socket settings
- * (what a user gets). `url` defaults to `DATABASE_URL`.
+ * (what a user gets). `url` defaults to `DATABASE_URL`; `fetchTypes: false`
+ * skips postgres.js's read of every array type in pg_type at connection start.
  */
-export function connect(app: string, opts: { max?: number; url?: string } = {}): Sql {
+export function connect(app: string, opts: { max?: number; url?: string; fetchTypes?: boolean } = {}): Sql {
   return postgres(opts.url ?? DATABASE_URL, {
     max: opts.max ?? 1,
+    fetch_types: opts.fetchTypes ?? true,
     idle_timeout: 30,
     connect_timeout: 10,
     onnotice: () => {},

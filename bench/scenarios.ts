@@ -13,7 +13,7 @@ import type { Sql } from "./db.ts";
 import * as kq from "./keyq-side.ts";
 import * as boss from "./pgboss-side.ts";
 import * as raw from "./raw-side.ts";
-import { manyQueues } from "./queues.ts";
+import { queuesPair } from "./queues.ts";
 import { roundTrips } from "./roundtrips.ts";
 import * as wk from "./wakeups.ts";
 import type { Row, Target } from "./rows.ts";
@@ -134,7 +134,10 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
           atMost(1.2, "ratio"),
         ],
         ["queues-cold", `cold run() (fresh connection), ${fmt(s.manyQueues)} queues (↓)`, "ms", "the same, 10 queues", true, atMost(1.2, "ratio")],
+        ["queues-cold-nt", `the same, postgres.js fetch_types: false, ${fmt(s.manyQueues)} queues (↓)`, "ms", "the same, 10 queues", true],
         ["queues-tick", `tick() of one queue, ${fmt(s.manyQueues)} queues (↓)`, "ms", "the same, 10 queues", true, atMost(1.2, "ratio")],
+        ["queues-status", `status() over ${fmt(s.manyQueues)} queues, per queue (↓)`, "ms", "the same, 10 queues", true, atMost(1.2, "ratio")],
+        ["queues-maintain", `maintain() over ${fmt(s.manyQueues)} queues, per queue (↓)`, "ms", "the same, 10 queues", true, atMost(1.2, "ratio")],
       ];
     case "retry":
       return [["retry", `retry: every event fails once, Tier A, ${w} workers`, "ev/s", "pg-boss singleton", true]];
@@ -306,12 +309,19 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
       return `keyq p50 ${fmt(k?.p50)} ms p95 ${fmt(k?.p95)} ms · pg-boss p50 ${fmt(b?.p50)} ms p95 ${fmt(b?.p95)} ms`;
     }
     case "queues": {
-      const [many, few] = await both(book, id, keyqFirst, () => manyQueues(admin, s.manyQueues, s.queueSamples), () => manyQueues(admin, 10, s.queueSamples));
+      const pair = await measure(book, id, () => queuesPair(admin, s.manyQueues, 10, s.queueSamples));
+      const [many, few] = pair ?? [null, null];
       put(book, "queues-run", many?.run, few?.run);
       put(book, "queues-cold", many?.cold, few?.cold);
+      put(book, "queues-cold-nt", many?.coldNoTypes, few?.coldNoTypes);
       put(book, "queues-tick", many?.tick, few?.tick);
+      put(book, "queues-status", many?.statusPerQueue, few?.statusPerQueue);
+      put(book, "queues-maintain", many?.maintainPerQueue, few?.maintainPerQueue);
       const ms = (x: number | undefined) => `${fmt(x)} ms`;
-      return `run ${ms(many?.run)} vs ${ms(few?.run)} · cold ${ms(many?.cold)} vs ${ms(few?.cold)} · tick ${ms(many?.tick)} vs ${ms(few?.tick)}`;
+      return `run ${ms(many?.run)} vs ${ms(few?.run)} · cold ${ms(many?.cold)} vs ${ms(few?.cold)} · tick ${ms(many?.tick)} vs ${ms(few?.tick)}` +
+        ` · status/queue ${ms(many?.statusPerQueue)} vs ${ms(few?.statusPerQueue)} · maintain/queue ${ms(many?.maintainPerQueue)} vs ${
+          ms(few?.maintainPerQueue)
+        }`;
     }
     case "retry": {
       const [k, b] = await both(book, id, keyqFirst, () => kq.retryExclusive(admin, s, seed), () => boss.retryExclusive(admin, s, seed));

@@ -81,3 +81,60 @@ describe("a run's cost does not grow with the number of queues", () => {
     });
   }
 });
+
+/** The relation locks of status() (one statement) and of each transaction of maintain() over all `queues` queues. */
+async function locksOfOps(
+  f: PgFixture,
+  queues: number,
+): Promise<{ status: number; statusPages: number; statusOne: number; maintainMax: number; maintainTx: number; reports: number }> {
+  for (let i = 0; i < queues; i++) {
+    await f.q.createQueue(`q${i}`, { rotationPeriod: "1 hour" });
+    await f.q.consumer(`q${i}`, "c").subscribe();
+  }
+  try {
+    const s = lockCounting(f.q.driver);
+    const reported = await keyq(s.driver, { schema: f.schema }).status();
+    assert.deepEqual(reported.map((r) => r.queue), Array.from({ length: queues }, (_, i) => `q${i}`).sort(), "every queue once, in name order");
+    const statusPages = s.counts.length;
+    assert.equal((await keyq(s.driver, { schema: f.schema }).status({ queue: "q0" })).length, 1);
+    const m = lockCounting(f.q.driver);
+    const reports = await keyq(m.driver, { schema: f.schema }).maintain();
+    return {
+      status: Math.max(...s.counts.slice(0, statusPages)),
+      statusPages,
+      statusOne: s.counts[statusPages]!,
+      maintainMax: Math.max(...m.counts),
+      maintainTx: m.counts.length,
+      reports: reports.length,
+    };
+  } finally {
+    for (let i = 0; i < queues; i++) await f.q.dropQueue(`q${i}`);
+  }
+}
+
+describe("status() and maintain() grow no faster than the queues they report on", () => {
+  test(
+    "status() reads pages of 100 queues, one statement each (one queue's: flat); maintain() is a transaction per queue, as small with 120 queues as with 2",
+    {
+      skip,
+    },
+    async () => {
+      const few = await withPg({ max: 2 }, (f) => locksOfOps(f, 2));
+      const many = await withPg({ max: 2 }, (f) => locksOfOps(f, 120));
+      const msg = `locks: 120 queues ${JSON.stringify(many)} vs 2 queues ${JSON.stringify(few)}`;
+      // status(): every reported queue keeps its partitions locked until the
+      // statement's transaction ends (about 8 relations), so one statement
+      // over 1,000 queues filled the shared lock table ("out of shared
+      // memory"); pages of 100 queues, each its own statement, bound it.
+      assert.equal(few.statusPages, 1, msg);
+      assert.equal(many.statusPages, 2, msg);
+      assert.ok(many.status / 100 <= (few.status / 2) * 1.2, msg);
+      // status of one queue: that queue's relations only, however many others there are.
+      assert.ok(many.statusOne <= few.statusOne + 2, msg);
+      // maintain(): the queue list, then one call per queue, each touching its own queue only.
+      assert.equal(many.reports, 120, msg);
+      assert.equal(many.maintainTx, few.maintainTx + 118, msg);
+      assert.ok(many.maintainMax <= few.maintainMax + 2, msg);
+    },
+  );
+});

@@ -87,7 +87,7 @@ test("upgrading a 0.1 schema turns the DBA's table rights into keyq grants; ever
 test("the DBA's EXECUTE grants survive a re-creation of the function set; PUBLIC does not get EXECUTE back", { skip }, async () => {
   const check = async () => {
     const rows = await admin`
-      select has_function_privilege('monitor', ${S + ".status(text, float8)"}, 'EXECUTE') as monitor,
+      select has_function_privilege('monitor', ${S + ".status(text, float8, text, int)"}, 'EXECUTE') as monitor,
              (select count(*)::int from pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
                where p.pronamespace = ${S}::regnamespace and a.grantee = 0) as public_grants`;
     return rows[0];

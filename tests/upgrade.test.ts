@@ -157,7 +157,7 @@ test(
       const [frozen] = await sql.unsafe(slotOf);
       // What a release with an edited function file finds: another hash (of an earlier serial), other functions.
       await sql.unsafe(`update "${schema}".function_set set hash = 'from an older build', serial = serial - 1`);
-      await sql.unsafe(`drop function "${schema}".status(text, float8)`);
+      await sql.unsafe(`drop function "${schema}".status(text, float8, text, int)`);
       await sql.unsafe(`create function "${schema}".removed_since(x int) returns int language sql as 'select x'`);
       await sql.unsafe(`create or replace function "${schema}".key_budget() returns int language sql as 'select 1'`);
       const r = await q.migrate();

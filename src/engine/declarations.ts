@@ -133,7 +133,7 @@ export interface EngineCalls {
   dropQueue: [{ queue: string }, { dropped: boolean }];
   listQueues: [Record<never, never>, QueueInfo[]];
   /** Durations in seconds, as SQL writes them; src/ops/status.ts converts them to milliseconds. */
-  status: [{ queue: string | null; staleAfter: number }, EngineQueueStatus[]];
+  status: [{ queue: string | null; staleAfter: number; afterQueue: string | null; maxQueues: number | null }, EngineQueueStatus[]];
   tick: [{ queue: string; force: boolean }, { tick: string | null }];
   maintain: [{ queue: string; forceRotate: boolean }, MaintainReport];
   send: [{ queue: string; type: string; payload: unknown; key: string | null; dedupKey: string | null; ttl: number | null; trace: string | null }, SendResult];
@@ -206,6 +206,8 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
   status: fn("status", [
     ["queue", "queue", "text"],
     ["staleAfter", "stale_after", "float8"],
+    ["afterQueue", "after_queue", "text"],
+    ["maxQueues", "max_queues", "int"],
   ], listOf(statusShape)),
   tick: fn("tick", [["queue", "queue", "text"], ["force", "force", "boolean"]], tickShape),
   maintain: fn("maintain", [

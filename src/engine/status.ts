@@ -23,7 +23,7 @@ export interface EngineCursorStatus extends Omit<CursorStatus, "lagMs" | "polled
  *
  * @example
  * ```ts ignore
- * const [raw] = await engine(driver, "keyq").status({ queue: "files", staleAfter: 300 });
+ * const [raw] = await engine(driver, "keyq").status({ queue: "files", staleAfter: 300, afterQueue: null, maxQueues: null });
  * raw.lastTickAge; // 1.25: seconds
  * ```
  */

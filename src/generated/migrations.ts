@@ -2811,8 +2811,12 @@ as $$
 declare keep bigint; n int; q :KEYQ_SCHEMA.queue;
 begin
   select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;
+  -- Cursors by consumer, looked up by its key (offset 0 keeps it a
+  -- parameterized scan), so the work is this queue's rows, not every cursor
+  -- of the schema (maintain() runs this for every queue).
   select min(cu.tick_id) into keep
-    from :KEYQ_SCHEMA.cursor cu join :KEYQ_SCHEMA.consumer k using (consumer_id)
+    from :KEYQ_SCHEMA.consumer k
+    cross join lateral (select x.tick_id from :KEYQ_SCHEMA.cursor x where x.consumer_id = k.consumer_id offset 0) cu
    where k.queue_id = qid;
   if keep is null then
     select max(tick_id) into keep from :KEYQ_SCHEMA.tick where queue_id = qid;
@@ -4102,6 +4106,12 @@ $$;
 -- through the (ev_txid, ev_id) index once per distinct cursor tick, at most
 -- 100,000 each so a status call stays cheap behind any backlog.
 -- A slot not polled for stale_after seconds is flagged: it pins rotation.
+-- A page of queues: those named after after_queue, at most max_queues of
+-- them (null: every queue). Every queue reported opens its own partitions
+-- and keeps them locked until the transaction ends, so one statement over a
+-- thousand queues could fill the server's lock table (max_locks_per_transaction
+-- × connections); the client reads status page by page, each its own
+-- statement.
 -- The retained range of a queue: its first tick (the floor, where
 -- from: "earliest" starts) and that tick's time, the first event after it,
 -- the events after it (counted up to 100,000) and the ring tables' bytes.
@@ -4126,7 +4136,8 @@ begin
     'bytes', bytes);
 end $$;
 
-create function :KEYQ_SCHEMA.status(queue text default null, stale_after float8 default 300) returns jsonb
+create function :KEYQ_SCHEMA.status(queue text default null, stale_after float8 default 300,
+                                    after_queue text default null, max_queues int default null) returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -4134,19 +4145,31 @@ as $$
   with qs as materialized (
     select q.*, lt.tick_id as last_tick, lt.tick_time as last_time,
            :KEYQ_SCHEMA.window_count(q.queue_id, lt.tick_snapshot, pg_current_snapshot(), 100000) as pending
-      from :KEYQ_SCHEMA.queue q
+      -- One queue by name, or a page in name order: both read the queue_name
+      -- index, so a page costs its own queues, not the whole queue table.
+      from (select * from :KEYQ_SCHEMA.queue q1
+             where q1.queue_name = status.queue and :KEYQ_SCHEMA.permits('see', q1.queue_name)
+            union all
+            (select * from :KEYQ_SCHEMA.queue q2
+              where status.queue is null and q2.queue_name > coalesce(status.after_queue, '')
+                and :KEYQ_SCHEMA.permits('see', q2.queue_name)
+              order by q2.queue_name
+              limit status.max_queues)) q
       left join lateral (select * from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id
                           order by t.tick_id desc limit 1) lt on true
-     where (status.queue is null or q.queue_name = status.queue)
-       and :KEYQ_SCHEMA.permits('see', q.queue_name)
   ), lag as materialized (
-    select t.queue_id, t.tick_id,
-           :KEYQ_SCHEMA.window_count(t.queue_id, t.tick_snapshot, pg_current_snapshot(), 100000) as n
-      from :KEYQ_SCHEMA.tick t
-     where t.queue_id in (select queue_id from qs)
-       and t.tick_id in (select cu.tick_id from :KEYQ_SCHEMA.cursor cu
-                           join :KEYQ_SCHEMA.consumer c on c.consumer_id = cu.consumer_id
-                          where c.queue_id = t.queue_id)
+    -- The distinct cursor ticks of the reported queues, each counted once:
+    -- consumers by queue and cursors by consumer, looked up by their keys
+    -- (offset 0 keeps each lookup a parameterized scan of its own), so the
+    -- work is the reported queues' rows, never every cursor of the schema.
+    select d.queue_id, d.tick_id,
+           :KEYQ_SCHEMA.window_count(d.queue_id, t.tick_snapshot, pg_current_snapshot(), 100000) as n
+      from (select distinct qs.queue_id, cu.tick_id
+              from qs
+              cross join lateral (select k.consumer_id from :KEYQ_SCHEMA.consumer k where k.queue_id = qs.queue_id offset 0) c
+              cross join lateral (select x.tick_id from :KEYQ_SCHEMA.cursor x where x.consumer_id = c.consumer_id offset 0) cu) d
+      cross join lateral (select k.tick_snapshot from :KEYQ_SCHEMA.tick k
+                           where k.queue_id = d.queue_id and k.tick_id = d.tick_id offset 0) t
   )
   select coalesce(jsonb_agg(jsonb_build_object(
     'queue', q.queue_name,
@@ -4154,7 +4177,7 @@ as $$
     'lastTick', q.last_tick::text, 'lastTickAge', extract(epoch from now() - q.last_time),
     'eventsSinceTick', coalesce(q.pending, 0),
     'retention', extract(epoch from q.retention),
-    'retained', :KEYQ_SCHEMA.retained_json((select x from :KEYQ_SCHEMA.queue x where x.queue_id = q.queue_id)),
+    'retained', :KEYQ_SCHEMA.retained_json(qx.x),
     'consumers', coalesce((
       select jsonb_agg(jsonb_build_object(
         'name', c.consumer_name, 'kind', c.kind, 'slots', c.slots, 'paused', c.paused_at is not null,
@@ -4176,6 +4199,7 @@ as $$
        and :KEYQ_SCHEMA.permits('consume', q.queue_name, c.consumer_name)), '[]')
   ) order by q.queue_name), '[]')
   from qs q
+  cross join lateral (select x from :KEYQ_SCHEMA.queue x where x.queue_id = q.queue_id offset 0) qx
 $$;
 
 -- Ticks every queue by its policy, for a pg_cron schedule (each call is its
@@ -4872,7 +4896,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "5cca2558e5bbac078d69f4f683cc2c56cd0c4878870782a5e7a5f43920e12165";
+export const functionsHash: string = "5ca2c3f8f567b71541811d1b3db5ac3b7b88187dd10c488ff83b91f9d120b6e6";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -4882,4 +4906,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 17;
+export const functionsSerial: number = 18;

@@ -53,6 +53,26 @@ export function statusInMs(raw: EngineQueueStatus): QueueStatus {
 }
 
 /**
+ * Queues per engine call of `status()` over every queue. Each reported
+ * queue keeps its partitions locked until its statement's transaction ends
+ * (about 8 relations a queue), so pages keep one statement well inside the
+ * server's shared lock table however many queues there are.
+ */
+export const STATUS_PAGE = 100;
+
+/** The engine's report of one queue, or of every queue page by page (each page its own statement, so its own locks). */
+async function statusPages(driver: Driver, schema: string, queue: string | null, staleAfter: number): Promise<EngineQueueStatus[]> {
+  const db = engine(driver, schema);
+  if (queue !== null) return await db.status({ queue, staleAfter, afterQueue: null, maxQueues: null });
+  const out: EngineQueueStatus[] = [];
+  for (;;) {
+    const page = await db.status({ queue: null, staleAfter, afterQueue: out.at(-1)?.queue ?? null, maxQueues: STATUS_PAGE });
+    out.push(...page);
+    if (page.length < STATUS_PAGE) return out;
+  }
+}
+
+/**
  * The status of every queue (or one): a queue that does not exist is an
  * error, not an empty list.
  *
@@ -66,7 +86,7 @@ export async function status(driver: Driver, schema: string, opts: unknown = {})
   const o = parse(statusSchema, opts, "status options");
   const queue = o.queue === undefined ? null : checkName("queue", o.queue);
   const staleAfter = durationMs("staleAfter", o.staleAfter ?? 300_000, 1)! / 1000;
-  const rows = await engine(driver, schema).status({ queue, staleAfter });
+  const rows = await statusPages(driver, schema, queue, staleAfter);
   if (queue !== null && rows.length === 0) {
     throw new KeyqError("QUEUE_NOT_FOUND", `Queue "${queue}" does not exist; create it with createQueue("${queue}") or list them with listQueues().`, {
       queue,

@@ -1380,8 +1380,12 @@ AS $function$
 declare keep bigint; n int; q :KEYQ_SCHEMA.queue;
 begin
   select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;
+  -- Cursors by consumer, looked up by its key (offset 0 keeps it a
+  -- parameterized scan), so the work is this queue's rows, not every cursor
+  -- of the schema (maintain() runs this for every queue).
   select min(cu.tick_id) into keep
-    from :KEYQ_SCHEMA.cursor cu join :KEYQ_SCHEMA.consumer k using (consumer_id)
+    from :KEYQ_SCHEMA.consumer k
+    cross join lateral (select x.tick_id from :KEYQ_SCHEMA.cursor x where x.consumer_id = k.consumer_id offset 0) cu
    where k.queue_id = qid;
   if keep is null then
     select max(tick_id) into keep from :KEYQ_SCHEMA.tick where queue_id = qid;
@@ -2288,7 +2292,7 @@ AS $function$
              and l.classid = :KEYQ_SCHEMA.batch_lock_class()::oid and l.objid = c.consumer_id::oid)
          >= :KEYQ_SCHEMA.consumer_buckets(c)
 $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.status(queue text DEFAULT NULL::text, stale_after double precision DEFAULT 300)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.status(queue text DEFAULT NULL::text, stale_after double precision DEFAULT 300, after_queue text DEFAULT NULL::text, max_queues integer DEFAULT NULL::integer)
  RETURNS jsonb
  LANGUAGE sql
  STABLE SECURITY DEFINER
@@ -2298,19 +2302,31 @@ AS $function$
   with qs as materialized (
     select q.*, lt.tick_id as last_tick, lt.tick_time as last_time,
            :KEYQ_SCHEMA.window_count(q.queue_id, lt.tick_snapshot, pg_current_snapshot(), 100000) as pending
-      from :KEYQ_SCHEMA.queue q
+      -- One queue by name, or a page in name order: both read the queue_name
+      -- index, so a page costs its own queues, not the whole queue table.
+      from (select * from :KEYQ_SCHEMA.queue q1
+             where q1.queue_name = status.queue and :KEYQ_SCHEMA.permits('see', q1.queue_name)
+            union all
+            (select * from :KEYQ_SCHEMA.queue q2
+              where status.queue is null and q2.queue_name > coalesce(status.after_queue, '')
+                and :KEYQ_SCHEMA.permits('see', q2.queue_name)
+              order by q2.queue_name
+              limit status.max_queues)) q
       left join lateral (select * from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id
                           order by t.tick_id desc limit 1) lt on true
-     where (status.queue is null or q.queue_name = status.queue)
-       and :KEYQ_SCHEMA.permits('see', q.queue_name)
   ), lag as materialized (
-    select t.queue_id, t.tick_id,
-           :KEYQ_SCHEMA.window_count(t.queue_id, t.tick_snapshot, pg_current_snapshot(), 100000) as n
-      from :KEYQ_SCHEMA.tick t
-     where t.queue_id in (select queue_id from qs)
-       and t.tick_id in (select cu.tick_id from :KEYQ_SCHEMA.cursor cu
-                           join :KEYQ_SCHEMA.consumer c on c.consumer_id = cu.consumer_id
-                          where c.queue_id = t.queue_id)
+    -- The distinct cursor ticks of the reported queues, each counted once:
+    -- consumers by queue and cursors by consumer, looked up by their keys
+    -- (offset 0 keeps each lookup a parameterized scan of its own), so the
+    -- work is the reported queues' rows, never every cursor of the schema.
+    select d.queue_id, d.tick_id,
+           :KEYQ_SCHEMA.window_count(d.queue_id, t.tick_snapshot, pg_current_snapshot(), 100000) as n
+      from (select distinct qs.queue_id, cu.tick_id
+              from qs
+              cross join lateral (select k.consumer_id from :KEYQ_SCHEMA.consumer k where k.queue_id = qs.queue_id offset 0) c
+              cross join lateral (select x.tick_id from :KEYQ_SCHEMA.cursor x where x.consumer_id = c.consumer_id offset 0) cu) d
+      cross join lateral (select k.tick_snapshot from :KEYQ_SCHEMA.tick k
+                           where k.queue_id = d.queue_id and k.tick_id = d.tick_id offset 0) t
   )
   select coalesce(jsonb_agg(jsonb_build_object(
     'queue', q.queue_name,
@@ -2318,7 +2334,7 @@ AS $function$
     'lastTick', q.last_tick::text, 'lastTickAge', extract(epoch from now() - q.last_time),
     'eventsSinceTick', coalesce(q.pending, 0),
     'retention', extract(epoch from q.retention),
-    'retained', :KEYQ_SCHEMA.retained_json((select x from :KEYQ_SCHEMA.queue x where x.queue_id = q.queue_id)),
+    'retained', :KEYQ_SCHEMA.retained_json(qx.x),
     'consumers', coalesce((
       select jsonb_agg(jsonb_build_object(
         'name', c.consumer_name, 'kind', c.kind, 'slots', c.slots, 'paused', c.paused_at is not null,
@@ -2340,6 +2356,7 @@ AS $function$
        and :KEYQ_SCHEMA.permits('consume', q.queue_name, c.consumer_name)), '[]')
   ) order by q.queue_name), '[]')
   from qs q
+  cross join lateral (select x from :KEYQ_SCHEMA.queue x where x.queue_id = q.queue_id offset 0) qx
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.subscribe(queue text, consumer text, kind text DEFAULT 'plain'::text, slots integer DEFAULT 1, settings jsonb DEFAULT '{}'::jsonb, index_inline boolean DEFAULT false, start jsonb DEFAULT NULL::jsonb)
  RETURNS jsonb

@@ -71,7 +71,7 @@ describe("engine replies", () => {
         "status",
         [{ queue: "q", tables: 3, currentTable: 0, lastTick: null, consumers: [] }],
         [{ queue: "q" }],
-        (d) => engine(d, "k").status({ queue: null, staleAfter: 300 }),
+        (d) => engine(d, "k").status({ queue: null, staleAfter: 300, afterQueue: null, maxQueues: null }),
       ],
     ];
     for (const [name, good, bad, call] of cases) {

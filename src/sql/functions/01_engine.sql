@@ -698,8 +698,12 @@ as $$
 declare keep bigint; n int; q :KEYQ_SCHEMA.queue;
 begin
   select * into q from :KEYQ_SCHEMA.queue where queue_id = qid;
+  -- Cursors by consumer, looked up by its key (offset 0 keeps it a
+  -- parameterized scan), so the work is this queue's rows, not every cursor
+  -- of the schema (maintain() runs this for every queue).
   select min(cu.tick_id) into keep
-    from :KEYQ_SCHEMA.cursor cu join :KEYQ_SCHEMA.consumer k using (consumer_id)
+    from :KEYQ_SCHEMA.consumer k
+    cross join lateral (select x.tick_id from :KEYQ_SCHEMA.cursor x where x.consumer_id = k.consumer_id offset 0) cu
    where k.queue_id = qid;
   if keep is null then
     select max(tick_id) into keep from :KEYQ_SCHEMA.tick where queue_id = qid;
