@@ -422,6 +422,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "chunk_events",
   "claim_chunk",
   "claim_dedup",
+  "claim_keys",
   "chunk_overlaps",
   "consumer_buckets",
   "dedup_gc",

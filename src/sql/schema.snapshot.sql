@@ -289,23 +289,7 @@ begin
   rids := ids;
   if dedup_keys is not null then
     keyed := (select count(u.k) from unnest(dedup_keys) as u(k));
-    -- One claim for the batch's distinct keys, each with its first event's
-    -- id, in key order (byte order: the same on every server), so two
-    -- batches sharing keys lock them in the same order and never deadlock.
-    with claimed as (
-      insert into :KEYQ_SCHEMA.dedup as d (queue_id, dedup_key, ev_id, expires_at)
-      select q.queue_id, f.k, f.id, now() + make_interval(secs => coalesce(f.ttl, 300))
-        from (select distinct on (u.k collate "C") u.k, u.ttl, u.id
-                from unnest(dedup_keys, ttls, ids) with ordinality as u(k, ttl, id, ord)
-               where u.k is not null
-               order by u.k collate "C", u.ord) as f
-       order by f.k collate "C"
-      on conflict (queue_id, dedup_key) do update
-         set ev_id = excluded.ev_id, expires_at = excluded.expires_at
-       where d.expires_at <= now()
-      returning d.dedup_key, d.ev_id
-    )
-    select array_agg(claimed.dedup_key), array_agg(claimed.ev_id) into ck, cid from claimed;
+    select c.ck, c.cid into ck, cid from :KEYQ_SCHEMA.claim_keys(q, dedup_keys, ttls, ids, keyed >= 1000) as c;
     -- Unless every key was distinct and claimed now (then each event keeps
     -- its own id), map each event to its key's claim.
     if coalesce(array_length(ck, 1), 0) < keyed then
@@ -493,6 +477,46 @@ begin
     if found then deduped := true; return; end if;
     -- The live row expired and was collected between the two statements: claim again.
   end loop;
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.claim_keys(q :KEYQ_SCHEMA.queue, dedup_keys text[], ttls double precision[], ids bigint[], try_plain boolean, OUT ck text[], OUT cid bigint[])
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+begin
+  if try_plain then
+    begin
+      with claimed as (
+        insert into :KEYQ_SCHEMA.dedup as d (queue_id, dedup_key, ev_id, expires_at)
+        select q.queue_id, f.k, f.id, now() + make_interval(secs => coalesce(f.ttl, 300))
+          from (select distinct on (u.k collate "C") u.k, u.ttl, u.id
+                  from unnest(dedup_keys, ttls, ids) with ordinality as u(k, ttl, id, ord)
+                 where u.k is not null
+                 order by u.k collate "C", u.ord) as f
+         order by f.k collate "C"
+        returning d.dedup_key, d.ev_id
+      )
+      select array_agg(claimed.dedup_key), array_agg(claimed.ev_id) into ck, cid from claimed;
+      return;
+    exception when unique_violation then
+      null;
+    end;
+  end if;
+  with claimed as (
+    insert into :KEYQ_SCHEMA.dedup as d (queue_id, dedup_key, ev_id, expires_at)
+    select q.queue_id, f.k, f.id, now() + make_interval(secs => coalesce(f.ttl, 300))
+      from (select distinct on (u.k collate "C") u.k, u.ttl, u.id
+              from unnest(dedup_keys, ttls, ids) with ordinality as u(k, ttl, id, ord)
+             where u.k is not null
+             order by u.k collate "C", u.ord) as f
+     order by f.k collate "C"
+    on conflict (queue_id, dedup_key) do update
+       set ev_id = excluded.ev_id, expires_at = excluded.expires_at
+     where d.expires_at <= now()
+    returning d.dedup_key, d.ev_id
+  )
+  select array_agg(claimed.dedup_key), array_agg(claimed.ev_id) into ck, cid from claimed;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.consumer_buckets(c :KEYQ_SCHEMA.consumer)
  RETURNS integer
