@@ -213,7 +213,7 @@ const BAD_ESCAPE = /\\u(?:0000|d[89a-f])/i;
 
 /** False when JSON text written by JSON.stringify surely holds no NUL and no unpaired surrogate. */
 export function mayHoldBadText(json: string): boolean {
-  return BAD_ESCAPE.test(json);
+  return json.includes("\\u") && BAD_ESCAPE.test(json);
 }
 
 /**
