@@ -2276,7 +2276,7 @@ begin
   if not found then return jsonb_build_object('dropped', false); end if;
   execute format('drop table %I.%I', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id);
   delete from :KEYQ_SCHEMA.queue where queue_id = q.queue_id;
-  -- No foreign key cascades to the dedup table (018_producer.sql).
+  -- No foreign key cascades to the dedup table (019_producer.sql).
   delete from :KEYQ_SCHEMA.dedup where queue_id = q.queue_id;
   execute format('drop sequence %s', q.event_seq);
   return jsonb_build_object('dropped', true);
@@ -5002,7 +5002,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "7238001daa97001d1c52033fab5e7c1c3bd31a6732d10db5c1d5ad5af5c83f30";
+export const functionsHash: string = "2a8dcc1c81cd980e24bb18f8e65e59d505d8b20d335d4a31f98b0d1e5c2b306e";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5012,4 +5012,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 19;
+export const functionsSerial: number = 20;

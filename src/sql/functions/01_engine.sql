@@ -151,7 +151,7 @@ begin
   if not found then return jsonb_build_object('dropped', false); end if;
   execute format('drop table %I.%I', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id);
   delete from :KEYQ_SCHEMA.queue where queue_id = q.queue_id;
-  -- No foreign key cascades to the dedup table (018_producer.sql).
+  -- No foreign key cascades to the dedup table (019_producer.sql).
   delete from :KEYQ_SCHEMA.dedup where queue_id = q.queue_id;
   execute format('drop sequence %s', q.event_seq);
   return jsonb_build_object('dropped', true);
