@@ -110,7 +110,7 @@ export async function produceBatch(admin: Sql, sizes: Sizes, seed: number): Prom
 
 /**
  * Produce: one `sendBatch` call of `n` events, each with its own dedup key
- * (the engine's per-event claim path); milliseconds for the call.
+ * (one set-based claim of `n` keys); milliseconds for the call.
  */
 export async function produceDedup(admin: Sql, n: number, seed: number): Promise<number> {
   const { schema, loader } = await setup("dedup");

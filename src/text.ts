@@ -169,6 +169,54 @@ function walk(value: unknown, stack: (string | number)[], where: string): void {
 }
 
 /**
+ * True when `value` has the shape of plain JSON: plain objects and arrays,
+ * finite numbers, no undefined in arrays, no bigint, function or symbol,
+ * not too deep. Its strings are not looked at: `mayHoldBadText` scans the
+ * serialised payloads for them in one pass. False for anything `checkJson`
+ * could refuse (it then judges and words the error).
+ */
+export function plainShape(value: unknown, depth = 0): boolean {
+  switch (typeof value) {
+    case "string":
+    case "boolean":
+      return true;
+    case "number":
+      return Number.isFinite(value);
+    case "object":
+      break;
+    default:
+      return false;
+  }
+  if (value === null) return true;
+  if (depth >= MAX_DEPTH) return false;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) if (!plainShape(value[i], depth + 1)) return false;
+    return true;
+  }
+  const proto = Object.getPrototypeOf(value);
+  if (proto !== Object.prototype && proto !== null) return false;
+  for (const key in value) {
+    if (!Object.hasOwn(value, key)) continue;
+    const v = (value as Record<string, unknown>)[key];
+    if (v !== undefined && !plainShape(v, depth + 1)) return false;
+  }
+  return true;
+}
+
+/**
+ * What JSON.stringify writes for the text Postgres cannot store: NUL as
+ * `\u0000`, an unpaired surrogate as `\udXXX` (it writes paired ones as
+ * they are). A match may also be a backslash the text itself holds; a
+ * payload that matches is checked string by string (`checkJson`).
+ */
+const BAD_ESCAPE = /\\u(?:0000|d[89a-f])/i;
+
+/** False when JSON text written by JSON.stringify surely holds no NUL and no unpaired surrogate. */
+export function mayHoldBadText(json: string): boolean {
+  return json.includes("\\u") && BAD_ESCAPE.test(json);
+}
+
+/**
  * Refuses payloads that JSON would silently change (Map, Set, Date, class
  * instances, undefined in arrays, NaN, bigint…) or Postgres cannot store
  * (NUL, unpaired surrogates), naming the path such as `payload.items[1]`.

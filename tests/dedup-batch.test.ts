@@ -51,24 +51,27 @@ describe("sendBatch with dedup keys", () => {
     });
   });
 
-  test("4 connections send the same 400 keys in different orders at once: one event per key, one id per key, no deadlock", { skip }, async () => {
-    await withPg({ max: 4 }, async (f) => {
-      await f.q.createQueue("jobs");
-      const keys = Array.from({ length: 400 }, (_, i) => `key-${i}`);
-      const orders = [keys, [...keys].reverse(), keys.filter((_, i) => i % 2).concat(keys.filter((_, i) => i % 2 === 0)), [...keys].sort()];
-      const results = await Promise.all(orders.map((order, w) => f.q.sendBatch("jobs", order.map((k) => ({ type: "E", payload: { w }, dedupKey: k })))));
-      const idOf = new Map<string, string>();
-      for (const [w, order] of orders.entries()) {
-        order.forEach((k, i) => {
-          const id = results[w]![i]!.id;
-          if (!idOf.has(k)) idOf.set(k, id);
-          assert.equal(id, idOf.get(k), `key ${k}: every sender is told the same id`);
-        });
-      }
-      const inserted = results.flat().filter((r) => !r.deduped).length;
-      assert.equal(inserted, 400, "exactly one sender appended each key");
-      const [n] = await f.raw(`select count(*)::int as n, count(distinct ev_id)::int as ids from "${f.schema}".event`);
-      assert.deepEqual(n, { n: 400, ids: 400 });
+  // 1,500 keys: a large batch tries a plain insert first (claim_keys), then the ON CONFLICT claim.
+  for (const size of [400, 1500]) {
+    test(`4 connections send the same ${size} keys in different orders at once: one event per key, one id per key, no deadlock`, { skip }, async () => {
+      await withPg({ max: 4 }, async (f) => {
+        await f.q.createQueue("jobs");
+        const keys = Array.from({ length: size }, (_, i) => `key-${i}`);
+        const orders = [keys, [...keys].reverse(), keys.filter((_, i) => i % 2).concat(keys.filter((_, i) => i % 2 === 0)), [...keys].sort()];
+        const results = await Promise.all(orders.map((order, w) => f.q.sendBatch("jobs", order.map((k) => ({ type: "E", payload: { w }, dedupKey: k })))));
+        const idOf = new Map<string, string>();
+        for (const [w, order] of orders.entries()) {
+          order.forEach((k, i) => {
+            const id = results[w]![i]!.id;
+            if (!idOf.has(k)) idOf.set(k, id);
+            assert.equal(id, idOf.get(k), `key ${k}: every sender is told the same id`);
+          });
+        }
+        const inserted = results.flat().filter((r) => !r.deduped).length;
+        assert.equal(inserted, size, "exactly one sender appended each key");
+        const [n] = await f.raw(`select count(*)::int as n, count(distinct ev_id)::int as ids from "${f.schema}".event`);
+        assert.deepEqual(n, { n: size, ids: size });
+      });
     });
-  });
+  }
 });

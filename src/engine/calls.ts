@@ -17,14 +17,22 @@ import { ENGINE, type EngineCalls, type EngineFn, type SqlType } from "./declara
 export * from "./declarations.ts";
 export type { Received, WireEvent } from "./wire.ts";
 
+/** Characters an element of an array literal must escape inside its double quotes. */
+const ARRAY_ESCAPE = /["\\]/;
+
+/** One element of a `text[]` literal: quoted (so "NULL" stays text), or NULL for null. */
+function textElement(k: string | null): string {
+  if (k === null) return "NULL";
+  return ARRAY_ESCAPE.test(k) ? `"${k.replaceAll("\\", "\\\\").replaceAll('"', '\\"')}"` : `"${k}"`;
+}
+
 /** Converts a value to the text a cast of `type` reads. */
 function encode(type: SqlType, value: unknown): SqlParam {
   if (type === "jsonb") return JSON.stringify(value) ?? null; // a null payload is JSON null, not SQL NULL
   if (value === null || value === undefined) return null;
   if (type === "int[]") return `{${(value as number[]).join(",")}}`;
-  if (type === "text[]") {
-    return `{${(value as string[]).map((k) => `"${k.replaceAll("\\", "\\\\").replaceAll('"', '\\"')}"`).join(",")}}`;
-  }
+  if (type === "float8[]") return `{${(value as (number | null)[]).map((x) => (x === null ? "NULL" : String(x))).join(",")}}`;
+  if (type === "text[]") return `{${(value as (string | null)[]).map(textElement).join(",")}}`;
   return String(value);
 }
 

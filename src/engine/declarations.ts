@@ -15,7 +15,7 @@ import type { EngineQueueStatus } from "./status.ts";
 import type { BlockedKey, DeadLetter, HistoryEvent, LogPosition, MaintainReport, QueueInfo, RoleGrants, SeekResult, SendResult } from "../types.ts";
 
 /** SQL types the engine's arguments use, as written in the cast. */
-export type SqlType = "text" | "int" | "int[]" | "text[]" | "jsonb" | "boolean" | "float8";
+export type SqlType = "text" | "int" | "int[]" | "text[]" | "jsonb" | "boolean" | "float8" | "float8[]";
 
 /** The `format_type()` spelling of each cast type, as pg_proc reports it. */
 export const FORMAT_TYPE: Readonly<Record<SqlType, string>> = {
@@ -26,6 +26,7 @@ export const FORMAT_TYPE: Readonly<Record<SqlType, string>> = {
   jsonb: "jsonb",
   boolean: "boolean",
   float8: "double precision",
+  "float8[]": "double precision[]",
 };
 
 /** One argument: the caller's field, the SQL argument name, its type. */
@@ -96,6 +97,16 @@ export interface AckReply {
   deferred: number;
 }
 
+/**
+ * What send_rows answers: the ids drawn for the events, in array order, as
+ * runs `[first id, count]`, and the events answered with another event's id
+ * (deduplicated) as `[0-based index, id]`.
+ */
+export interface SentRows {
+  ids: [string, number][];
+  dup: [number, string][];
+}
+
 /** The engine's answer to subscribe: done, or slot-index work to do first. */
 export interface SubscribeReply {
   created: boolean;
@@ -139,6 +150,19 @@ export interface EngineCalls {
   send: [{ queue: string; type: string; payload: unknown; key: string | null; dedupKey: string | null; ttl: number | null; trace: string | null }, SendResult];
   /** An entry per event: a bare id when it could not be deduplicated (no dedup key), else `{ id, deduped }`. */
   sendBatch: [{ queue: string; events: readonly unknown[]; trace: string | null }, (string | SendResult)[]];
+  /** The client's batch send: one array per field, payloads as newline-separated JSON texts (see SentRows). */
+  sendRows: [
+    {
+      queue: string;
+      types: readonly string[];
+      keys: readonly (string | null)[];
+      payloads: string;
+      dedupKeys: readonly (string | null)[] | null;
+      ttls: readonly (number | null)[] | null;
+      trace: string | null;
+    },
+    SentRows,
+  ];
   subscribe: [
     QC & { kind: string; slots: number; settings: Record<string, unknown>; indexInline: boolean; start: Target | null },
     SubscribeReply,
@@ -189,6 +213,9 @@ const deadLetterShape = fields({ id: "string", queue: "string", consumer: "strin
 const removedShape = fields({ removed: "boolean" });
 /** send_batch: a bare id where no dedup key was given, else what send returns. */
 const isSent = listOf((e) => typeof e === "string" || sentShape(e));
+const isRun: Shape = (x) => Array.isArray(x) && x.length === 2 && typeof x[0] === "string" && /^[0-9]+$/.test(x[0]) && isCount(x[1]);
+const isDup: Shape = (x) => Array.isArray(x) && x.length === 2 && isCount(x[0]) && typeof x[1] === "string";
+const isSentRows: Shape = (x) => fields({ ids: "array", dup: "array" })(x) && listOf(isRun)((x as SentRows).ids) && listOf(isDup)((x as SentRows).dup);
 const isCreated: Shape = (x) => fields({ created: "boolean" })(x) && queueShape((x as { queue?: unknown }).queue);
 
 /** Every engine function the TypeScript calls, by TS name. */
@@ -224,6 +251,21 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
     ["trace", "trace", "text"],
   ], sentShape),
   sendBatch: fn("send_batch", [["queue", "queue", "text"], ["events", "events", "jsonb"], ["trace", "trace", "text"]], isSent),
+  sendRows: fn(
+    "send_rows",
+    [
+      ["queue", "queue", "text"],
+      ["types", "types", "text[]"],
+      ["keys", "keys", "text[]"],
+      ["payloads", "payloads", "text"],
+      ["dedupKeys", "dedup_keys", "text[]"],
+      ["ttls", "ttls", "float8[]"],
+      ["trace", "trace", "text"],
+    ],
+    isSentRows,
+    [],
+    "text",
+  ),
   subscribe: fn("subscribe", [
     ["queue", "queue", "text"],
     ["consumer", "consumer", "text"],
@@ -373,6 +415,7 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
  * requires every function of a migrated schema to be in ENGINE or here.
  */
 export const INTERNAL_FUNCTIONS: readonly string[] = [
+  "append_rows",
   "apply_queue_settings",
   "backoff",
   "batch_lock_class",
@@ -381,6 +424,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "chunk_events",
   "claim_chunk",
   "claim_dedup",
+  "claim_keys",
   "chunk_overlaps",
   "consumer_buckets",
   "dedup_gc",
@@ -413,6 +457,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "ordered_take",
   "release_heads",
   "release_key",
+  "resolve_claims",
   "retry_policy",
   "rotate",
   "slot_of",

@@ -49,6 +49,12 @@ describe("engine replies", () => {
         (d) => engine(d, "k").send({ queue: "q", type: "T", payload: 1, key: null, dedupKey: null, ttl: null, trace: null }),
       ],
       ["send_batch", ["1", { id: "2", deduped: true }], ["1", { id: 2 }], (d) => engine(d, "k").sendBatch({ queue: "q", events: [], trace: null })],
+      [
+        "send_rows",
+        { ids: [["1", 2]], dup: [[1, "1"]] },
+        { ids: [[1, 2]], dup: [] },
+        (d) => engine(d, "k").sendRows({ queue: "q", types: ["T"], keys: [null], payloads: "1", dedupKeys: null, ttls: null, trace: null }),
+      ],
       ["create_queue", { created: true, queue }, { created: true, queue: { name: "jobs" } }, (d) => engine(d, "k").createQueue({ queue: "q", settings: {} })],
       ["list_queues", [queue], [queue, { ...queue, tables: "3" }], (d) => engine(d, "k").listQueues({})],
       [

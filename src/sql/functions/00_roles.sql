@@ -36,7 +36,7 @@ language sql immutable
 set search_path = pg_catalog, pg_temp
 as $$
   select f, p from (values
-    ('send', 'produce'), ('send_batch', 'produce'), ('status', 'produce'),
+    ('send', 'produce'), ('send_batch', 'produce'), ('send_rows', 'produce'), ('status', 'produce'),
     ('subscribe', 'consume'), ('receive', 'consume'), ('receive_plain', 'consume'),
     ('receive_exclusive', 'consume'), ('receive_ordered', 'consume'), ('receive_ordered_wire', 'consume'),
     ('prepare_exclusive', 'consume'),
@@ -52,7 +52,7 @@ as $$
   ) v(f, p)
   union all
   -- operate reaches every function the other grants reach.
-  select f, 'operate' from (values ('send'), ('send_batch'), ('status'), ('subscribe'), ('receive'),
+  select f, 'operate' from (values ('send'), ('send_batch'), ('send_rows'), ('status'), ('subscribe'), ('receive'),
     ('receive_plain'), ('receive_exclusive'), ('receive_ordered'), ('receive_ordered_wire'), ('prepare_exclusive'), ('ack'),
     ('fence'), ('unfence'), ('consumer_slot_of'), ('blocked_keys'), ('tick'), ('maintain'),
     ('dlq_list'), ('dlq_count')) v(f)
