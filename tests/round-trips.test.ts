@@ -68,17 +68,19 @@ const BATCH: Record<string, { noop: number; writing: number }> = {
 
 /**
  * Round trips of a cold run() on a server that trusts the client (see
- * `authTurns`), measured: connection start, subscribe, tick,
- * maintenance, the batches (Tier B with 4 slots: one a slot, 2 round trips
- * each) and the empty look (2). Before (main of 2026-12-02): postgres.js
- * 18/17/26, pg and Neon 10/10/16, Bun.SQL 14/14/20. Above pg's 8:
+ * `authTurns`), measured: connection start, the run's start (subscribe,
+ * tick and maintenance in one statement, start_run), the batches (Tier B
+ * with 4 slots: one a slot, 2 round trips each) and the empty look (2).
+ * Before: postgres.js 18/17/26 and pg and Neon 10/10/16 (main of
+ * 2026-12-01); postgres.js 13/13/17, pg and Neon 8/8/12 and Bun.SQL
+ * 14/14/20 with subscribe, tick and maintain sent one by one (2026-12-02).
+ * Above pg's 6:
  * postgres.js pays a type query when it connects (its fetch_types option)
  * and a Parse/Describe round trip for each statement's first use on the
  * connection (it describes a statement with parameters before it binds it),
  * Bun.SQL the same Parse/Describe round trips and a BEGIN of its own per
- * batch. Sending the once-per-run calls (subscribe, tick, maintenance) by the
- * simple protocol would save postgres.js 3 of them (measured 10/10/14), but
- * only with their values spliced into the SQL text; keyq keeps every value a
+ * batch. Sending start_run by the simple protocol would save one more, but
+ * only with its values spliced into the SQL text; keyq keeps every value a
  * bind parameter.
  */
 /**
@@ -97,11 +99,11 @@ async function authTurns(proxy: WireProxy): Promise<number> {
 }
 
 const COLD: Record<string, Record<(typeof kinds)[number], number>> = {
-  "postgres.js": { plain: 13, exclusive: 13, ordered: 17 },
-  "pg Pool": { plain: 8, exclusive: 8, ordered: 12 },
-  "pg Pool, pipeline: true": { plain: 8, exclusive: 8, ordered: 12 },
-  "Neon Pool (WebSocket)": { plain: 8, exclusive: 8, ordered: 12 },
-  "Bun.SQL": { plain: 14, exclusive: 14, ordered: 20 },
+  "postgres.js": { plain: 9, exclusive: 9, ordered: 13 },
+  "pg Pool": { plain: 6, exclusive: 6, ordered: 10 },
+  "pg Pool, pipeline: true": { plain: 6, exclusive: 6, ordered: 10 },
+  "Neon Pool (WebSocket)": { plain: 6, exclusive: 6, ordered: 10 },
+  "Bun.SQL": { plain: 10, exclusive: 10, ordered: 16 },
 };
 type Kind = (typeof kinds)[number];
 

@@ -12,7 +12,7 @@ import { type ConsumerContext, runBatch } from "../batch/batch.ts";
 import { engine } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
 import { transactional } from "../driver.ts";
-import type { ConsumerKind } from "./kinds.ts";
+import { type ConsumerKind, type Started, SUBSCRIBE } from "./kinds.ts";
 import { runLoop, workLoop } from "./loop.ts";
 import { observeBatch } from "../observe/batches.ts";
 import { type Hub, hub as newHub } from "../observe/observer.ts";
@@ -193,10 +193,21 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
     return created;
   };
   // run(): each batch ends by the budget plus a grace (batch.ts); work()'s runs are slices, not limits.
-  const run = async (s: BatchSettings, bounded: boolean): Promise<RunReport> => {
-    if (!subscribed) await sub();
-    return await runLoop(s, () => k.prepare(s), () => ctx.maintain(queue), (until) => once(s, until, bounded));
+  // A run's start: one statement (start_run) that also subscribes a fresh client's consumer;
+  // when the engine asks for a slot index built outside a transaction, subscribe does it first.
+  const start = async (s: BatchSettings): Promise<Started> => {
+    const r = await k.start(s, !subscribed);
+    if (r !== SUBSCRIBE) {
+      subscribed = true;
+      return r;
+    }
+    await sub();
+    const again = await k.start(s, false);
+    if (again === SUBSCRIBE) throw new Error("keyq: start_run asked to subscribe a subscribed consumer");
+    return { ticked: again.ticked, statements: again.statements + 1 };
   };
+  const run = async (s: BatchSettings, bounded: boolean): Promise<RunReport> =>
+    await runLoop(s, () => start(s), (until) => once(s, until, bounded));
   const info = { queue, consumer: name, kind: k.kind };
   const once = (s: BatchSettings, until?: number, bounded?: boolean) => observeBatch(obs, info, s, (s2) => runBatch(ctx, s2, k, until, bounded));
   return {

@@ -34,23 +34,23 @@ function stoppedBy(err: unknown, s: BatchSettings): boolean {
 }
 
 /**
- * One run: `prepare` (tick, plan), maintenance, then batches until the budget,
+ * One run: `start` (subscribe when needed, tick, plan and maintenance: one
+ * statement, see 10_start.sql), then batches until the budget,
  * the batch limit, the signal, or a batch that finds nothing to do. Each
  * batch gets the budget's end: it starts no event after it. A fault rejects
  * the run (a cron caller sees it; `work()` retries it).
  */
 export async function runLoop(
   s: BatchSettings,
-  prepare: () => Promise<boolean>,
-  maintain: () => Promise<unknown>,
+  start: () => Promise<{ ticked: boolean; statements: number }>,
   batch: (until: number) => Promise<BatchReport>,
 ): Promise<RunReport> {
   const started = Date.now();
   const until = started + s.budgetMs;
   const report = emptyReport();
-  report.ticked = await prepare();
-  await maintain();
-  report.statements += 2;
+  const st = await start();
+  report.ticked = st.ticked;
+  report.statements += st.statements;
   report.roundTrips = report.statements;
   while (report.batches < s.maxBatches && Date.now() < until && !s.signal?.aborted) {
     let b: BatchReport;
