@@ -8,10 +8,10 @@
  */
 
 import { type BatchSettings, batchSettings } from "../batch/settings.ts";
-import { type ConsumerContext, runBatch } from "../batch/batch.ts";
+import { type BatchLink, type ConsumerContext, runBatch } from "../batch/batch.ts";
 import { engine } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
-import { transactional } from "../driver.ts";
+import { chainOf, transactional } from "../driver.ts";
 import { type ConsumerKind, type Started, SUBSCRIBE } from "./kinds.ts";
 import { runLoop, workLoop } from "./loop.ts";
 import { observeBatch } from "../observe/batches.ts";
@@ -206,10 +206,14 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
     if (again === SUBSCRIBE) throw new Error("keyq: start_run asked to subscribe a subscribed consumer");
     return { ticked: again.ticked, statements: again.statements + 1 };
   };
-  const run = async (s: BatchSettings, bounded: boolean): Promise<RunReport> =>
-    await runLoop(s, () => start(s), (until) => once(s, until, bounded));
+  // The run's batches share one connection where the driver chains transactions (each COMMIT goes with the next receive).
+  const run = async (s: BatchSettings, bounded: boolean): Promise<RunReport> => {
+    const chain = chainOf(ctx.driver);
+    return await runLoop(s, () => start(s), (until, link) => once(s, until, bounded, link && chain && { ...link, chain }), chain);
+  };
   const info = { queue, consumer: name, kind: k.kind };
-  const once = (s: BatchSettings, until?: number, bounded?: boolean) => observeBatch(obs, info, s, (s2) => runBatch(ctx, s2, k, until, bounded));
+  const once = (s: BatchSettings, until?: number, bounded?: boolean, link?: BatchLink) =>
+    observeBatch(obs, info, s, (s2) => runBatch(ctx, s2, k, until, bounded, link));
   return {
     queue,
     name,
