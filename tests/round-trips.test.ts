@@ -3,17 +3,20 @@
 // One keyq statement is one round trip once its statement is prepared on the
 // connection. BEGIN travels with the receive and a handler's SAVEPOINT with
 // its first statement where the driver pipelines them (postgres.js on a
-// reserved connection; pg and Neon through one Sync, see src/drivers/pg.ts):
+// reserved connection; pg and Neon through one Sync, see src/drivers/pg.ts;
+// Bun.SQL with BEGIN, COMMIT and SAVEPOINT sent as prepared statements, which
+// it pipelines once prepared on the connection, while it sends a text without
+// values by the simple protocol and waits for its answer first):
 // a batch of events with a no-op handler (plain, exclusive, ordered) costs 2
-// round trips there (BEGIN + receive, COMMIT). Bun.SQL (1.4) waits for each
-// answer before it sends the next query, even on a reserved connection
-// (measured: two queries issued together are two round trips), so it pays 3.
+// round trips (BEGIN + receive, COMMIT; Bun.SQL 3 before). In a run that goes
+// on, each COMMIT travels with the next batch's BEGIN and receive (Driver.chain):
+// one round trip per batch, plus the last COMMIT.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import pg from "pg";
 import postgres from "postgres";
 import { type Keyq, keyq } from "../mod.ts";
-import type { Executor, TxDriver } from "../src/driver.ts";
+import { chainOf, type Executor, pairChain, type TxChain, type TxDriver } from "../src/driver.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { dbSkip, requireDatabase } from "./helpers/db.ts";
@@ -63,7 +66,25 @@ const BATCH: Record<string, { noop: number; writing: number }> = {
   "pg Pool": { noop: 2, writing: 12 },
   "pg Pool, pipeline: true": { noop: 2, writing: 12 },
   "Neon Pool (WebSocket)": { noop: 2, writing: 12 },
-  "Bun.SQL": { noop: 3, writing: 23 },
+  "Bun.SQL": { noop: 2, writing: 12 },
+};
+
+/**
+ * Round trips of a warm run() of 3 full batches and the empty look: the
+ * run's start (start_run), then BEGIN + receive of each batch with the
+ * previous batch's COMMIT in the same write (pg and Neon: one Sync;
+ * postgres.js: one write on its reserved connection), and the last COMMIT
+ * alone: 1 + 4 + 1, on every pooled driver (Bun.SQL: BEGIN and COMMIT as
+ * prepared statements, which it pipelines; see src/drivers/bun-sql.ts).
+ * Before (2026-12-02 main: tick and maintain apart, no chain): 2 + 4 × 2 = 10
+ * (Bun.SQL 2 + 4 × 3 = 14).
+ */
+const RUN: Record<string, number> = {
+  "postgres.js": 6,
+  "pg Pool": 6,
+  "pg Pool, pipeline: true": 6,
+  "Neon Pool (WebSocket)": 6,
+  "Bun.SQL": 6,
 };
 
 /**
@@ -74,14 +95,24 @@ const BATCH: Record<string, { noop: number; writing: number }> = {
  * Before: postgres.js 18/17/26 and pg and Neon 10/10/16 (main of
  * 2026-12-01); postgres.js 13/13/17, pg and Neon 8/8/12 and Bun.SQL
  * 14/14/20 with subscribe, tick and maintain sent one by one (2026-12-02).
- * Above pg's 6:
- * postgres.js pays a type query when it connects (its fetch_types option)
- * and a Parse/Describe round trip for each statement's first use on the
- * connection (it describes a statement with parameters before it binds it),
- * Bun.SQL the same Parse/Describe round trips and a BEGIN of its own per
- * batch. Sending start_run by the simple protocol would save one more, but
- * only with its values spliced into the SQL text; keyq keeps every value a
- * bind parameter.
+ * Now: connection start (1), start_run (1), BEGIN + the first receive (1),
+ * each further batch with the previous COMMIT (1; Tier B 4 slots: 3 more),
+ * the last COMMIT (1): pg and Neon 5/5/7. Above that, measured per turn
+ * (the wire proxy's turns()): postgres.js pays a type query when it
+ * connects (its fetch_types option, the user's client) and, for each of
+ * the two statements with values (start_run, the receive), a
+ * Parse/Describe/Flush turn before Bind/Execute/Sync on their first use on
+ * the connection: postgres.js 3.4 describes every statement with
+ * parameters that is not yet prepared first (connection.js: describeFirst
+ * = parameters.length && !prepared, whatever `prepare` and the types
+ * passed), so 5 + 3 = 8/8/10. Bun.SQL (1.4.5) prepares the same two with a
+ * Parse/Describe/Sync turn of their own, and BEGIN and COMMIT too on first
+ * use (a parameterless prepared statement is sent whole, Parse to Sync, but
+ * Bun waits for its answer before anything else), the COMMIT's the turn
+ * before the second batch: 5 + 4 = 9/9/11. Sending start_run or the
+ * receive by the simple protocol would save their describe turns, but only
+ * with values spliced into the SQL text; keyq keeps every value a bind
+ * parameter.
  */
 /**
  * Round trips a connection start costs beyond the one of a server that
@@ -99,11 +130,11 @@ async function authTurns(proxy: WireProxy): Promise<number> {
 }
 
 const COLD: Record<string, Record<(typeof kinds)[number], number>> = {
-  "postgres.js": { plain: 9, exclusive: 9, ordered: 13 },
-  "pg Pool": { plain: 6, exclusive: 6, ordered: 10 },
-  "pg Pool, pipeline: true": { plain: 6, exclusive: 6, ordered: 10 },
-  "Neon Pool (WebSocket)": { plain: 6, exclusive: 6, ordered: 10 },
-  "Bun.SQL": { plain: 10, exclusive: 10, ordered: 16 },
+  "postgres.js": { plain: 8, exclusive: 8, ordered: 10 },
+  "pg Pool": { plain: 5, exclusive: 5, ordered: 7 },
+  "pg Pool, pipeline: true": { plain: 5, exclusive: 5, ordered: 7 },
+  "Neon Pool (WebSocket)": { plain: 5, exclusive: 5, ordered: 7 },
+  "Bun.SQL": { plain: 9, exclusive: 9, ordered: 11 },
 };
 type Kind = (typeof kinds)[number];
 
@@ -118,18 +149,22 @@ function consumer(q: Keyq, kind: Kind) {
  * on the wire meanwhile.
  */
 function counted(driver: TxDriver, proxy: WireProxy, done: (c: WireCounts) => void): TxDriver {
-  return {
-    ...driver,
-    async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
-      const before = proxy.counts();
-      try {
-        return await driver.transaction(fn);
-      } finally {
-        const now = proxy.counts();
-        done(Object.fromEntries(Object.entries(now).map(([k, v]) => [k, v - before[k as keyof WireCounts]])) as unknown as WireCounts);
-      }
-    },
+  const measured = async <T>(run: () => Promise<T>): Promise<T> => {
+    const before = proxy.counts();
+    try {
+      return await run();
+    } finally {
+      const now = proxy.counts();
+      done(Object.fromEntries(Object.entries(now).map(([k, v]) => [k, v - before[k as keyof WireCounts]])) as unknown as WireCounts);
+    }
   };
+  const transaction = <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => measured(() => driver.transaction(fn));
+  // A chained run's batch: from its BEGIN to its COMMIT's answer (which shares a turn with the next batch's receive).
+  const chain = (): TxChain => {
+    const c = chainOf(driver)!;
+    return { transaction: (fn, held) => measured(() => c.transaction(fn, held)), end: () => c.end() };
+  };
+  return { ...driver, transaction, ...(chainOf(driver) ? { chain: pairChain(transaction, chain) } : {}) };
 }
 
 const show = (c: WireCounts): string =>
@@ -197,6 +232,20 @@ for (const spec of specs) {
         assert.equal(n.roundTrips, BATCH[spec.label]!.noop, show(n));
       });
     }
+
+    test(`plain: a run of 3 batches of 10 events with a no-op handler takes ${RUN[spec.label]} round trips (each COMMIT travels with the next receive where the driver chains transactions)`, async () => {
+      const c = consumer(q, "plain");
+      await c.run({ handler: () => {} }); // what earlier tests left, uncounted
+      await f.q.sendBatch("jobs", Array.from({ length: 30 }, (_, i) => ({ type: "E", payload: i, key: `r${i}` })));
+      await f.q.tick("jobs", { force: true });
+      proxy.reset();
+      const r = await c.run({ maxEvents: 10, handler: () => {} });
+      const all = proxy.counts();
+      console.log(`${spec.label} on ${runtimeName()}: plain run() of ${r.batches} batches, ${r.events} events = ${show(all)}`);
+      assert.equal(r.events, 30);
+      assert.equal(r.batches, 3);
+      assert.equal(all.roundTrips, RUN[spec.label], show(all));
+    });
 
     test(`exclusive: a batch of 10 events whose handler writes once through tx takes ${BATCH[spec.label]!.writing} round trips (each SAVEPOINT travels with the statement where the driver allows)`, async () => {
       const c = consumer(q, "exclusive");

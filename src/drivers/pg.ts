@@ -185,7 +185,8 @@ function lazyBegin(c: PgClientLike, prior?: Held): { query: Executor["query"]; b
         throw err;
       });
     }
-    if (!begun && prior) await flush();
+    // Otherwise the held COMMIT goes first, not awaited: pg sends queued queries in order (all at once in its pipeline mode).
+    if (!begun && prior) void flush();
     const prefix = begun ? [] : ["begin"];
     begun = true;
     if (held) {

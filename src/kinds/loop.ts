@@ -92,7 +92,8 @@ export async function runLoop(
   report.roundTrips = report.statements;
   let committing: Promise<BatchReport> | undefined; // a batch whose COMMIT is held or in flight
   try {
-    while (report.batches < s.maxBatches && Date.now() < until && !s.signal?.aborted) {
+    // A batch whose COMMIT is held counts against maxBatches already (it is never an empty one).
+    while (report.batches + (committing ? 1 : 0) < s.maxBatches && Date.now() < until && !s.signal?.aborted) {
       let b: Awaited<ReturnType<typeof launch>>;
       try {
         b = await launch(batch, until, chain !== undefined, committing);
