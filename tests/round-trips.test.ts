@@ -3,14 +3,17 @@
 // One keyq statement is one round trip once its statement is prepared on the
 // connection. BEGIN travels with the receive and a handler's SAVEPOINT with
 // its first statement where the driver pipelines them (postgres.js on a
-// reserved connection; pg and Neon through one Sync, see src/drivers/pg.ts;
-// Bun.SQL with BEGIN, COMMIT and SAVEPOINT sent as prepared statements, which
-// it pipelines once prepared on the connection, while it sends a text without
-// values by the simple protocol and waits for its answer first):
+// reserved connection; pg and Neon through one Sync, see src/drivers/pg.ts):
 // a batch of events with a no-op handler (plain, exclusive, ordered) costs 2
-// round trips (BEGIN + receive, COMMIT; Bun.SQL 3 before). In a run that goes
-// on, each COMMIT travels with the next batch's BEGIN and receive (Driver.chain):
-// one round trip per batch, plus the last COMMIT.
+// round trips (BEGIN + receive, COMMIT). With pg and Neon, in a run that goes
+// on, each COMMIT travels with the next batch's BEGIN and receive
+// (Driver.chain): one round trip per batch, plus the last COMMIT. Bun.SQL
+// (1.4.5) sends a text without values (BEGIN, COMMIT) by the simple protocol
+// and waits for its answer before it sends anything else, so it pays 3; it
+// does pipeline prepared statements issued together once each is prepared on
+// the connection, so keyq's SAVEPOINT and RELEASE go to it as tagged
+// (prepared) statements and travel with the handler's statement
+// (src/drivers/bun-sql.ts).
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import pg from "pg";
@@ -66,7 +69,7 @@ const BATCH: Record<string, { noop: number; writing: number }> = {
   "pg Pool": { noop: 2, writing: 12 },
   "pg Pool, pipeline: true": { noop: 2, writing: 12 },
   "Neon Pool (WebSocket)": { noop: 2, writing: 12 },
-  "Bun.SQL": { noop: 2, writing: 12 },
+  "Bun.SQL": { noop: 3, writing: 13 },
 };
 
 /**
@@ -74,17 +77,17 @@ const BATCH: Record<string, { noop: number; writing: number }> = {
  * run's start (start_run), then BEGIN + receive of each batch with the
  * previous batch's COMMIT in the same write (pg and Neon: one Sync;
  * postgres.js: one write on its reserved connection), and the last COMMIT
- * alone: 1 + 4 + 1, on every pooled driver (Bun.SQL: BEGIN and COMMIT as
- * prepared statements, which it pipelines; see src/drivers/bun-sql.ts).
- * Before (2026-12-02 main: tick and maintain apart, no chain): 2 + 4 × 2 = 10
+ * alone: 1 + 4 + 1 on pg and Neon. postgres.js and Bun.SQL have no chain
+ * here (see their adapters): 1 + 4 × 2 = 9 and 1 + 4 × 3 = 13. Before
+ * (2026-12-02 main: tick and maintain apart, no chain): 2 + 4 × 2 = 10
  * (Bun.SQL 2 + 4 × 3 = 14).
  */
 const RUN: Record<string, number> = {
-  "postgres.js": 6,
+  "postgres.js": 9,
   "pg Pool": 6,
   "pg Pool, pipeline: true": 6,
   "Neon Pool (WebSocket)": 6,
-  "Bun.SQL": 6,
+  "Bun.SQL": 13,
 };
 
 /**
@@ -98,21 +101,22 @@ const RUN: Record<string, number> = {
  * Now: connection start (1), start_run (1), BEGIN + the first receive (1),
  * each further batch with the previous COMMIT (1; Tier B 4 slots: 3 more),
  * the last COMMIT (1): pg and Neon 5/5/7. Above that, measured per turn
- * (the wire proxy's turns()): postgres.js pays a type query when it
- * connects (its fetch_types option, the user's client) and, for each of
- * the two statements with values (start_run, the receive), a
- * Parse/Describe/Flush turn before Bind/Execute/Sync on their first use on
- * the connection: postgres.js 3.4 describes every statement with
- * parameters that is not yet prepared first (connection.js: describeFirst
- * = parameters.length && !prepared, whatever `prepare` and the types
- * passed), so 5 + 3 = 8/8/10. Bun.SQL (1.4.5) prepares the same two with a
- * Parse/Describe/Sync turn of their own, and BEGIN and COMMIT too on first
- * use (a parameterless prepared statement is sent whole, Parse to Sync, but
- * Bun waits for its answer before anything else), the COMMIT's the turn
- * before the second batch: 5 + 4 = 9/9/11. Sending start_run or the
- * receive by the simple protocol would save their describe turns, but only
- * with values spliced into the SQL text; keyq keeps every value a bind
- * parameter.
+ * (the wire proxy's turns()): postgres.js has no chain (a reserved
+ * connection kept between batches crashed postgres.js 3.4 in nextWrite
+ * under pg_ctl stop -m immediate in 1 of 2 runs of tests/faults.test.ts),
+ * so each batch pays its COMMIT: 1 + 2 + 2 (4 slots: 1 + 2 + 4 × 2); it
+ * also pays a type query when it connects (its fetch_types option, the
+ * user's client) and, for each of the two statements with values
+ * (start_run, the receive), a Parse/Describe/Flush turn before
+ * Bind/Execute/Sync on their first use on the connection: postgres.js 3.4
+ * describes every statement with parameters that is not yet prepared
+ * first (connection.js: describeFirst = parameters.length && !prepared,
+ * whatever `prepare` and the types passed): 9/9/13. Bun.SQL (1.4.5)
+ * prepares the same two with a Parse/Describe/Sync turn of their own and
+ * sends BEGIN and COMMIT alone (simple protocol, each waited for):
+ * 10/10/16. Sending start_run or the receive by the simple protocol would
+ * save their describe turns, but only with values spliced into the SQL
+ * text; keyq keeps every value a bind parameter.
  */
 /**
  * Round trips a connection start costs beyond the one of a server that
@@ -130,11 +134,11 @@ async function authTurns(proxy: WireProxy): Promise<number> {
 }
 
 const COLD: Record<string, Record<(typeof kinds)[number], number>> = {
-  "postgres.js": { plain: 8, exclusive: 8, ordered: 10 },
+  "postgres.js": { plain: 9, exclusive: 9, ordered: 13 },
   "pg Pool": { plain: 5, exclusive: 5, ordered: 7 },
   "pg Pool, pipeline: true": { plain: 5, exclusive: 5, ordered: 7 },
   "Neon Pool (WebSocket)": { plain: 5, exclusive: 5, ordered: 7 },
-  "Bun.SQL": { plain: 9, exclusive: 9, ordered: 11 },
+  "Bun.SQL": { plain: 10, exclusive: 10, ordered: 16 },
 };
 type Kind = (typeof kinds)[number];
 

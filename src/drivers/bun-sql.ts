@@ -4,8 +4,7 @@
  *
  * @module
  */
-import { type Executor, pairChain, type Row, type SqlParam, type TxChain, type TxDriver } from "../driver.ts";
-import { connectionLost } from "../faults.ts";
+import type { Executor, Row, SqlParam, TxDriver } from "../driver.ts";
 import { KeyqError } from "../errors.ts";
 import { poolerError, wentAstray } from "./internal/shared.ts";
 
@@ -15,18 +14,10 @@ export interface BunSqlQueryable {
   unsafe(text: string, values?: SqlParam[]): PromiseLike<unknown[]>;
 }
 
-/** A reserved connection of `Bun.SQL` (`sql.reserve()`). */
-export interface BunSqlReservedLike extends BunSqlQueryable {
-  /** Hands the connection back to the pool. */
-  release(): void;
-}
-
 /** The part of a `Bun.SQL` instance the adapter uses. */
 export interface BunSqlLike extends BunSqlQueryable {
   /** `sql.begin(fn)`: BEGIN … COMMIT on one reserved connection, ROLLBACK on a throw. */
   begin(fn: (tx: BunSqlQueryable) => Promise<{ value: unknown }>): PromiseLike<{ value: unknown }>;
-  /** `sql.reserve()`: one connection of the pool to itself until `release()` (a run's chain of batches). */
-  reserve?(): PromiseLike<BunSqlReservedLike>;
   /** The client's settings: `max` is its pool size; `prepare` (default true) names its statements. */
   readonly options?: { readonly max?: number; readonly prepare?: boolean };
 }
@@ -63,18 +54,18 @@ const astrayError = (cause: unknown): KeyqError => poolerError("Bun.SQL", "new B
 type Tag = (strings: TemplateStringsArray) => PromiseLike<unknown[]>;
 
 /**
- * keyq's fixed transaction-control texts as tagged templates: Bun sends a
+ * keyq's fixed savepoint texts (savepoint.ts) as tagged templates: Bun sends a
  * tagged query as a (named) prepared statement, and pipelines prepared
  * statements issued together in one write once each is prepared on the
  * connection, while it sends a text without values by the simple protocol
- * and waits for its answer first (measured, Bun 1.4.5). So BEGIN, COMMIT and
- * a handler's SAVEPOINT (and the RELEASE before it) travel with the
- * statement that follows them. Each text of several statements is split.
+ * and waits for its answer first (measured, Bun 1.4.5). So a handler's
+ * SAVEPOINT (and the RELEASE before it) travels with the statement that
+ * follows it. Each text of several statements is split. (BEGIN and COMMIT
+ * are `sql.begin`'s own, which hears a lost connection at once; a chain of
+ * batches on `sql.reserve()` with tagged BEGIN/COMMIT would pipeline them
+ * too, but nothing tells a reserved connection's queries that it closed.)
  */
 const CONTROL: Record<string, readonly ((t: Tag) => PromiseLike<unknown[]>)[]> = {
-  "begin": [(t) => t`begin`],
-  "commit": [(t) => t`commit`],
-  "rollback": [(t) => t`rollback`],
   "savepoint keyq_event": [(t) => t`savepoint keyq_event`],
   "release savepoint keyq_event": [(t) => t`release savepoint keyq_event`],
   "release savepoint keyq_event; savepoint keyq_event": [(t) => t`release savepoint keyq_event`, (t) => t`savepoint keyq_event`],
@@ -105,99 +96,6 @@ async function run(q: BunSqlQueryable, text: string, params: readonly SqlParam[]
   }
 }
 
-/** The error of a COMMIT that answered ROLLBACK (the transaction had failed). */
-function rolledBack(command: unknown): Error {
-  return Object.assign(new Error(`keyq: the transaction's COMMIT answered ${String(command)}: it was aborted and rolled back.`), { code: "25P02" });
-}
-
-/** Issues COMMIT on `r` (a prepared statement, see CONTROL); its result carries the command tag. */
-function commitOn(r: BunSqlReservedLike): Promise<unknown> {
-  return Promise.resolve(control(r, "commit")!).catch((err: unknown) => Promise.reject(normalise(err)));
-}
-
-/** A transaction of the chain whose COMMIT is held. */
-interface Held {
-  send(commit: PromiseLike<unknown>): void;
-}
-
-/**
- * Transactions in a row on one reserved connection (Driver.chain): BEGIN
- * goes with the transaction's first statement and the previous
- * transaction's held COMMIT before it, all prepared statements issued
- * together (one write, see CONTROL); `end()` sends the last COMMIT and
- * hands the connection back. A lost connection rejects whatever is issued
- * on it, so a held COMMIT and the running transaction reject; the chain
- * then reserves another connection.
- */
-function chained(sql: BunSqlLike & { reserve(): PromiseLike<BunSqlReservedLike> }, prepare: boolean): TxChain {
-  let r: BunSqlReservedLike | undefined;
-  let held: Held | undefined;
-  const drop = () => {
-    const mine = r;
-    r = undefined;
-    mine?.release();
-  };
-  return {
-    async transaction<T>(fn: (tx: Executor) => Promise<T>, onHeld: () => void): Promise<T> {
-      let prior = held;
-      held = undefined;
-      const mine = r ??= await Promise.resolve(sql.reserve()).catch((err: unknown) => {
-        throw normalise(err);
-      });
-      let begun = false;
-      let broken = false;
-      let wrong: KeyqError | undefined; // the first statement that went astray (a handler may have caught it)
-      const first = () => {
-        if (prior) prior.send(commitOn(mine));
-        prior = undefined;
-        run(mine, "begin", undefined, prepare).catch(() => {}); // its failure fails the statement after it
-        begun = true;
-      };
-      const query: Executor["query"] = (text, params) => {
-        if (!begun) first();
-        return run(mine, text, params, prepare).catch((err: unknown) => {
-          broken ||= connectionLost(err);
-          if (err instanceof KeyqError && err.code === "PREPARED_STATEMENTS_UNSUPPORTED") wrong ??= err;
-          throw err;
-        });
-      };
-      try {
-        const out = await fn({ query });
-        if (!begun) {
-          if (prior) await new Promise<void>((resolve) => prior!.send(commitOn(mine).then(() => resolve(), () => resolve())));
-          return out;
-        }
-        const res = await new Promise<unknown>((resolve, reject) => {
-          held = { send: (c) => void c.then(resolve, reject) };
-          onHeld();
-        });
-        if ((res as { command?: unknown } | null)?.command !== "COMMIT") throw rolledBack((res as { command?: unknown } | null)?.command);
-        return out;
-      } catch (err) {
-        if (prior) prior.send(commitOn(mine));
-        if (begun && !broken && !connectionLost(err)) await run(mine, "rollback", undefined, prepare).catch(() => {});
-        if (r === mine && (broken || wrong || connectionLost(err))) drop();
-        throw wrong ?? normalise(err);
-      }
-    },
-    async end(): Promise<void> {
-      const h = held;
-      held = undefined;
-      const mine = r;
-      if (!mine) return;
-      try {
-        if (h) {
-          const commit = commitOn(mine);
-          h.send(commit);
-          await commit.catch(() => {});
-        }
-      } finally {
-        if (r === mine) drop();
-      }
-    },
-  };
-}
-
 /**
  * Wraps a `Bun.SQL` instance (Postgres). Transactions use `sql.begin`, which
  * reserves one pooled connection; server errors are rethrown with the SQLSTATE
@@ -217,9 +115,6 @@ function chained(sql: BunSqlLike & { reserve(): PromiseLike<BunSqlReservedLike> 
 export function fromBunSql(sql: BunSqlLike): TxDriver {
   const prepare = sql.options?.prepare !== false;
   const transaction = bunTransaction(sql, prepare);
-  const reserving = typeof sql.reserve === "function" && typeof sql === "function"
-    ? (sql as BunSqlLike & { reserve(): PromiseLike<BunSqlReservedLike> })
-    : undefined;
   return {
     name: "bun-sql",
     connections: sql.options?.max,
@@ -233,7 +128,6 @@ export function fromBunSql(sql: BunSqlLike): TxDriver {
         : undefined;
     },
     transaction,
-    ...(reserving ? { chain: pairChain(transaction, () => chained(reserving, prepare)) } : {}),
   };
 }
 

@@ -2,7 +2,7 @@
  * postgres.js adapter: `fromPostgresJs(sql)`. Typed structurally; imports nothing from `postgres`.
  * @module
  */
-import { type Executor, ORM_STATEMENT, pairChain, type Row, type SqlParam, type TxChain, type TxDriver } from "../driver.ts";
+import { type Executor, ORM_STATEMENT, type Row, type SqlParam, type TxDriver } from "../driver.ts";
 import type { KeyqError } from "../errors.ts";
 import { connectionLost } from "../faults.ts";
 import { poolerError, wentAstray } from "./internal/shared.ts";
@@ -232,39 +232,6 @@ function opener(r: PostgresJsReservedLike, st: TxState, heard: { closed: boolean
   return begin;
 }
 
-/** A transaction of a chain whose COMMIT is held: `send` is handed the COMMIT's query once it is issued. */
-interface Held {
-  send(commit: Promise<unknown>): void;
-  fail(err: unknown): void;
-}
-
-/** What a chained transaction (fromPostgresJs's `chain`) adds to `reserved`. */
-interface Link {
-  /** The previous transaction's held COMMIT: issued right before this one's BEGIN (one write). */
-  prior?: Held;
-  /** Holds this transaction's COMMIT (instead of sending it) and tells the caller. */
-  hold(h: Held, heard: Heard): void;
-  /** The connection went back to the pool (after a ROLLBACK) or was lost: the chain reserves anew. */
-  drop(): void;
-}
-
-type Heard = { closed: boolean; conn?: PostgresJsConnection };
-
-/** Issues a held COMMIT on `r` and hands it to `h` (not awaited: it travels with what is issued next in this tick). */
-function sendHeld(r: PostgresJsReservedLike, h: Held): Promise<unknown> {
-  const commit = Promise.resolve(r.unsafe("commit").simple());
-  h.send(commit);
-  return commit;
-}
-
-/** A COMMIT's answer: its command tag must be COMMIT (ROLLBACK: the transaction had failed). */
-function committed(res: unknown): void {
-  const command = (res as { command?: string } | null)?.command;
-  if (command !== "COMMIT") {
-    throw Object.assign(new Error(`keyq: the transaction's COMMIT answered ${String(command)}: it was aborted and rolled back.`), { code: "25P02" });
-  }
-}
-
 /**
  * BEGIN … COMMIT on a reserved connection, sent by the adapter: BEGIN in
  * the same write as the transaction's first statement, COMMIT (simple
@@ -272,23 +239,15 @@ function committed(res: unknown): void {
  * resolves, ROLLBACK when it throws. A COMMIT that answers ROLLBACK (the
  * transaction was aborted) is an error. A lost connection rejects at once,
  * while `fn` may still run: its further queries are refused (guarded), and
- * neither COMMIT nor ROLLBACK is written to it. In a chain (`link`) the
- * previous transaction's held COMMIT goes right before BEGIN, and this
- * one's COMMIT is held (`link.hold`) instead of sent; the connection stays
- * reserved unless it went back after a ROLLBACK.
+ * neither COMMIT nor ROLLBACK is written to it.
  */
-async function reserved<T>(r: PostgresJsReservedLike, st: TxState, prepare: boolean, fn: (tx: Executor) => Promise<T>, link?: Link): Promise<T> {
-  const heard: Heard = { closed: false };
+async function reserved<T>(r: PostgresJsReservedLike, st: TxState, prepare: boolean, fn: (tx: Executor) => Promise<T>): Promise<T> {
+  const heard: { closed: boolean; conn?: PostgresJsConnection } = { closed: false };
   let begin: Promise<unknown> | undefined;
-  const prior = () => {
-    const h = link?.prior;
-    if (link) link.prior = undefined;
-    return h ? sendHeld(r, h) : undefined;
-  };
   const tx: Executor = {
     signal: st.ctl.signal,
     query(text, params) {
-      const first = begin ??= st.dead ? undefined : (prior(), opener(r, st, heard));
+      const first = begin ??= st.dead ? undefined : opener(r, st, heard);
       const out = guarded(st, r, text, params, prepare);
       return first ? first.then(() => out, (err: unknown) => (out.catch(() => {}), Promise.reject(err))) : out;
     },
@@ -302,7 +261,6 @@ async function reserved<T>(r: PostgresJsReservedLike, st: TxState, prepare: bool
   lost.catch(() => {});
   let ended = false; // COMMIT was sent: no ROLLBACK after it
   let released = false;
-  let kept = false; // held in the chain: the chain releases it
   const release = () => {
     if (released || heard.closed) return;
     released = true;
@@ -310,112 +268,28 @@ async function reserved<T>(r: PostgresJsReservedLike, st: TxState, prepare: bool
     r.release();
   };
   const last = (text: "commit" | "rollback") => finish(r, heard, text, () => (released = true));
-  /** The previous transaction's COMMIT when this one sent nothing to carry it: alone, answered before this one ends. */
-  const flushPrior = async () => {
-    const sent = prior();
-    if (sent) await sent.catch(() => {});
-  };
   try {
     const work = fn(tx);
     work.catch(() => {}); // it may settle after the connection was lost
     const out = await Promise.race([work, lost]);
-    if (!begin) {
-      await flushPrior();
-      return out;
-    }
+    if (!begin) return out;
     if (st.dead) throw st.ctl.signal.reason;
     ended = true;
-    const commit = link ? (kept = true, holdCommit(link, heard)) : last("commit") as Promise<unknown>;
+    const commit = last("commit") as Promise<{ command?: string }>;
     const res = await Promise.race([commit.catch((err: unknown) => Promise.reject(gone(err) ? (kill(st, err), err) : err)), lost]);
-    committed(res);
+    if (res.command !== "COMMIT") {
+      throw Object.assign(new Error(`keyq: the transaction's COMMIT answered ${String(res.command)}: it was aborted and rolled back.`), { code: "25P02" });
+    }
     return out;
   } catch (err) {
-    await flushPrior();
     if (begin && !ended && !st.dead) {
       await last("rollback").catch((e: unknown) => gone(e) && kill(st, e));
     }
     if (st.astray) throw astrayError(st.astray);
     throw err;
   } finally {
-    if (!link) release();
-    else if (!kept || released || heard.closed || st.dead) {
-      release();
-      link.drop();
-    }
+    release();
   }
-}
-
-/** Holds a chained transaction's COMMIT: resolves with its answer once the next transaction (or the chain's end) sends it. */
-function holdCommit(link: Link, heard: Heard): Promise<unknown> {
-  return new Promise<unknown>((resolve, reject) => {
-    link.hold({ send: (commit) => void commit.then(resolve, reject), fail: reject }, heard);
-  });
-}
-
-/**
- * Transactions in a row on one reserved connection (Driver.chain): each
- * COMMIT is held and issued right before the next transaction's BEGIN and
- * first statement (postgres.js writes what is issued in one tick
- * together), or by `end()`, which then hands the connection back on that
- * COMMIT's answer (`finish`). After a ROLLBACK, or when the connection is
- * lost, the next transaction reserves another one; a held COMMIT whose
- * connection closed is never written: its transaction rejects.
- */
-function chained(reserve: () => Promise<PostgresJsReservedLike>, state: () => TxState, prepare: boolean): TxChain {
-  let r: PostgresJsReservedLike | undefined;
-  let held: { h: Held; heard: Heard; r: PostgresJsReservedLike } | undefined;
-  let lastHeard: Heard | undefined;
-  const closedError = () => deadError(new Error("the connection closed while the COMMIT was held"));
-  return {
-    async transaction<T>(fn: (tx: Executor) => Promise<T>, onHeld: () => void): Promise<T> {
-      let prior = held;
-      held = undefined;
-      if (prior && (prior.heard.closed || prior.r !== r)) {
-        prior.h.fail(closedError());
-        prior = undefined;
-        r = undefined;
-      }
-      if (!r) {
-        try {
-          r = await reserve();
-        } catch (err) {
-          prior?.h.fail(err);
-          throw err;
-        }
-      }
-      const mine = r;
-      const link: Link = {
-        prior: prior?.h,
-        hold: (h, heard) => {
-          held = { h, heard, r: mine };
-          lastHeard = heard;
-          onHeld();
-        },
-        drop: () => {
-          if (r === mine) r = undefined;
-          if (held?.r === mine) held.h.fail(closedError()), held = undefined;
-        },
-      };
-      return await reserved(mine, state(), prepare, fn, link);
-    },
-    async end(): Promise<void> {
-      const h = held;
-      const mine = r;
-      held = undefined;
-      r = undefined;
-      if (h && !h.heard.closed) {
-        const commit = finish(h.r, h.heard, "commit", () => {});
-        h.h.send(commit);
-        await commit.catch(() => {});
-        return;
-      }
-      if (h) h.h.fail(closedError());
-      if (mine && !lastHeard?.closed) {
-        if (lastHeard?.conn) lastHeard.conn.onclose = null;
-        mine.release();
-      }
-    },
-  };
 }
 
 /** Never settles: handed to postgres.js so it sends no COMMIT/ROLLBACK on a dead connection. */
@@ -470,11 +344,6 @@ function isTransaction(x: unknown): x is PostgresJsTransactionLike {
 export function fromPostgresJs(sql: PostgresJsLike): TxDriver {
   const named = names();
   const reserve = sql.reserve ? reserver(sql as Parameters<typeof reserver>[0]) : undefined;
-  const state = (): TxState => ({ dead: false, ctl: new AbortController(), named });
-  const transaction = async <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => {
-    if (!reserve) throw new Error("keyq: postgres.js 3.4 or newer is needed (sql.reserve)");
-    return await reserved(await reserve(), state(), sql.options?.prepare !== false, fn);
-  };
   return {
     name: "postgres-js",
     connections: sql.options?.max,
@@ -490,7 +359,10 @@ export function fromPostgresJs(sql: PostgresJsLike): TxDriver {
         },
       }
       : {}),
-    transaction,
-    ...(reserve ? { chain: pairChain(transaction, () => chained(reserve, state, sql.options?.prepare !== false)) } : {}),
+    async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
+      if (!reserve) throw new Error("keyq: postgres.js 3.4 or newer is needed (sql.reserve)");
+      const st: TxState = { dead: false, ctl: new AbortController(), named };
+      return await reserved(await reserve(), st, sql.options?.prepare !== false, fn);
+    },
   };
 }
