@@ -297,9 +297,7 @@ export async function runBatch(
 ): Promise<BatchReport> {
   const db = transactional(ctx.driver);
   let sealed: BatchReport | undefined;
-  const transaction = link
-    ? <T>(fn: (tx: Executor) => Promise<T>) => link.chain.transaction(fn, () => sealed && link.held(sealed))
-    : db.transaction.bind(db);
+  const transaction = link ? <T>(fn: (tx: Executor) => Promise<T>) => link.chain.transaction(fn, () => sealed && link.held(sealed)) : db.transaction.bind(db);
   const dl = deadline(Date.now(), s.batchTimeoutMs, bounded ? until : undefined);
   const by = dl.by === "budget" ? `the run's budget, budgetMs ${s.budgetMs} ms plus ${BUDGET_GRACE_MS} ms of grace` : undefined;
   const life = batchLife(dl.ms, s.signal, by);

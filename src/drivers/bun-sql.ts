@@ -133,20 +133,20 @@ export function fromBunSql(sql: BunSqlLike): TxDriver {
 
 function bunTransaction(sql: BunSqlLike, prepare: boolean): TxDriver["transaction"] {
   return async <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => {
-      // The first statement that went astray: a handler may catch its error
-      // (keyq isolates handler failures), so the transaction reports it.
-      let wrong: KeyqError | undefined;
-      const query = (tx: BunSqlQueryable): Executor["query"] => (t, p) =>
-        run(tx, t, p, prepare).catch((err: unknown) => {
-          if (err instanceof KeyqError && err.code === "PREPARED_STATEMENTS_UNSUPPORTED") wrong ??= err;
-          throw err;
-        });
-      // Boxed: `begin` would await the items of an array that `fn` returns.
-      try {
-        const box = await sql.begin(async (tx) => ({ value: await fn({ query: query(tx) }) }));
-        return box.value as T;
-      } catch (err) {
-        throw wrong ?? normalise(err); // BEGIN/COMMIT failures; errors already normalised pass through
-      }
-    };
+    // The first statement that went astray: a handler may catch its error
+    // (keyq isolates handler failures), so the transaction reports it.
+    let wrong: KeyqError | undefined;
+    const query = (tx: BunSqlQueryable): Executor["query"] => (t, p) =>
+      run(tx, t, p, prepare).catch((err: unknown) => {
+        if (err instanceof KeyqError && err.code === "PREPARED_STATEMENTS_UNSUPPORTED") wrong ??= err;
+        throw err;
+      });
+    // Boxed: `begin` would await the items of an array that `fn` returns.
+    try {
+      const box = await sql.begin(async (tx) => ({ value: await fn({ query: query(tx) }) }));
+      return box.value as T;
+    } catch (err) {
+      throw wrong ?? normalise(err); // BEGIN/COMMIT failures; errors already normalised pass through
+    }
+  };
 }

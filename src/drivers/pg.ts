@@ -439,21 +439,21 @@ function poolDriver(pool: PgPoolLike): TxDriver {
 
 function poolTransaction(pool: PgPoolLike): TxDriver["transaction"] {
   return async <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => {
-      const client = await pool.connect();
-      let failure: Error | undefined;
-      const lost = new AbortController();
-      const broken = (e: Error) => {
-        failure ??= e;
-        lost.abort(e);
-      };
-      client.on("error", broken);
-      try {
-        return await inTx(client, fn, broken, lost.signal);
-      } finally {
-        client.removeListener("error", broken);
-        client.release(failure);
-      }
+    const client = await pool.connect();
+    let failure: Error | undefined;
+    const lost = new AbortController();
+    const broken = (e: Error) => {
+      failure ??= e;
+      lost.abort(e);
     };
+    client.on("error", broken);
+    try {
+      return await inTx(client, fn, broken, lost.signal);
+    } finally {
+      client.removeListener("error", broken);
+      client.release(failure);
+    }
+  };
 }
 
 function clientDriver(client: PgClientLike): TxDriver {
