@@ -318,6 +318,16 @@ export function consumeOrdered(admin: Sql, sizes: Sizes, seed: number): Promise<
   return consume(admin, sizes, seed, "ordered", sizes.orderedEvents, sizes.workers, { maxEvents: sizes.maxEvents });
 }
 
+/** Tier B as above with the engine's default maxEvents (what a user gets). */
+export function consumeOrderedDefault(admin: Sql, sizes: Sizes, seed: number): Promise<ConsumeResult | null> {
+  return consume(admin, sizes, seed, "ordered", sizes.orderedEvents, sizes.workers);
+}
+
+/** One plain consumer over Tier B's events, default maxEvents: the rate Tier B should reach. */
+export function consumePlainLikeOrdered(admin: Sql, sizes: Sizes, seed: number): Promise<ConsumeResult | null> {
+  return consume(admin, sizes, seed, "plain", sizes.orderedEvents, 1);
+}
+
 /**
  * Latency of Tier A: `workers` workers run `work()` (idle poll `pollMs`)
  * while one producer sends at a steady `rate` for `seconds`; each payload

@@ -20,7 +20,7 @@ import { PgBoss, type QueuePolicy } from "pg-boss";
 import { analyzeSchema, APP, DATABASE_URL, dropSchema, freshSchema, rowsRead, type Sql, waitBackendsGone } from "./db.ts";
 import type { ConsumeResult, LatencyResult, Sizes } from "./sizes.ts";
 import { sinkDdl } from "./keyq-side.ts";
-import { type BenchEvent, type FilePayload, type KeyMix, makeEvents, nowMs, quantile, sleep, until } from "./util.ts";
+import { type BenchEvent, type FilePayload, type KeyMix, makeEvents, nowMs, quantile, sleep, untilAll } from "./util.ts";
 
 const QUEUE = "files";
 const JOB_TABLES = "job%";
@@ -254,7 +254,9 @@ export async function latencyExclusive(admin: Sql, sizes: Sizes, seed: number): 
         }
       }
     });
-    working.forEach((w) => w.catch(() => {})); // awaited below; a failure must not crash the run before that
+    const died: string[] = [];
+    // Awaited below; a failure must not crash the run before that, and ends the wait with its reason.
+    working.forEach((w) => w.catch((err: unknown) => died.push(err instanceof Error ? err.message : String(err))));
     const total = Math.round(sizes.rate * sizes.seconds);
     const events = makeEvents(total, seed);
     let sent = 0;
@@ -268,7 +270,10 @@ export async function latencyExclusive(admin: Sql, sizes: Sizes, seed: number): 
       }
       await sleep(5);
     }
-    await until(() => latencies.length >= total, 60_000, `pg-boss latency: ${total} jobs handled`);
+    await untilAll(`pg-boss latency (${sizes.workers} fetch loops)`, () => latencies.length, total, {
+      produceMs: performance.now() - t0,
+      failed: () => (died.length > 0 ? `${died.length} fetch loop(s) failed: ${died[0]}` : undefined),
+    });
     stopped = true;
     await Promise.all(working);
     return { p50: quantile(latencies, 0.5), p95: quantile(latencies, 0.95), p99: quantile(latencies, 0.99), count: latencies.length };

@@ -84,7 +84,19 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
         ["rt-batch", "network round trips per plain batch (10 events, no-op; run's tick included), postgres.js adapter", "", "pg adapter", false, atMost(3)],
       ];
     case "ordered":
-      return [["ordered", `Tier B, ${s.slots} slots, ${w} workers, no-op`, "ev/s", "pg-boss key_strict_fifo", true, atLeast(20)]];
+      return [
+        ["ordered", `Tier B, ${s.slots} slots, ${w} workers, no-op`, "ev/s", "pg-boss key_strict_fifo", true, atLeast(20)],
+        ["ordered-default", `Tier B, ${s.slots} slots, ${w} workers, no-op, default maxEvents`, "ev/s", "pg-boss key_strict_fifo", true, atLeast(15)],
+        [
+          "ordered-plain",
+          `Tier B, ${s.slots} slots, ${w} workers, default maxEvents, vs one plain consumer (same ${fmt(s.orderedEvents)} events)`,
+          "ev/s",
+          "plain consumer, 1 worker, default maxEvents",
+          true,
+          atLeast(1),
+        ],
+        ["ra-ordered", `rows read per event: Tier B, ${s.slots} slots, default maxEvents (↓)`, "", "", false, atMost(1.05)],
+      ];
     case "produce-send":
       return [["produce-send", "send, 1 connection", "ev/s", "pg-boss send", true]];
     case "produce-batch":
@@ -273,8 +285,19 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
       if (id !== "ordered") {
         put(book, `stmt-${id}`, k?.roundTripsPerBatch, b?.roundTripsPerBatch);
         put(book, `ra-${id}`, k?.readAmp, b?.readAmp);
+        return vs(k?.eventsPerSec, b?.eventsPerSec, "pg-boss");
       }
-      return vs(k?.eventsPerSec, b?.eventsPerSec, "pg-boss");
+      const [d, p] = await both(
+        book,
+        "ordered-default",
+        keyqFirst,
+        () => kq.consumeOrderedDefault(admin, s, seed),
+        () => kq.consumePlainLikeOrdered(admin, s, seed),
+      );
+      put(book, "ordered-default", d?.eventsPerSec, b?.eventsPerSec);
+      put(book, "ordered-plain", d?.eventsPerSec, p?.eventsPerSec);
+      put(book, "ra-ordered", d?.readAmp);
+      return `${vs(k?.eventsPerSec, b?.eventsPerSec, "pg-boss")} · default maxEvents ${ev(d?.eventsPerSec)} · plain ${ev(p?.eventsPerSec)}`;
     }
     case "latency": {
       const [k, b] = await both(book, id, keyqFirst, () => kq.latencyExclusive(admin, s, seed), () => boss.latencyExclusive(admin, s, seed));

@@ -151,3 +151,35 @@ export async function until(check: () => boolean, timeoutMs: number, what: strin
     await sleep(everyMs);
   }
 }
+
+/**
+ * Waits until `count()` reaches `total` while it keeps moving: rejects when
+ * nothing was counted for `stallMs` (default 30 s), when the whole wait
+ * passes `limitMs` (default 60 s plus ten times `produceMs`, the time the
+ * producer took: a loaded machine may drain slowly, but it drains), or as
+ * soon as `failed()` names a reason (a consumer loop that died). The message
+ * says how far it got and why it stopped.
+ */
+export async function untilAll(
+  what: string,
+  count: () => number,
+  total: number,
+  o: { produceMs: number; stallMs?: number; limitMs?: number; failed?: () => string | undefined },
+): Promise<void> {
+  const started = Date.now();
+  const stallMs = o.stallMs ?? 30_000;
+  const limitMs = o.limitMs ?? 60_000 + 10 * o.produceMs;
+  let last = count();
+  let moved = started;
+  while (count() < total) {
+    const now = Date.now();
+    const n = count();
+    if (n !== last) [last, moved] = [n, now];
+    const why = o.failed?.() ??
+      (now - moved > stallMs ? `nothing handled for ${stallMs} ms` : now - started > limitMs ? `the wait passed ${limitMs} ms` : undefined);
+    if (why !== undefined) {
+      throw new Error(`Gave up waiting for ${what}: ${n} of ${total} handled after ${now - started} ms (${why})`);
+    }
+    await sleep(2);
+  }
+}

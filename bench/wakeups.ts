@@ -12,7 +12,7 @@ import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { APP, connect, type Sql } from "./db.ts";
 import { QUEUE, setup, teardown } from "./keyq-side.ts";
 import type { LatencyResult, Sizes } from "./sizes.ts";
-import { type FilePayload, makeEvents, nowMs, quantile, sleep, until } from "./util.ts";
+import { type FilePayload, makeEvents, nowMs, quantile, sleep, until, untilAll } from "./util.ts";
 
 /** The consumer kinds measured. */
 export type Kind = "plain" | "exclusive" | "ordered";
@@ -87,7 +87,7 @@ export async function latency(admin: Sql, s: Sizes, seed: number, kind: Kind, wa
       }
       await sleep(1);
     }
-    await until(() => latencies.length >= total, 60_000, `keyq ${kind} latency: ${total} events handled`);
+    await untilAll(`keyq ${kind} latency`, () => latencies.length, total, { produceMs: performance.now() - t0 });
     abort.abort();
     await Promise.all(working);
     return { p50: quantile(latencies, 0.5), p95: quantile(latencies, 0.95), p99: quantile(latencies, 0.99), count: latencies.length };

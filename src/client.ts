@@ -241,7 +241,7 @@ function consumers(
     schema,
     queue,
     payloadSchema: schemaOf(queue),
-    tick: async (q) => (await a.tickOne(q, false)) !== null,
+    tick: (q) => a.tickOne(q, false),
     maintain: (q) => a.maintainOne(q, false),
   });
   // Typed queues check types and payloads in the handler wrapper (events/dispatch.ts); `on:` works on every queue.

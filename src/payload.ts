@@ -6,6 +6,7 @@
  */
 
 import { KeyqError } from "./errors.ts";
+import type { KeyqEvent } from "./types.ts";
 
 /** The result shape of a Standard Schema validation. */
 export type SchemaResult =
@@ -53,4 +54,22 @@ export async function checkPayload(
     `The payload of ${where} does not match the queue's schema: ${pathText(first?.path)}: ${first?.message ?? "invalid"}; fix the payload or the schema.`,
     { issues: result.issues.map((i) => ({ message: i.message, path: pathText(i.path) })) },
   );
+}
+
+/**
+ * An event as a plain object with every field: a received event's payload
+ * and time are accessors (read on first use), which spreading does not copy.
+ *
+ * @example
+ * ```ts
+ * import { plainEvent } from "./payload.ts";
+ * const ev = plainEvent({ id: "1", type: "T", key: null, payload: { a: 1 }, time: new Date(0), retry: 0 });
+ * console.log(ev.payload); // { a: 1 }
+ * ```
+ */
+export function plainEvent<P>(ev: KeyqEvent<P>): KeyqEvent<P> {
+  const out: KeyqEvent<P> = { id: ev.id, type: ev.type, key: ev.key, payload: ev.payload, time: ev.time, retry: ev.retry };
+  if (ev.slot !== undefined) out.slot = ev.slot;
+  if (ev.trace !== undefined) out.trace = ev.trace;
+  return out;
 }

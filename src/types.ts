@@ -89,9 +89,15 @@ export interface KeyqEvent<P = unknown> {
   type: string;
   /** The partition key, or null. */
   key: string | null;
-  /** The parsed JSON payload. */
+  /**
+   * The parsed JSON payload. A received event parses it when it is first
+   * read, once (a handler that never reads it costs no parse); with `time`
+   * it is then an accessor of the event's prototype, which `{ ...event }`
+   * and deep equality do not see: copy it by name (`JSON.stringify(event)`
+   * writes both).
+   */
   payload: P;
-  /** When the event was appended. */
+  /** When the event was appended (made on first read, like `payload`). */
   time: Date;
   /** How many times it failed before this delivery (0 on first delivery). */
   retry: number;
@@ -250,8 +256,8 @@ export interface BatchOptions<P = unknown> {
   /** Called for each failed event (logging); its errors are ignored. */
   onError?: (error: unknown, event: KeyqEvent<P>) => void;
   /**
-   * Most events in one batch (1–10,000; default 1,000 for a plain consumer,
-   * 100 for exclusive and ordered ones, measured). A Tier A batch also
+   * Most events in one batch (1–10,000; default 1,000 for plain and
+   * ordered consumers, 100 for exclusive ones, measured). A Tier A batch also
    * stops at a sixteenth of the server's lock table in distinct keys (400
    * with default settings); the rest waits for the next batch.
    */

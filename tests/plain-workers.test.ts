@@ -7,6 +7,7 @@ import { KeyqError } from "../mod.ts";
 import { ENGINE } from "../src/engine/calls.ts";
 import { reply } from "../src/engine/reply.ts";
 import { fromPlain, type PlainBatch } from "../src/engine/wire.ts";
+import { payloadOf } from "../src/batch/handler.ts";
 import { dbSkip } from "./helpers/db.ts";
 import { pgFixture } from "./helpers/keyq.ts";
 
@@ -178,14 +179,44 @@ describe("plain wire form", () => {
       r: JSON.stringify({
         busy: false,
         retries: [{ id: "3", txid: "9", type: "R", key: null, payload: 0, time: "2026-01-01T00:00:00+00:00", retry: 1, redelivered: true }],
-        rows: [["4", "9", "T", "k", "2026-01-01T00:00:00+00:00", { a: [1] }]],
+        rows: [["4", "9", "T", "k", "2026-01-01T00:00:00+00:00", '{"a": [1]}', null]],
       }),
     }]);
     assert.equal(r.busy, false);
     assert.deepEqual(r.events.map((e) => [e.id, e.retry, e.redelivered ?? false]), [["3", 1, true], ["4", 0, false]]);
-    assert.deepEqual(r.events[1]!.payload, { a: [1] });
-    for (const bad of [[], [{ r: "nope" }], [{ r: '{"busy":false}' }], [{ r: '{"busy":false,"retries":[],"rows":[["1"]]}' }], [{ x: 1 }]]) {
-      assert.throws(() => decodePlain(bad), (e: unknown) => e instanceof KeyqError && e.code === "BAD_REPLY");
+    assert.equal(r.events[1]!.raw, '{"a": [1]}', "a row's payload stays JSON text until a handler reads it");
+    assert.deepEqual(payloadOf(r.events[1]!), { a: [1] });
+    const row = (payload: unknown) => `{"busy":false,"retries":[],"rows":[["1","7","T",null,"2026-01-01T00:00:00+00:00",${JSON.stringify(payload)},null]]}`;
+    assert.equal(decodePlain([{ r: row("1") }]).events.length, 1, "the row helper makes a good reply");
+    for (
+      const bad of [
+        [],
+        [{ r: "nope" }],
+        [{ r: '{"busy":false}' }],
+        [{ r: '{"busy":false,"retries":[],"rows":[["1"]]}' }],
+        [{ r: row({ a: 1 }) }], // a parsed payload: not this form
+        [{ r: '{"busy":false,"retries":[],"rows":[["1","7","T",null,"2026-01-01T00:00:00+00:00","1"]]}' }], // no trace
+        [{ r: '{"busy":false,"retries":[{"id":"1"}],"rows":[]}' }], // a retry without its fields
+        [{ x: 1 }],
+      ]
+    ) {
+      assert.throws(() => decodePlain(bad), (e: unknown) => e instanceof KeyqError && e.code === "BAD_REPLY", JSON.stringify(bad));
+    }
+  });
+
+  test("an ordered reply carries its slot, checked", () => {
+    const decode = (r: string) => fromPlain(reply<PlainBatch>([{ r }], "receive_ordered_wire", ENGINE.receiveOrderedWire.shape));
+    const ok = decode('{"busy":false,"slot":5,"retries":[],"rows":[["1","7","T","k","2026-01-01T00:00:00+00:00","2",null]]}');
+    assert.equal(ok.slot, 5);
+    assert.equal(decode('{"busy":true,"slot":null,"retries":[],"rows":[]}').slot, undefined);
+    for (
+      const bad of [
+        '{"busy":false,"retries":[],"rows":[]}',
+        '{"busy":false,"slot":-1,"retries":[],"rows":[]}',
+        '{"busy":false,"slot":"1","retries":[],"rows":[]}',
+      ]
+    ) {
+      assert.throws(() => decode(bad), (e: unknown) => e instanceof KeyqError && e.code === "BAD_REPLY", bad);
     }
   });
 });

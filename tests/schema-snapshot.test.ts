@@ -39,6 +39,7 @@ const PINNED: Record<string, string> = {
   "015_dead_letter_trace.sql": "cd0949726cc559b1c29df694cf31583298e18d6e0548f3860eeeb309137d0fe6",
   "016_chunk_upto.sql": "67f1ce512dfdd0868ce8b50d08904c7c08614b1549324b8bd6841e33040bda65",
   "017_bucket_growth.sql": "7500df100982e40337ccc3c96e08f463fa7f60e068cbad7ec51941b61f32634f",
+  "018_chunk_cut_seen.sql": "a20d04031416a2d00e8a145ebf6c7229e5c6f025d2591776ebb80b19b2627e21",
 };
 
 test("migrations are immutable: each file's text is the pinned one (a change is a new migration)", () => {

@@ -31,8 +31,8 @@ export interface ConsumerContext {
   /** The queue the consumer reads. */
   readonly queue: string;
   readonly payloadSchema: PayloadSchema | undefined;
-  /** Advances the queue's ticker in its own transaction; true when it ticked. */
-  tick(queue: string): Promise<boolean>;
+  /** Advances the queue's ticker in its own transaction; the new tick's id, or null when it wrote none. */
+  tick(queue: string): Promise<string | null>;
   /** Runs due maintenance of the queue (skips when another caller is on it). */
   maintain(queue: string): Promise<unknown>;
 }
@@ -245,7 +245,7 @@ async function failure(a: Attempt, err: unknown): Promise<unknown> {
   if (!(err instanceof KeyqError) && classify(err) === "connection") life.abort("connection", err);
   if (life.reason() === "connection") {
     // Wait for the handler in flight (it got the signal), bounded by the deadline.
-    await Promise.race([a.br.inflight, life.expired]);
+    await Promise.race([Promise.resolve(a.br.inflight).then(() => {}, () => {}), life.expired]);
     return life.error();
   }
   if (life.dead()) return life.error();

@@ -45,6 +45,13 @@ export interface BatchLife {
    * reaction left on `died` per call.
    */
   race<T>(p: PromiseLike<T>): Promise<T>;
+  /**
+   * The per-event race of a handler's promise: resolves to `{}` (shared)
+   * when `p` fulfils, `{ error }` when it rejects, or rejects with `error()`
+   * once the batch dies first. One promise per call and no listener left:
+   * handler calls of a batch run one at a time.
+   */
+  settle(p: PromiseLike<unknown>): Promise<{ error?: unknown }>;
   /** Resolves when the deadline passes (or the batch is disposed). */
   readonly expired: Promise<void>;
   /** The BATCH_ABORTED error for the reason. */
@@ -60,15 +67,21 @@ export interface BatchLife {
 }
 
 /** A promise that rejects when the batch dies, and races against it without a reaction left per call. */
-function mortality(dead: () => boolean, error: () => KeyqError): { died: Promise<never>; die(e: KeyqError): void; race: BatchLife["race"] } {
+function mortality(
+  dead: () => boolean,
+  error: () => KeyqError,
+): { died: Promise<never>; die(e: KeyqError): void; race: BatchLife["race"]; settle: BatchLife["settle"] } {
   let reject!: (e: KeyqError) => void;
   const died = new Promise<never>((_, r) => (reject = r));
   died.catch(() => {}); // observed through race() only
   const mourners = new Set<(e: KeyqError) => void>();
+  let call: ((e: KeyqError) => void) | undefined; // the handler call being settled (one at a time)
   const die = (e: KeyqError): void => {
     reject(e);
     for (const m of mourners) m(e);
     mourners.clear();
+    call?.(e);
+    call = undefined;
   };
   const race = <T>(p: PromiseLike<T>): Promise<T> =>
     new Promise<T>((resolve, fail) => {
@@ -82,8 +95,23 @@ function mortality(dead: () => boolean, error: () => KeyqError): { died: Promise
         fail(e);
       });
     });
-  return { died, die, race };
+  const settle = (p: PromiseLike<unknown>): Promise<{ error?: unknown }> =>
+    new Promise((resolve, fail) => {
+      if (dead()) return fail(error());
+      call = fail;
+      p.then(() => {
+        if (call === fail) call = undefined;
+        resolve(FULFILLED);
+      }, (e: unknown) => {
+        if (call === fail) call = undefined;
+        resolve({ error: e });
+      });
+    });
+  return { died, die, race, settle };
 }
+
+/** What settle() resolves to for a fulfilled call (shared). */
+const FULFILLED: { error?: unknown } = Object.freeze({});
 
 /**
  * Starts a batch's life: deadline in `timeoutMs`, stopped when `stop`
@@ -126,6 +154,7 @@ export function batchLife(timeoutMs: number, stop: AbortSignal | undefined, by?:
     dead,
     abort,
     race: m.race,
+    settle: m.settle,
     seal(graceMs) {
       if (grace !== undefined || dead()) return;
       grace = graceMs;

@@ -96,6 +96,9 @@ export type EventOutcome =
   | { kind: "timedOut"; error: unknown }
   | { kind: "released" };
 
+/** The outcome of every call that succeeded (shared, frozen: one per event would be garbage). */
+const SUCCEEDED: EventOutcome = Object.freeze({ kind: "ok" });
+
 /**
  * Settles one handler call: it threw (failed, or released when it gave up
  * because the worker stops), ran past eventTimeout, or returned normally
@@ -106,7 +109,7 @@ export function settle(call: CallResult, swallowed: { error: unknown } | undefin
   if (call.timedOut) return { kind: "timedOut", error: call.error };
   if ("error" in call) return stopping ? { kind: "released" } : { kind: "failed", error: call.error };
   if (swallowed) return { kind: "failed", error: swallowedError(swallowed.error) };
-  return { kind: "ok" };
+  return SUCCEEDED;
 }
 
 /** True when an outcome ends the batch: no further event starts. */

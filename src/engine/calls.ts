@@ -72,7 +72,7 @@ async function run<In, Out>(exec: Executor, schema: string, f: EngineFn<In>, inp
 type Name = keyof EngineCalls;
 type In<K extends Name> = EngineCalls[K][0];
 type Out<K extends Name> = EngineCalls[K][1];
-type Receiving = "receive" | "receivePlain" | "receiveExclusive" | "receiveOrdered";
+type Receiving = "receive" | "receivePlain" | "receiveExclusive" | "receiveOrdered" | "receiveOrderedWire";
 
 /** Transaction-local settings a receive sets in its own statement. */
 export interface LocalTimeouts {

@@ -10,7 +10,7 @@
  */
 
 import { fields, listOf, type Shape } from "./reply.ts";
-import { isPlainBatch, type PlainBatch, type Received } from "./wire.ts";
+import { isOrderedBatch, isPlainBatch, type PlainBatch, type Received } from "./wire.ts";
 import type { EngineQueueStatus } from "./status.ts";
 import type { BlockedKey, DeadLetter, HistoryEvent, LogPosition, MaintainReport, QueueInfo, RoleGrants, SeekResult, SendResult } from "../types.ts";
 
@@ -180,7 +180,10 @@ export interface EngineCalls {
   /** Plain batches in the compact wire form (wire.ts); waits up to `waitMs` for a held cursor. */
   receivePlain: [QC & { maxEvents: number; waitMs: number }, PlainBatch];
   receiveExclusive: [QC & { maxEvents: number }, Received];
+  /** An ordered batch as JSON objects (SQL callers and tests; the client reads receiveOrderedWire). */
   receiveOrdered: [QC & { slots: number[]; maxEvents: number; helpAfter: number | null; slotCount: number }, Received];
+  /** Ordered batches in the compact wire form (wire.ts), with the slot read. */
+  receiveOrderedWire: [QC & { slots: number[]; maxEvents: number; helpAfter: number | null; slotCount: number }, PlainBatch];
   ack: [QC & { slot: number; outcome: AckOutcome }, AckReply];
   fence: [QC & { slot: number; keys: string[]; holder: string; ms: number }, string[]];
   unfence: [QC & { holder: string }, number];
@@ -337,6 +340,20 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
     receiveShape,
     [{ sql: "skip_try_lock", type: "boolean" }],
   ),
+  receiveOrderedWire: fn(
+    "receive_ordered_wire",
+    [
+      ["queue", "queue", "text"],
+      ["consumer", "consumer", "text"],
+      ["slots", "slots", "int[]"],
+      ["maxEvents", "max_events", "int"],
+      ["helpAfter", "help_after", "float8"],
+      ["slotCount", "slot_count", "int"],
+    ],
+    isOrderedBatch,
+    [{ sql: "skip_try_lock", type: "boolean" }],
+    "text",
+  ),
   ack: fn("ack", [
     ["queue", "queue", "text"],
     ["consumer", "consumer", "text"],
@@ -421,10 +438,13 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "read_chunk_part",
   "recut_chunks",
   "split_chunks",
+  "key_safe_cuts",
   "starved",
   "grow_buckets",
   "queue_json",
   "read_window",
+  "ordered_consumer",
+  "ordered_take",
   "release_heads",
   "release_key",
   "retry_policy",
@@ -437,6 +457,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "window_events",
   "window_events_slot",
   "window_take",
+  "wire_rows",
   "xbuckets",
   // least privilege (functions/00_roles.sql)
   "apply_grants",

@@ -1,9 +1,11 @@
 /**
- * The compact wire form of a plain consumer's batch (`receive_plain`):
- * `{"busy": b, "retries": [event objects], "rows": [[id, txid, type, key,
- * time, payload], …]}`. The server builds it as json text without a function
- * call per event and the client parses it in one `JSON.parse`; positional
- * rows carry no repeated field names.
+ * The compact wire form of a plain or ordered consumer's batch
+ * (`receive_plain`, `receive_ordered_wire`): `{"busy": b, "slot": k,
+ * "retries": [event objects], "rows": [[id, txid, type, key, time, payload,
+ * trace], …]}` (no slot for plain). The server builds it as json text
+ * without a function call per event and the client parses it in one
+ * `JSON.parse`; positional rows carry no repeated field names, and each
+ * row's payload is its JSON text, parsed only when a handler reads it.
  *
  * @module
  */
@@ -15,6 +17,8 @@ export interface WireEvent {
   type: string;
   key: string | null;
   payload: unknown;
+  /** The payload's JSON text, not parsed yet (the wire rows): `payload` is then undefined. */
+  raw?: string;
   time: string;
   retry: number;
   /** The W3C traceparent of the span that sent it (keyq/otel), when one was recorded. */
@@ -37,12 +41,17 @@ export interface Received {
   starved?: number | null;
 }
 
-/** One event row: id, txid, type, key, time, payload, trace (the producer's traceparent or null). */
-export type PlainRow = [id: string, txid: string, type: string, key: string | null, time: string, payload: unknown, trace?: string | null];
+/**
+ * One event row: id, txid, type, key, time, payload (its JSON text), trace
+ * (the producer's traceparent or null).
+ */
+export type PlainRow = [id: string, txid: string, type: string, key: string | null, time: string, payload: string, trace: string | null];
 
-/** A `receive_plain` reply as parsed, before it becomes a batch's events. */
+/** A `receive_plain` or `receive_ordered_wire` reply as parsed, before it becomes a batch's events. */
 export interface PlainBatch {
   busy: boolean;
+  /** Ordered: the slot read (null when none had events). */
+  slot?: number | null;
   /** Due retries first, as the engine's event objects. */
   retries: WireEvent[];
   /** The window's events, in order. */
@@ -50,10 +59,18 @@ export interface PlainBatch {
 }
 
 function isRow(x: unknown): x is PlainRow {
-  return Array.isArray(x) && (x.length === 6 || (x.length === 7 && (x[6] === null || typeof x[6] === "string"))) && typeof x[0] === "string" &&
-    typeof x[1] === "string" &&
-    typeof x[2] === "string" && (x[3] === null || typeof x[3] === "string") && typeof x[4] === "string";
+  return Array.isArray(x) && x.length === 7 && typeof x[0] === "string" && typeof x[1] === "string" && typeof x[2] === "string" &&
+    (x[3] === null || typeof x[3] === "string") && typeof x[4] === "string" && typeof x[5] === "string" &&
+    (x[6] === null || typeof x[6] === "string");
 }
+
+/** A retry as the engine's event object (`take_retries`). */
+const isRetry = (x: unknown): boolean => {
+  if (typeof x !== "object" || x === null) return false;
+  const e = x as Record<string, unknown>;
+  return typeof e.id === "string" && typeof e.txid === "string" && typeof e.type === "string" && typeof e.time === "string" &&
+    typeof e.retry === "number";
+};
 
 /**
  * The shape a `receive_plain` reply must have (a reply of another shape is
@@ -62,14 +79,31 @@ function isRow(x: unknown): x is PlainRow {
  * @example
  * ```ts
  * import { isPlainBatch } from "./wire.ts";
- * console.log(isPlainBatch({ busy: false, retries: [], rows: [["1", "7", "T", null, "2026-01-01T00:00:00+00:00", 1]] })); // true
+ * console.log(isPlainBatch({ busy: false, retries: [], rows: [["1", "7", "T", null, "2026-01-01T00:00:00+00:00", "1", null]] })); // true
  * console.log(isPlainBatch({ busy: false, retries: [], rows: [["1"]] })); // false
  * ```
  */
 export function isPlainBatch(x: unknown): boolean {
   if (typeof x !== "object" || x === null) return false;
   const v = x as { busy?: unknown; retries?: unknown; rows?: unknown };
-  return typeof v.busy === "boolean" && Array.isArray(v.retries) && Array.isArray(v.rows) && v.rows.every(isRow);
+  return typeof v.busy === "boolean" && Array.isArray(v.retries) && v.retries.every(isRetry) && Array.isArray(v.rows) && v.rows.every(isRow);
+}
+
+/**
+ * The shape a `receive_ordered_wire` reply must have: a plain batch's, plus
+ * the slot it read (a non-negative integer, or null when no slot had events).
+ *
+ * @example
+ * ```ts
+ * import { isOrderedBatch } from "./wire.ts";
+ * console.log(isOrderedBatch({ busy: false, slot: 3, retries: [], rows: [] })); // true
+ * console.log(isOrderedBatch({ busy: false, retries: [], rows: [] })); // false
+ * ```
+ */
+export function isOrderedBatch(x: unknown): boolean {
+  if (!isPlainBatch(x)) return false;
+  const slot = (x as { slot?: unknown }).slot;
+  return slot === null || (Number.isInteger(slot) && (slot as number) >= 0);
 }
 
 /**
@@ -79,14 +113,16 @@ export function isPlainBatch(x: unknown): boolean {
  * @example
  * ```ts
  * import { fromPlain } from "./wire.ts";
- * const r = fromPlain({ busy: false, retries: [], rows: [["1", "7", "T", null, "2026-01-01T00:00:00+00:00", { a: 1 }]] });
- * console.log(r.events[0]!.id, r.events[0]!.payload); // "1" { a: 1 }
+ * const r = fromPlain({ busy: false, retries: [], rows: [["1", "7", "T", null, "2026-01-01T00:00:00+00:00", '{"a":1}', null]] });
+ * console.log(r.events[0]!.id, r.events[0]!.raw); // "1" '{"a":1}'
  * ```
  */
 export function fromPlain(batch: PlainBatch): Received {
   const events: WireEvent[] = batch.retries;
   for (const r of batch.rows) {
-    events.push({ id: r[0], txid: r[1], type: r[2], key: r[3], time: r[4], payload: r[5], retry: 0, trace: r[6] ?? null });
+    events.push({ id: r[0], txid: r[1], type: r[2], key: r[3], time: r[4], payload: undefined, raw: r[5], retry: 0, trace: r[6] });
   }
-  return { busy: batch.busy, events };
+  const out: Received = { busy: batch.busy, events };
+  if (typeof batch.slot === "number") out.slot = batch.slot;
+  return out;
 }

@@ -13,7 +13,7 @@
  */
 
 import { KeyqError } from "../errors.ts";
-import { checkPayload, type SchemaFor } from "../payload.ts";
+import { checkPayload, plainEvent, type SchemaFor } from "../payload.ts";
 import type { BatchContext, KeyqEvent } from "../types.ts";
 import { closest, show } from "../validate.ts";
 import type { EventTypes } from "./types.ts";
@@ -98,7 +98,7 @@ export function dispatchOptions(queue: string, types: EventTypes | undefined, op
   const parsed = async (ev: KeyqEvent): Promise<KeyqEvent> => {
     const where = `event ${ev.id}`;
     const payload = await checkPayload(pick(ev.type, where), ev.payload, `${where} (queue "${queue}", type "${ev.type}")`);
-    return payload === ev.payload ? ev : { ...ev, payload };
+    return payload === ev.payload ? ev : { ...plainEvent(ev), payload };
   };
   if (typeof rest.handler === "function") {
     const h = rest.handler as AnyHandler;

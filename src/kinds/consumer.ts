@@ -13,7 +13,7 @@ import { engine } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
 import { chainOf, transactional } from "../driver.ts";
 import { type ConsumerKind, type Started, SUBSCRIBE } from "./kinds.ts";
-import { runLoop, workLoop } from "./loop.ts";
+import { consume, emptyReport, type LoopLink, runLoop, workLoop } from "./loop.ts";
 import { observeBatch } from "../observe/batches.ts";
 import { type Hub, hub as newHub } from "../observe/observer.ts";
 import { pollWaker, type Waker, waker } from "../observe/wake.ts";
@@ -211,6 +211,22 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
     const chain = chainOf(ctx.driver);
     return await runLoop(s, () => start(s), (until, link) => once(s, until, bounded, link && chain && { ...link, chain }), chain);
   };
+  // A woken run (work()): no maintenance, and no tick when this worker just
+  // wrote one; a kind whose batches read planned work (Tier A) still plans
+  // a tick it heard from another session. A kind whose batch reads up to
+  // the newest tick ends on a batch that is not full: what commits later
+  // notifies again. Its batches chain as a full run's do.
+  const wokeRun = async (s: BatchSettings, ticked: boolean): Promise<RunReport> => {
+    const started = Date.now();
+    const report = emptyReport();
+    if (!ticked && k.plansTicks) {
+      report.ticked = (await k.prepare(s)) !== null;
+      report.statements = report.roundTrips = 1;
+    }
+    const chain = chainOf(ctx.driver);
+    const batch = (until: number, link?: LoopLink) => once(s, until, false, link && chain && { ...link, chain });
+    return await consume(s, started, report, batch, k.readsAll === true, chain);
+  };
   const info = { queue, consumer: name, kind: k.kind };
   const once = (s: BatchSettings, until?: number, bounded?: boolean, link?: BatchLink) =>
     observeBatch(obs, info, s, (s2) => runBatch(ctx, s2, k, until, bounded, link));
@@ -247,6 +263,7 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
           waker: w,
           woken: () => obs.emit({ type: "work.woken", ...who }),
           tick: () => k.prepare(s),
+          woke: (ticked) => wokeRun(s, ticked),
           retry: (r) => obs.emit({ type: "work.retry", ...who, ...r }),
         });
         obs.emit({ type: "work.stopped", ...who, report });

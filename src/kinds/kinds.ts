@@ -28,8 +28,12 @@ export interface ConsumerKind extends BatchKind {
   readonly settings: Record<string, unknown>;
   /** Refuses settings this kind cannot use, before anything is written. */
   check(s: BatchSettings): void;
-  /** Ticks (and plans); true when a tick was written. */
-  prepare(s: BatchSettings): Promise<boolean>;
+  /** Ticks (and plans); the id of the tick it wrote, or null. */
+  prepare(s: BatchSettings): Promise<string | null>;
+  /** True when a tick is read only once planned (`prepare`): a worker that heard another session's tick prepares before it reads. */
+  readonly plansTicks?: boolean;
+  /** True when a batch that is not full read everything up to the newest tick (one cursor, one window at a time). */
+  readonly readsAll?: boolean;
   /**
    * A run's start in one statement (start_run): subscribes first when
    * `subscribe`, ticks (and plans), maintains. {@link SUBSCRIBE} when the
@@ -150,6 +154,7 @@ export function plainKind(t: KindTarget): ConsumerKind {
   return {
     kind: "plain",
     slots: 1,
+    readsAll: true,
     maxEvents: PLAIN_MAX_EVENTS,
     settings: t.settings,
     check: (s) => noWorkers(s, "plain"),
@@ -195,6 +200,7 @@ export function exclusiveKind(t: KindTarget, o: ExclusiveSettings): ConsumerKind
   return {
     kind: "exclusive",
     slots: 1,
+    plansTicks: true,
     settings: t.settings,
     check: (s) => noWorkers(s, "exclusive"),
     prepare: (s) => growth.prepare(s.maxEvents),
@@ -229,7 +235,7 @@ export function exclusiveKind(t: KindTarget, o: ExclusiveSettings): ConsumerKind
  * (never in a batch), and prepares again; until it is valid the count stays.
  */
 function bucketGrowth(t: KindTarget): {
-  prepare(chunkSize: number): Promise<boolean>;
+  prepare(chunkSize: number): Promise<string | null>;
   start(chunkSize: number, subscribe: boolean): Promise<Started | typeof SUBSCRIBE>;
   starved(count: number): void;
 } {
@@ -238,18 +244,18 @@ function bucketGrowth(t: KindTarget): {
   let inline = false;
   const call = (chunkSize: number) => engine(ctx.driver, ctx.schema).prepareExclusive({ queue, consumer: name, chunkSize, growFrom, indexInline: inline });
   /** After a reply that asks for a slot index built concurrently: builds it, then prepares again (true when that ticked). */
-  const grown = async (r: PrepareReply, chunkSize: number): Promise<{ ticked: boolean; statements: number }> => {
-    let ticked = false;
+  const grown = async (r: PrepareReply, chunkSize: number): Promise<{ tick: string | null; statements: number }> => {
+    let tick: string | null = null;
     let statements = 0;
     if (growFrom !== null && r.build && r.build.length > 0) {
       inline = !(await buildConcurrently(ctx, r.build));
       r = await call(chunkSize);
-      ticked = r.tick !== null;
+      tick = r.tick;
       statements = 1;
     }
     // Grown, or nothing to grow; else ("wait", or a build to retry) the next prepare asks again.
     if (!r.build && !r.wait) growFrom = null;
-    return { ticked, statements };
+    return { tick, statements };
   };
   return {
     starved(count) {
@@ -257,7 +263,8 @@ function bucketGrowth(t: KindTarget): {
     },
     async prepare(chunkSize) {
       const r = await call(chunkSize);
-      return (r.tick !== null) || (await grown(r, chunkSize)).ticked;
+      const g = await grown(r, chunkSize);
+      return r.tick ?? g.tick;
     },
     async start(chunkSize, subscribe) {
       const r = await engine(ctx.driver, ctx.schema).startRun({
@@ -273,7 +280,7 @@ function bucketGrowth(t: KindTarget): {
       });
       if (r.subscribe?.build || r.subscribe?.wait) return SUBSCRIBE;
       const g = await grown(r, chunkSize);
-      return { ticked: r.tick !== null || g.ticked, statements: 1 + g.statements };
+      return { ticked: r.tick !== null || g.tick !== null, statements: 1 + g.statements };
     },
   };
 }
@@ -329,6 +336,13 @@ function slotOrder(o: OrderedSettings): (s: BatchSettings) => { slots: number[];
 }
 
 /**
+ * A Tier B batch reads one slot: as for the plain kind, 1,000 events a batch
+ * spread the batch's fixed statements over ten times the events of 100
+ * (4 workers over 8 slots, no-op: bench row "ordered-plain").
+ */
+const ORDERED_MAX_EVENTS = 1_000;
+
+/**
  * Tier B: slot k of N is read by one worker at a time, in order; events
  * carry the slot that delivered them. No leader, no rebalance.
  */
@@ -338,13 +352,15 @@ export function orderedKind(t: KindTarget, o: OrderedSettings): ConsumerKind {
   return {
     kind: "ordered",
     slots: o.slots,
+    maxEvents: ORDERED_MAX_EVENTS,
     settings: t.settings,
     check: (s) => checkOrdered(o, s),
     prepare: () => ctx.tick(queue),
     start: startRun(t, "ordered", o.slots),
     receive(tx, s, local) {
       const { slots, helpAfter } = order(s);
-      return engine(tx, ctx.schema).receiveOrdered({ queue, consumer: name, slots, maxEvents: s.maxEvents, helpAfter, slotCount: o.slots }, local);
+      const input = { queue, consumer: name, slots, maxEvents: s.maxEvents, helpAfter, slotCount: o.slots };
+      return engine(tx, ctx.schema).receiveOrderedWire(input, local).then(fromPlain);
     },
     sort: (r) => handleAll(r, r.slot ?? 0, o.pause),
     record: ack(t, { slot: (r) => r.slot ?? 0, deferDelay: 1, pause: o.pause }),

@@ -84,12 +84,28 @@ export async function runLoop(
   chain?: { end(): Promise<void> },
 ): Promise<RunReport> {
   const started = Date.now();
-  const until = started + s.budgetMs;
   const report = emptyReport();
   const st = await start();
   report.ticked = st.ticked;
   report.statements += st.statements;
   report.roundTrips = report.statements;
+  return await consume(s, started, report, batch, false, chain);
+}
+
+/**
+ * Batches until the budget (from `started`), the batch limit, the signal,
+ * or a batch that finds nothing to do (with `shortEnds`, one that is not
+ * full), added to `report`; chained as runLoop says when `chain` is given.
+ */
+export async function consume(
+  s: BatchSettings,
+  started: number,
+  report: RunReport,
+  batch: (until: number, link?: LoopLink) => Promise<BatchReport>,
+  shortEnds = false,
+  chain?: { end(): Promise<void> },
+): Promise<RunReport> {
+  const until = started + s.budgetMs;
   let committing: Promise<BatchReport> | undefined; // a batch whose COMMIT is held or in flight
   try {
     // A batch whose COMMIT is held counts against maxBatches already (it is never an empty one).
@@ -108,6 +124,8 @@ export async function runLoop(
       committing = b.committed ? undefined : b.done;
       if (b.committed) count(report, b.b);
       if (last(b.b)) break;
+      // A batch that was not full read all there was, when `shortEnds`.
+      if (shortEnds && b.b.events + b.b.dropped + b.b.deferred < s.maxEvents) break;
     }
   } finally {
     if (committing) await chain?.end().catch(() => {});
@@ -125,18 +143,63 @@ export interface WorkHooks {
   /** A notification ended an idle wait. */
   woken?(): void;
   /**
-   * Ticks (and plans) without reading; true when it wrote a tick. Called
-   * when only producers' commits were heard: the worker runs when it ticked
-   * itself, else it waits for the tick another worker is writing.
+   * Ticks (and plans) without reading; the id of the tick it wrote, or
+   * null. Called when only producers' commits were heard: the worker runs
+   * when it ticked itself (and need not hear its own tick's notification),
+   * else it waits for the tick another worker is writing.
    */
-  tick?(): Promise<boolean>;
+  tick?(): Promise<string | null>;
+  /**
+   * The run after a wake-up: `run` less what the wake-up already did (its
+   * tick, when `ticked`) and less maintenance, which a full run does at
+   * least every {@link FULL_RUN_MS}. Without it every run is full.
+   */
+  woke?(ticked: boolean): Promise<RunReport>;
   /** A transient fault is retried. */
   retry?(info: { error: unknown; attempt: number; delayMs: number }): void;
 }
 
 /**
+ * A woken worker's runs skip maintenance (and the tick it just wrote) when
+ * its last full run began less than this long ago: at a steady rate every
+ * event wakes a run, and each would otherwise spend two statements first.
+ */
+export const FULL_RUN_MS = 1_000;
+
+/** Why an idle wait ended: the worker ticked itself, heard another's tick, or neither (time out, abort). */
+type Woke = false | "ticked" | "tick";
+
+/**
+ * Waits up to `ms` for a reason to run. Producers' commits alone first get
+ * a tick (one statement): the worker that wrote it reads at once; the
+ * others wait for its notification (or another one's), which follows its
+ * commit.
+ */
+async function idleWait(s: BatchSettings, waker: Waker, hooks: WorkHooks, total: RunReport, ms: number): Promise<Woke> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const heard = await waker.wait(Math.max(0, end - Date.now()), s.signal);
+    if (heard === false) return false;
+    if (heard === "tick" || !hooks.tick) return "tick";
+    try {
+      total.statements++;
+      total.roundTrips = total.statements;
+      const id = await hooks.tick();
+      if (id !== null) {
+        waker.own(id);
+        return "ticked";
+      }
+    } catch {
+      return "tick"; // the run meets the fault and reports it
+    }
+    if (Date.now() >= end || s.signal?.aborted) return false;
+  }
+}
+
+/**
  * Loops `run` until the signal aborts, backing off while idle (a waker's
- * notification ends an idle wait at once). Transient
+ * notification ends an idle wait at once, and the run it brings is
+ * `hooks.woke`'s). Transient
  * failures (see faults.ts) are reported to `onRetry` and retried after a
  * capped, jittered backoff; a permanent one rejects at once.
  */
@@ -146,35 +209,24 @@ export async function workLoop(s: BatchSettings, run: () => Promise<RunReport>, 
   const started = Date.now();
   let wait = s.minPollMs;
   let attempt = 0;
-  /**
-   * Waits up to `ms` for a reason to run: true when woken. Producers'
-   * commits alone first get a tick (one statement): N idle workers then
-   * make N tick attempts, and only the tick's own notification (or the
-   * ticker's success) brings the runs that read.
-   */
+  let woke = false as Woke;
+  let lastFull = -Infinity;
   const idle = async (ms: number): Promise<boolean> => {
-    const end = Date.now() + ms;
-    for (;;) {
-      const heard = await waker.wait(Math.max(0, end - Date.now()), s.signal);
-      if (heard === false) return false;
-      if (heard === "tick" || !hooks.tick) return true;
-      try {
-        total.statements++;
-        total.roundTrips = total.statements;
-        if (await hooks.tick()) return true;
-      } catch {
-        return true; // the run meets the fault and reports it
-      }
-      if (Date.now() >= end || s.signal?.aborted) return false;
-    }
+    woke = await idleWait(s, waker, hooks, total, ms);
+    if (woke !== false) hooks.woken?.();
+    return woke !== false;
   };
   while (!s.signal?.aborted) {
     let r: RunReport;
     try {
       waker.running();
-      r = await run();
+      const fast = woke !== false && hooks.woke !== undefined && Date.now() - lastFull < FULL_RUN_MS;
+      if (!fast) lastFull = Date.now();
+      r = fast ? await hooks.woke!(woke === "ticked") : await run();
+      woke = false;
       attempt = 0;
     } catch (err) {
+      woke = false;
       if (stoppedBy(err, s)) break;
       if (classify(err) === "permanent") throw err;
       if (s.signal?.aborted) break;
@@ -195,11 +247,9 @@ export async function workLoop(s: BatchSettings, run: () => Promise<RunReport>, 
       // instead of looking at once. A run cut short by its budget or batch
       // limit goes on at once.
       const drained = r.batches < s.maxBatches && r.ms < s.budgetMs;
-      if (waker.mode === "listen" && drained && (await idle(s.minPollMs))) hooks.woken?.();
-    } else if (await idle(wait)) {
-      wait = s.minPollMs;
-      hooks.woken?.();
-    } else wait = Math.min(wait * 2, s.maxPollMs);
+      if (waker.mode === "listen" && drained) await idle(s.minPollMs);
+    } else if (await idle(wait)) wait = s.minPollMs;
+    else wait = Math.min(wait * 2, s.maxPollMs);
   }
   total.ms = Date.now() - started;
   return total;

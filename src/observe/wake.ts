@@ -39,13 +39,24 @@ export interface Waker {
    * follows), so they need not wake the worker again.
    */
   running(): void;
+  /**
+   * This worker wrote tick `id` itself and reads it now: that tick's
+   * notification (heard already, or still to come) wakes nobody here.
+   */
+  own(id: string): void;
   /** Stops listening. */
   close(): Promise<void>;
 }
 
 /** A waker that only sleeps. */
 export function pollWaker(): Waker {
-  return { mode: "poll", wait: (ms, signal) => sleep(ms, signal).then(() => false as const), running: () => {}, close: async () => {} };
+  return {
+    mode: "poll",
+    wait: (ms, signal) => sleep(ms, signal).then(() => false as const),
+    running: () => {},
+    own: () => {},
+    close: async () => {},
+  };
 }
 
 /**
@@ -82,11 +93,15 @@ export function waker(driver: Driver, channel: string, queue: string, onMode: (m
     onMode("poll", `the ${driver.name} driver cannot LISTEN`);
     return pollWaker();
   }
+  // The ticker sends "<queue>:tick:<tick id>" (queue names hold no ':').
   const tickPayload = `${queue}:tick`;
   const token = `keyq-probe:${Math.random().toString(36).slice(2)}:${Date.now()}`;
   let mode: WakeMode = "poll";
   let sent = false;
-  let ticked = false;
+  // Ticks heard and not yet acted on, and this worker's own ticks whose
+  // notification has not arrived (bounded: one that never comes is forgotten).
+  const ticks = new Set<string>();
+  const mine = new Set<string>();
   let wakeNow: (() => void) | undefined;
   let closed = false;
   let probeTimer: ReturnType<typeof setTimeout> | undefined;
@@ -100,8 +115,11 @@ export function waker(driver: Driver, channel: string, queue: string, onMode: (m
       return;
     }
     if (payload === queue) sent = true;
-    else if (payload === tickPayload) ticked = true;
-    else return;
+    else if (payload === tickPayload || payload.startsWith(`${tickPayload}:`)) {
+      const id = payload.slice(tickPayload.length + 1);
+      if (mine.delete(id)) return; // this worker's own tick: it is reading it
+      ticks.add(id);
+    } else return;
     wakeNow?.();
   };
   const unlisten = driver.listen(channel, onNotify).then(
@@ -135,16 +153,23 @@ export function waker(driver: Driver, channel: string, queue: string, onMode: (m
       return mode;
     },
     async wait(ms, signal) {
-      if (!sent && !ticked) {
+      if (!sent && ticks.size === 0) {
         await sleep(ms, signal, (f) => (wakeNow = f));
         wakeNow = undefined;
       }
-      const heard: Heard = ticked ? "tick" : sent ? "sent" : false;
-      sent = ticked = false;
+      const heard: Heard = ticks.size > 0 ? "tick" : sent ? "sent" : false;
+      sent = false;
+      ticks.clear();
       return heard;
     },
     running() {
-      sent = ticked = false;
+      sent = false;
+      ticks.clear();
+    },
+    own(id) {
+      if (ticks.delete(id)) return;
+      mine.add(id);
+      if (mine.size > 64) mine.delete(mine.values().next().value!);
     },
     async close() {
       closed = true;

@@ -20,6 +20,7 @@ chunk (table)
   upto_txid xid8
   upto_id bigint
   nbuckets integer not null
+  cut_seen_tick bigint
 consumer (table)
   consumer_id integer not null generated always as identity
   queue_id integer not null
@@ -725,8 +726,8 @@ AS $function$
   select f, p from (values
     ('send', 'produce'), ('send_batch', 'produce'), ('status', 'produce'),
     ('subscribe', 'consume'), ('receive', 'consume'), ('receive_plain', 'consume'),
-    ('receive_exclusive', 'consume'), ('receive_ordered', 'consume'), ('prepare_exclusive', 'consume'),
-    ('start_run', 'consume'),
+    ('receive_exclusive', 'consume'), ('receive_ordered', 'consume'), ('receive_ordered_wire', 'consume'),
+    ('prepare_exclusive', 'consume'), ('start_run', 'consume'),
     ('ack', 'consume'), ('fence', 'consume'), ('unfence', 'consume'), ('consumer_slot_of', 'consume'),
     ('blocked_keys', 'consume'), ('tick', 'consume'), ('maintain', 'consume'), ('status', 'consume'),
     ('dlq_list', 'consume'), ('dlq_count', 'consume'),
@@ -740,7 +741,7 @@ AS $function$
   union all
   -- operate reaches every function the other grants reach.
   select f, 'operate' from (values ('send'), ('send_batch'), ('status'), ('subscribe'), ('receive'),
-    ('receive_plain'), ('receive_exclusive'), ('receive_ordered'), ('prepare_exclusive'), ('start_run'), ('ack'),
+    ('receive_plain'), ('receive_exclusive'), ('receive_ordered'), ('receive_ordered_wire'), ('prepare_exclusive'), ('start_run'), ('ack'),
     ('fence'), ('unfence'), ('consumer_slot_of'), ('blocked_keys'), ('tick'), ('maintain'),
     ('dlq_list'), ('dlq_count')) v(f)
 $function$;
@@ -1010,6 +1011,19 @@ AS $function$
            order by h.w, (h.e).ev_txid, (h.e).ev_id), '[]')
   from :KEYQ_SCHEMA.key_events(:KEYQ_SCHEMA.get_queue(queue), key, start, after, max_rows) h
 $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_safe_cuts(evs :KEYQ_SCHEMA.event[])
+ RETURNS integer[]
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select coalesce(array_agg(i order by i), '{}')
+    from (select i, max(reach) over (order by i) as reach
+            from (select i, case when (evs[i]).ev_key is null then i
+                                 else max(i) over (partition by (evs[i]).ev_key) end as reach
+                    from generate_subscripts(evs, 1) i) l) r
+   where reach = i and i < cardinality(evs)
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_seed(c :KEYQ_SCHEMA.consumer, i integer)
  RETURNS bigint
  LANGUAGE sql
@@ -1095,6 +1109,74 @@ begin
   return jsonb_build_object('queue', queue, 'skipped', false, 'rotation', r,
                             'ticksPruned', :KEYQ_SCHEMA.prune_ticks(q.queue_id),
                             'dedupExpired', :KEYQ_SCHEMA.dedup_gc(q.queue_id, 5000));
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.ordered_consumer(queue text, consumer text, slot_count integer)
+ RETURNS :KEYQ_SCHEMA.consumer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+begin
+  if c.kind <> 'ordered' then
+    raise exception 'Consumer "%" of queue "%" is a % consumer, not ordered; use another consumer name.', consumer, queue, c.kind
+      using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
+  end if;
+  perform :KEYQ_SCHEMA.check_slots(c, queue, slot_count);
+  if c.paused_at is not null then
+    return null;
+  end if;
+  return c;
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.ordered_take(c :KEYQ_SCHEMA.consumer, slots integer[], max_events integer, help_after double precision, skip_try_lock boolean, OUT o_busy boolean, OUT o_slot integer, OUT o_retries jsonb, OUT o_evs :KEYQ_SCHEMA.event[])
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare
+  cur :KEYQ_SCHEMA.cursor;
+  k int;
+  todo int[];
+  blocked_keys text[];
+  tried int := 0;
+begin
+  o_busy := false;
+  o_retries := '[]';
+  o_evs := '{}';
+  todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);
+  if help_after is not null then
+    todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu
+                           where cu.consumer_id = c.consumer_id and cu.slot <> all (todo)
+                             and cu.polled_at < clock_timestamp() - make_interval(secs => help_after)
+                           order by cu.polled_at);
+  end if;
+  foreach k in array todo loop
+    if not skip_try_lock
+       and not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('slot', c.consumer_id::bigint * 4096 + k)) then
+      continue;
+    end if;
+    tried := tried + 1;
+    select * into cur from :KEYQ_SCHEMA.cursor cu where cu.consumer_id = c.consumer_id and cu.slot = k for update;
+    o_retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, max_events);
+    o_evs := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(o_retries));
+    if c.settings->>'onFailure' = 'pause' and cardinality(o_evs) > 0 then
+      blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
+      if cardinality(blocked_keys) > 0 then
+        perform :KEYQ_SCHEMA.park_events(c, k,
+          (select coalesce(jsonb_agg(jsonb_build_object('id', (o_evs[i]).ev_id::text, 'txid', (o_evs[i]).ev_txid::text) order by i), '[]')
+             from generate_subscripts(o_evs, 1) i where (o_evs[i]).ev_key = any (blocked_keys)),
+          'infinity');
+        o_evs := array(select o_evs[i] from generate_subscripts(o_evs, 1) i
+                        where (o_evs[i]).ev_key is null or not (o_evs[i]).ev_key = any (blocked_keys) order by i);
+      end if;
+    end if;
+    if jsonb_array_length(o_retries) > 0 or cardinality(o_evs) > 0 then
+      o_slot := k;
+      return;
+    end if;
+  end loop;
+  o_busy := tried = 0 and cardinality(todo) > 0;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.out_of_range(q :KEYQ_SCHEMA.queue, what text)
  RETURNS void
@@ -1199,14 +1281,38 @@ declare
   latest bigint;
   n int := 0;
   oldest bigint;
+  present int[];
+  plan_read constant int := 64;  -- events a planner reads at most (then: every bucket)
 begin
-  -- Wait for a concurrent planner (a short transaction, never a batch): once
-  -- it commits, this caller sees its chunks instead of finding none.
-  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id));
+  -- With a tick to plan, wait for a concurrent planner (a short transaction,
+  -- never a batch): once it commits, this caller sees its chunks instead of
+  -- finding none. With none (the frontier as committed is the newest tick),
+  -- there is nothing to wait for: a planner at work moves the cursor itself,
+  -- so this caller does not queue behind it (idle workers woken together
+  -- would otherwise plan one after another).
+  select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0;
+  frontier := coalesce(cur.end_tick_id, cur.tick_id);
+  if exists (select 1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id > frontier) then
+    perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id));
+  elsif not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id)) then
+    return 0;
+  end if;
   select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0;
   frontier := coalesce(cur.end_tick_id, cur.tick_id);
   select max(tick_id) into latest from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id > frontier;
   if latest is not null then
+    -- A small window (a steady trickle ticked often) is read once for the
+    -- buckets its keys fall in, and only those get a chunk: a batch then
+    -- claims the chunk that holds the event instead of reading and deleting
+    -- up to a chunk per bucket first. A window's events are fixed once its
+    -- end tick committed. A large one gets a chunk per bucket, unread.
+    select case when count(*) > plan_read then null
+                else coalesce(array_agg(distinct :KEYQ_SCHEMA.slot_of(w.ev_key, :KEYQ_SCHEMA.consumer_buckets(c))), '{}') end
+      into present
+      from :KEYQ_SCHEMA.window_events(c.queue_id,
+             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = frontier),
+             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = latest),
+             '0'::xid8, 0, plan_read + 1) w;
     with open as (
       select k.chunk_id from :KEYQ_SCHEMA.chunk k
        where k.consumer_id = c.consumer_id and k.end_tick = frontier and k.after_txid = '0'::xid8 and k.after_id = 0
@@ -1223,6 +1329,7 @@ begin
            :KEYQ_SCHEMA.consumer_buckets(c)
       from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b
      where b not in (select bucket from grown)
+       and (present is null or b = any (present))
      order by b;
     get diagnostics n = row_count;
     frontier := latest;
@@ -1483,56 +1590,40 @@ AS $function$
 #variable_conflict use_variable
 declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
-  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
-  cur :KEYQ_SCHEMA.cursor;
-  k int;
-  todo int[];
-  evs jsonb;
-  blocked_keys text[];
-  held jsonb;
-  tried int := 0;
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.ordered_consumer(queue, consumer, slot_count);
+  t record;
 begin
-  if c.kind <> 'ordered' then
-    raise exception 'Consumer "%" of queue "%" is a % consumer, not ordered; use another consumer name.', consumer, queue, c.kind
-      using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
-  end if;
-  perform :KEYQ_SCHEMA.check_slots(c, queue, slot_count);
-  if c.paused_at is not null then  -- paused by an operator (07_positions.sql)
+  if c.consumer_id is null then
     return jsonb_build_object('busy', true, 'slot', null, 'events', '[]'::jsonb);
   end if;
-  todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);
-  if help_after is not null then
-    todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu
-                           where cu.consumer_id = c.consumer_id and cu.slot <> all (todo)
-                             and cu.polled_at < clock_timestamp() - make_interval(secs => help_after)
-                           order by cu.polled_at);
+  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock);
+  if t.o_slot is null then
+    return jsonb_build_object('busy', t.o_busy, 'slot', null, 'events', '[]'::jsonb);
   end if;
-  foreach k in array todo loop
-    if not skip_try_lock
-       and not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('slot', c.consumer_id::bigint * 4096 + k)) then
-      continue;
-    end if;
-    tried := tried + 1;
-    select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = k for update;
-    evs := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, max_events);
-    evs := evs || :KEYQ_SCHEMA.read_window(c, cur, max_events - jsonb_array_length(evs));
-    if c.settings->>'onFailure' = 'pause' then
-      blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
-      if cardinality(blocked_keys) > 0 then
-        select coalesce(jsonb_agg(e order by o), '[]') into held
-          from jsonb_array_elements(evs) with ordinality as t(e, o)
-         where e->>'key' = any (blocked_keys) and not coalesce((e->>'redelivered')::boolean, false);
-        perform :KEYQ_SCHEMA.park_events(c, k, held, 'infinity');
-        select coalesce(jsonb_agg(e order by o), '[]') into evs
-          from jsonb_array_elements(evs) with ordinality as t(e, o)
-         where not (e->>'key' = any (blocked_keys) and not coalesce((e->>'redelivered')::boolean, false));
-      end if;
-    end if;
-    if jsonb_array_length(evs) > 0 then
-      return jsonb_build_object('busy', false, 'slot', k, 'events', evs);
-    end if;
-  end loop;
-  return jsonb_build_object('busy', tried = 0 and cardinality(todo) > 0, 'slot', null, 'events', '[]'::jsonb);
+  return jsonb_build_object('busy', false, 'slot', t.o_slot, 'events', t.o_retries ||
+    coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(t.o_evs[i]) order by i) from generate_subscripts(t.o_evs, 1) i), '[]'));
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_ordered_wire(queue text, consumer text, slots integer[], max_events integer, help_after double precision DEFAULT NULL::double precision, skip_try_lock boolean DEFAULT false, slot_count integer DEFAULT NULL::integer)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.ordered_consumer(queue, consumer, slot_count);
+  t record;
+begin
+  if c.consumer_id is null then
+    return '{"busy":true,"slot":null,"retries":[],"rows":[]}';
+  end if;
+  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock);
+  if t.o_slot is null then
+    return '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[],"rows":[]}';
+  end if;
+  return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":' ||
+    :KEYQ_SCHEMA.wire_rows(t.o_evs) || '}';
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_plain(queue text, consumer text, max_events integer, wait_ms integer DEFAULT 0)
  RETURNS text
@@ -1574,11 +1665,7 @@ begin
   end if;
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
   evs := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(retries));
-  return '{"busy":false,"retries":' || retries::text || ',"rows":' ||
-    coalesce((select json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data, e.ev_trace)
-                              order by e.i)::text
-                from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i)),
-             '[]') || '}';
+  return '{"busy":false,"retries":' || retries::text || ',"rows":' || :KEYQ_SCHEMA.wire_rows(evs) || '}';
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.recut_chunks(c :KEYQ_SCHEMA.consumer)
  RETURNS integer
@@ -2112,6 +2199,8 @@ declare
   pos int;
   nxt int;
   n int := 0;
+  win bigint[];
+  small boolean;
 begin
   if size is null or size < 1 then
     return 0;
@@ -2119,28 +2208,48 @@ begin
   for ch in
     select * from :KEYQ_SCHEMA.chunk k
      where k.consumer_id = c.consumer_id and k.upto_txid is null
+       and k.cut_seen_tick is distinct from k.end_tick  -- left whole at this tick already
        and not exists (select 1 from :KEYQ_SCHEMA.chunk o
                         where o.consumer_id = k.consumer_id and o.chunk_id <> k.chunk_id
                           and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets))
-     order by k.chunk_id
+     order by k.start_tick, k.end_tick, k.chunk_id
   loop
-    evs := :KEYQ_SCHEMA.chunk_events(c, ch, 8 * size + 1);
+    -- A chunk is part of its window: when the whole window holds at most
+    -- size events (counted once per window, not read once per bucket), none
+    -- of its chunks needs a cut.
+    if win is distinct from array[ch.start_tick, ch.end_tick] then
+      win := array[ch.start_tick, ch.end_tick];
+      small := :KEYQ_SCHEMA.window_count(c.queue_id,
+                 (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
+                 (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
+                 size + 1) <= size;
+    end if;
+    continue when small;
+    -- A look at two batches' worth first: a cut within them in the longer
+    -- view is one in this view too (a key can only reach further), so a
+    -- bucket whose keys interleave from its start is left whole after
+    -- reading 2 * size + 1 events, not 8 * size + 1.
+    evs := :KEYQ_SCHEMA.chunk_events(c, ch, 2 * size + 1);
     got := cardinality(evs);
-    continue when got <= size;
-    -- Only a chunk to cut is locked (a batch may claim the others meanwhile),
-    -- and only when no batch holds it and it is still as read.
+    cuts := case when got <= size then '{}'::int[] else :KEYQ_SCHEMA.key_safe_cuts(evs) end;
+    if got > 2 * size and cardinality(cuts) > 0 then
+      evs := :KEYQ_SCHEMA.chunk_events(c, ch, 8 * size + 1);
+      got := cardinality(evs);
+      cuts := :KEYQ_SCHEMA.key_safe_cuts(evs);
+    end if;
+    -- Only a chunk to cut or to mark is locked (a batch may claim the others
+    -- meanwhile), and only when no batch holds it and it is still as read.
     perform 1 from :KEYQ_SCHEMA.chunk k
       where k.consumer_id = c.consumer_id and k.chunk_id = ch.chunk_id and k.end_tick = ch.end_tick
         and k.after_txid = ch.after_txid and k.after_id = ch.after_id and k.upto_txid is null
       for update skip locked;
     continue when not found;
-    -- Cut after event i when no key of events 1..i reaches past i.
-    select coalesce(array_agg(i order by i), '{}') into cuts
-      from (select i, max(reach) over (order by i) as reach
-              from (select i, case when (evs[i]).ev_key is null then i
-                                   else max(i) over (partition by (evs[i]).ev_key) end as reach
-                      from generate_subscripts(evs, 1) i) l) r
-     where reach = i and i < got;
+    if got <= size or cardinality(cuts) = 0 then
+      -- Left whole: not read again until it grows to a later tick.
+      update :KEYQ_SCHEMA.chunk set cut_seen_tick = ch.end_tick
+       where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+      continue;
+    end if;
     pos := 0;
     loop
       -- The furthest cut within one batch, else the first one past it.
@@ -2409,8 +2518,9 @@ begin
   values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), seq)
   returning tick_id into id;
   -- Wakes the queue's listening workers: a new window is readable. (Queue
-  -- names hold no ':', so '<queue>:tick' cannot be a producer's payload.)
-  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':tick');
+  -- names hold no ':', so '<queue>:tick:<id>' cannot be a producer's
+  -- payload; the id tells the worker that wrote the tick its own.)
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':tick:' || id);
   return jsonb_build_object('tick', id::text);
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.tick_all()
@@ -2639,6 +2749,16 @@ begin
   end if;
   return coalesce(evs, '{}');
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.wire_rows(evs :KEYQ_SCHEMA.event[])
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select coalesce(json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data::text, e.ev_trace)
+                           order by e.i)::text, '[]')
+    from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i)
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.xbuckets()
  RETURNS integer
  LANGUAGE sql

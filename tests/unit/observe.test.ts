@@ -148,3 +148,27 @@ test("waker: the probe decides; a notification for the queue ends a wait, one fo
   assert.equal(q.mode, "poll");
   assert.deepEqual(none, ["poll: the fake driver cannot LISTEN"]);
 });
+
+test("waker: the notification of a tick the worker wrote itself wakes nobody; another's does", async () => {
+  const d = fakeDriver(true);
+  const w = waker(d, "keyq", "jobs", () => {}, 200);
+  await w.wait(30); // the probe
+  assert.equal(w.mode, "listen");
+  w.own("7"); // ticked 7 itself, before its notification arrived
+  d.notify("jobs:tick:7");
+  assert.equal(await w.wait(20), false, "its own tick's notification is not a reason to look again");
+  d.notify("jobs:tick:8");
+  w.own("8"); // the notification came first: owning it takes it back
+  assert.equal(await w.wait(20), false);
+  d.notify("jobs:tick:9");
+  assert.equal(await w.wait(60_000), "tick", "another session's tick wakes it");
+  w.own("10");
+  d.notify("jobs:tick:11");
+  d.notify("jobs:tick:10");
+  assert.equal(await w.wait(60_000), "tick", "one of its own among others still wakes it for the others");
+  d.notify("jobs:tick"); // an engine that sends no id: still a tick
+  assert.equal(await w.wait(60_000), "tick");
+  d.notify("jobs:tickle");
+  assert.equal(await w.wait(20), false, "another queue's name that starts alike is not this queue's tick");
+  await w.close();
+});

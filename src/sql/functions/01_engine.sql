@@ -373,8 +373,9 @@ begin
   values (q.queue_id, nextval(':KEYQ_SCHEMA.tick_id_seq'), pg_current_snapshot(), seq)
   returning tick_id into id;
   -- Wakes the queue's listening workers: a new window is readable. (Queue
-  -- names hold no ':', so '<queue>:tick' cannot be a producer's payload.)
-  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':tick');
+  -- names hold no ':', so '<queue>:tick:<id>' cannot be a producer's
+  -- payload; the id tells the worker that wrote the tick its own.)
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':tick:' || id);
   return jsonb_build_object('tick', id::text);
 end $$;
 

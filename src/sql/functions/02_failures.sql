@@ -132,10 +132,23 @@ begin
     retries || :KEYQ_SCHEMA.read_window(c, cur, max_events - jsonb_array_length(retries)));
 end $$;
 
+-- Events as the rows of the client's wire form (src/engine/wire.ts): a json
+-- array of [id, txid, type, key, time, payload, trace], built as text in
+-- one aggregate (no function call per event). The payload is its JSON text
+-- as a json string: the client parses it only when a handler reads it.
+create function :KEYQ_SCHEMA.wire_rows(evs :KEYQ_SCHEMA.event[]) returns text
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce(json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data::text, e.ev_trace)
+                           order by e.i)::text, '[]')
+    from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i)
+$$;
+
 -- One batch of a plain consumer in the compact wire form (src/engine/wire.ts):
--- {"busy": b, "retries": [event objects], "rows": [[id, txid, type, key,
--- time, payload], …]}, built as json text (no jsonb re-parse of payloads, no
--- function call per event; half the server time of receive's objects).
+-- {"busy": b, "retries": [event objects], "rows": wire_rows}, built as json
+-- text (no jsonb re-parse of payloads, no function call per event; half the
+-- server time of receive's objects).
 -- When another batch holds the cursor, waits for it up to wait_ms (its
 -- commit hands the cursor over, so a second worker reads the next batch at
 -- once instead of polling), then fails with 55P03 (the client: busy). Order is unchanged: a batch
@@ -179,11 +192,7 @@ begin
   end if;
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
   evs := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(retries));
-  return '{"busy":false,"retries":' || retries::text || ',"rows":' ||
-    coalesce((select json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data, e.ev_trace)
-                              order by e.i)::text
-                from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i)),
-             '[]') || '}';
+  return '{"busy":false,"retries":' || retries::text || ',"rows":' || :KEYQ_SCHEMA.wire_rows(evs) || '}';
 end $$;
 
 -- Parks events (JSON with id, txid) of consumer slot s in the retry rows

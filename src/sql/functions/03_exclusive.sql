@@ -15,8 +15,9 @@
 -- is a modulo), so chunks of two counts overlap when their buckets agree
 -- modulo the smaller count (chunk_overlaps). Exclusion never depends on the
 -- buckets: it is the key's advisory lock, taken by every batch.
--- The planner reads no event: a batch reads its chunk's rows once, through
--- the slot index. A batch claims chunks with SKIP LOCKED (never waiting on
+-- The planner reads no event of a large window: a batch reads its chunk's
+-- rows once, through the slot index (a small one, up to 64 events, it reads
+-- once to give chunks only to the buckets that have events). A batch claims chunks with SKIP LOCKED (never waiting on
 -- another worker), the oldest chunk of a bucket first, so a key's later
 -- window is taken while its earlier one is held only when no other chunk is
 -- free (a key held across windows is the only source of contention); it
@@ -79,14 +80,38 @@ declare
   latest bigint;
   n int := 0;
   oldest bigint;
+  present int[];
+  plan_read constant int := 64;  -- events a planner reads at most (then: every bucket)
 begin
-  -- Wait for a concurrent planner (a short transaction, never a batch): once
-  -- it commits, this caller sees its chunks instead of finding none.
-  perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id));
+  -- With a tick to plan, wait for a concurrent planner (a short transaction,
+  -- never a batch): once it commits, this caller sees its chunks instead of
+  -- finding none. With none (the frontier as committed is the newest tick),
+  -- there is nothing to wait for: a planner at work moves the cursor itself,
+  -- so this caller does not queue behind it (idle workers woken together
+  -- would otherwise plan one after another).
+  select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0;
+  frontier := coalesce(cur.end_tick_id, cur.tick_id);
+  if exists (select 1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id > frontier) then
+    perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id));
+  elsif not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('plan', c.consumer_id)) then
+    return 0;
+  end if;
   select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0;
   frontier := coalesce(cur.end_tick_id, cur.tick_id);
   select max(tick_id) into latest from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id > frontier;
   if latest is not null then
+    -- A small window (a steady trickle ticked often) is read once for the
+    -- buckets its keys fall in, and only those get a chunk: a batch then
+    -- claims the chunk that holds the event instead of reading and deleting
+    -- up to a chunk per bucket first. A window's events are fixed once its
+    -- end tick committed. A large one gets a chunk per bucket, unread.
+    select case when count(*) > plan_read then null
+                else coalesce(array_agg(distinct :KEYQ_SCHEMA.slot_of(w.ev_key, :KEYQ_SCHEMA.consumer_buckets(c))), '{}') end
+      into present
+      from :KEYQ_SCHEMA.window_events(c.queue_id,
+             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = frontier),
+             (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = latest),
+             '0'::xid8, 0, plan_read + 1) w;
     with open as (
       select k.chunk_id from :KEYQ_SCHEMA.chunk k
        where k.consumer_id = c.consumer_id and k.end_tick = frontier and k.after_txid = '0'::xid8 and k.after_id = 0
@@ -103,6 +128,7 @@ begin
            :KEYQ_SCHEMA.consumer_buckets(c)
       from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b
      where b not in (select bucket from grown)
+       and (present is null or b = any (present))
      order by b;
     get diagnostics n = row_count;
     frontier := latest;

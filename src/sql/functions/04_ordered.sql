@@ -206,41 +206,33 @@ begin
   return n;
 end $$;
 
--- One batch of an ordered consumer. Tries the slots in `slots` order (then,
+-- One batch of an ordered consumer, as receive_ordered and
+-- receive_ordered_wire return it. Tries the slots in `slots` order (then,
 -- when help_after is given, any slot not polled for that many seconds):
 -- try-lock (skip a slot another worker holds), then the cursor row lock —
 -- the backstop: a caller that skips the try-lock blocks, never duplicates.
 -- An empty slot still has its window closed, so no slot pins rotation. The
--- first slot with events is returned; with pause, events of blocked keys are
--- held instead of returned.
-create function :KEYQ_SCHEMA.receive_ordered(
-  queue text, consumer text, slots int[], max_events int,
-  help_after float8 default null, skip_try_lock boolean default false,
-  slot_count int default null
-) returns jsonb
+-- first slot with events is returned (o_slot; null when none had any): its
+-- due retries (event objects) and its window's events; with pause, window
+-- events of blocked keys are held instead of returned (retries never are).
+create function :KEYQ_SCHEMA.ordered_take(
+  c :KEYQ_SCHEMA.consumer, slots int[], max_events int, help_after float8, skip_try_lock boolean,
+  out o_busy boolean, out o_slot int, out o_retries jsonb, out o_evs :KEYQ_SCHEMA.event[]
+)
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
-declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
-  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   cur :KEYQ_SCHEMA.cursor;
   k int;
   todo int[];
-  evs jsonb;
   blocked_keys text[];
-  held jsonb;
   tried int := 0;
 begin
-  if c.kind <> 'ordered' then
-    raise exception 'Consumer "%" of queue "%" is a % consumer, not ordered; use another consumer name.', consumer, queue, c.kind
-      using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
-  end if;
-  perform :KEYQ_SCHEMA.check_slots(c, queue, slot_count);
-  if c.paused_at is not null then  -- paused by an operator (07_positions.sql)
-    return jsonb_build_object('busy', true, 'slot', null, 'events', '[]'::jsonb);
-  end if;
+  o_busy := false;
+  o_retries := '[]';
+  o_evs := '{}';
   todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);
   if help_after is not null then
     todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu
@@ -254,26 +246,103 @@ begin
       continue;
     end if;
     tried := tried + 1;
-    select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = k for update;
-    evs := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, max_events);
-    evs := evs || :KEYQ_SCHEMA.read_window(c, cur, max_events - jsonb_array_length(evs));
-    if c.settings->>'onFailure' = 'pause' then
+    select * into cur from :KEYQ_SCHEMA.cursor cu where cu.consumer_id = c.consumer_id and cu.slot = k for update;
+    o_retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, max_events);
+    o_evs := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(o_retries));
+    if c.settings->>'onFailure' = 'pause' and cardinality(o_evs) > 0 then
       blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
       if cardinality(blocked_keys) > 0 then
-        select coalesce(jsonb_agg(e order by o), '[]') into held
-          from jsonb_array_elements(evs) with ordinality as t(e, o)
-         where e->>'key' = any (blocked_keys) and not coalesce((e->>'redelivered')::boolean, false);
-        perform :KEYQ_SCHEMA.park_events(c, k, held, 'infinity');
-        select coalesce(jsonb_agg(e order by o), '[]') into evs
-          from jsonb_array_elements(evs) with ordinality as t(e, o)
-         where not (e->>'key' = any (blocked_keys) and not coalesce((e->>'redelivered')::boolean, false));
+        perform :KEYQ_SCHEMA.park_events(c, k,
+          (select coalesce(jsonb_agg(jsonb_build_object('id', (o_evs[i]).ev_id::text, 'txid', (o_evs[i]).ev_txid::text) order by i), '[]')
+             from generate_subscripts(o_evs, 1) i where (o_evs[i]).ev_key = any (blocked_keys)),
+          'infinity');
+        o_evs := array(select o_evs[i] from generate_subscripts(o_evs, 1) i
+                        where (o_evs[i]).ev_key is null or not (o_evs[i]).ev_key = any (blocked_keys) order by i);
       end if;
     end if;
-    if jsonb_array_length(evs) > 0 then
-      return jsonb_build_object('busy', false, 'slot', k, 'events', evs);
+    if jsonb_array_length(o_retries) > 0 or cardinality(o_evs) > 0 then
+      o_slot := k;
+      return;
     end if;
   end loop;
-  return jsonb_build_object('busy', tried = 0 and cardinality(todo) > 0, 'slot', null, 'events', '[]'::jsonb);
+  o_busy := tried = 0 and cardinality(todo) > 0;
+end $$;
+
+-- The checks every receive of an ordered consumer makes first: the kind and
+-- the slot count; null when an operator paused it (07_positions.sql).
+create function :KEYQ_SCHEMA.ordered_consumer(queue text, consumer text, slot_count int) returns :KEYQ_SCHEMA.consumer
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
+begin
+  if c.kind <> 'ordered' then
+    raise exception 'Consumer "%" of queue "%" is a % consumer, not ordered; use another consumer name.', consumer, queue, c.kind
+      using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
+  end if;
+  perform :KEYQ_SCHEMA.check_slots(c, queue, slot_count);
+  if c.paused_at is not null then
+    return null;
+  end if;
+  return c;
+end $$;
+
+-- One batch of an ordered consumer (ordered_take) as JSON event objects,
+-- for SQL callers; the client reads receive_ordered_wire.
+create function :KEYQ_SCHEMA.receive_ordered(
+  queue text, consumer text, slots int[], max_events int,
+  help_after float8 default null, skip_try_lock boolean default false,
+  slot_count int default null
+) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.ordered_consumer(queue, consumer, slot_count);
+  t record;
+begin
+  if c.consumer_id is null then
+    return jsonb_build_object('busy', true, 'slot', null, 'events', '[]'::jsonb);
+  end if;
+  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock);
+  if t.o_slot is null then
+    return jsonb_build_object('busy', t.o_busy, 'slot', null, 'events', '[]'::jsonb);
+  end if;
+  return jsonb_build_object('busy', false, 'slot', t.o_slot, 'events', t.o_retries ||
+    coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(t.o_evs[i]) order by i) from generate_subscripts(t.o_evs, 1) i), '[]'));
+end $$;
+
+-- One batch of an ordered consumer in the client's wire form
+-- (src/engine/wire.ts): {"busy": b, "slot": k, "retries": [event objects],
+-- "rows": [[id, txid, type, key, time, payload as JSON text, trace], …]},
+-- as receive_plain: built as json text, no function call per event, each
+-- payload a string the client parses only when a handler reads it.
+create function :KEYQ_SCHEMA.receive_ordered_wire(
+  queue text, consumer text, slots int[], max_events int,
+  help_after float8 default null, skip_try_lock boolean default false,
+  slot_count int default null
+) returns text
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.ordered_consumer(queue, consumer, slot_count);
+  t record;
+begin
+  if c.consumer_id is null then
+    return '{"busy":true,"slot":null,"retries":[],"rows":[]}';
+  end if;
+  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock);
+  if t.o_slot is null then
+    return '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[],"rows":[]}';
+  end if;
+  return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":' ||
+    :KEYQ_SCHEMA.wire_rows(t.o_evs) || '}';
 end $$;
 
 -- Releases key k of slot s outright (its head was dead-lettered, possibly in

@@ -2,6 +2,20 @@
 -- 03_exclusive.sql). Called by prepare_exclusive, in the planner's short
 -- transaction.
 
+-- The positions i (1-based, before the last) of evs after which a cut is
+-- key-safe within evs: no key of events 1..i has an event after i.
+create function :KEYQ_SCHEMA.key_safe_cuts(evs :KEYQ_SCHEMA.event[]) returns int[]
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce(array_agg(i order by i), '{}')
+    from (select i, max(reach) over (order by i) as reach
+            from (select i, case when (evs[i]).ev_key is null then i
+                                 else max(i) over (partition by (evs[i]).ev_key) end as reach
+                    from generate_subscripts(evs, 1) i) l) r
+   where reach = i and i < cardinality(evs)
+$$;
+
 -- Cuts each free chunk of c that is alone in its bucket and holds more
 -- events than one batch (size events) into pieces, so that whatever a batch
 -- claims it reads whole: a slow batch then holds only its own piece, and the
@@ -31,6 +45,8 @@ declare
   pos int;
   nxt int;
   n int := 0;
+  win bigint[];
+  small boolean;
 begin
   if size is null or size < 1 then
     return 0;
@@ -38,28 +54,48 @@ begin
   for ch in
     select * from :KEYQ_SCHEMA.chunk k
      where k.consumer_id = c.consumer_id and k.upto_txid is null
+       and k.cut_seen_tick is distinct from k.end_tick  -- left whole at this tick already
        and not exists (select 1 from :KEYQ_SCHEMA.chunk o
                         where o.consumer_id = k.consumer_id and o.chunk_id <> k.chunk_id
                           and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets))
-     order by k.chunk_id
+     order by k.start_tick, k.end_tick, k.chunk_id
   loop
-    evs := :KEYQ_SCHEMA.chunk_events(c, ch, 8 * size + 1);
+    -- A chunk is part of its window: when the whole window holds at most
+    -- size events (counted once per window, not read once per bucket), none
+    -- of its chunks needs a cut.
+    if win is distinct from array[ch.start_tick, ch.end_tick] then
+      win := array[ch.start_tick, ch.end_tick];
+      small := :KEYQ_SCHEMA.window_count(c.queue_id,
+                 (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
+                 (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
+                 size + 1) <= size;
+    end if;
+    continue when small;
+    -- A look at two batches' worth first: a cut within them in the longer
+    -- view is one in this view too (a key can only reach further), so a
+    -- bucket whose keys interleave from its start is left whole after
+    -- reading 2 * size + 1 events, not 8 * size + 1.
+    evs := :KEYQ_SCHEMA.chunk_events(c, ch, 2 * size + 1);
     got := cardinality(evs);
-    continue when got <= size;
-    -- Only a chunk to cut is locked (a batch may claim the others meanwhile),
-    -- and only when no batch holds it and it is still as read.
+    cuts := case when got <= size then '{}'::int[] else :KEYQ_SCHEMA.key_safe_cuts(evs) end;
+    if got > 2 * size and cardinality(cuts) > 0 then
+      evs := :KEYQ_SCHEMA.chunk_events(c, ch, 8 * size + 1);
+      got := cardinality(evs);
+      cuts := :KEYQ_SCHEMA.key_safe_cuts(evs);
+    end if;
+    -- Only a chunk to cut or to mark is locked (a batch may claim the others
+    -- meanwhile), and only when no batch holds it and it is still as read.
     perform 1 from :KEYQ_SCHEMA.chunk k
       where k.consumer_id = c.consumer_id and k.chunk_id = ch.chunk_id and k.end_tick = ch.end_tick
         and k.after_txid = ch.after_txid and k.after_id = ch.after_id and k.upto_txid is null
       for update skip locked;
     continue when not found;
-    -- Cut after event i when no key of events 1..i reaches past i.
-    select coalesce(array_agg(i order by i), '{}') into cuts
-      from (select i, max(reach) over (order by i) as reach
-              from (select i, case when (evs[i]).ev_key is null then i
-                                   else max(i) over (partition by (evs[i]).ev_key) end as reach
-                      from generate_subscripts(evs, 1) i) l) r
-     where reach = i and i < got;
+    if got <= size or cardinality(cuts) = 0 then
+      -- Left whole: not read again until it grows to a later tick.
+      update :KEYQ_SCHEMA.chunk set cut_seen_tick = ch.end_tick
+       where consumer_id = c.consumer_id and chunk_id = ch.chunk_id;
+      continue;
+    end if;
     pos := 0;
     loop
       -- The furthest cut within one batch, else the first one past it.

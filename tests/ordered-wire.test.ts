@@ -1,0 +1,60 @@
+// Tier B batches in the compact wire form (receive_ordered_wire), shown on a
+// real database: the same events as receive_ordered's objects, payloads
+// parsed only when read, and the pause policy's held keys filtered out of
+// the rows without losing the slot's null-key events.
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { dbSkip } from "./helpers/db.ts";
+import { withPg } from "./helpers/fixture.ts";
+
+const skip = await dbSkip();
+
+describe("Tier B: wire form", () => {
+  test("pause: a blocked key's later events are held, the slot's null-key and other events still come", { skip }, async () => {
+    await withPg(async (f) => {
+      await f.q.createQueue("files", { retryBase: "1h", retryCap: "1h" });
+      const c = f.q.ordered<number>("files", "idx", { slots: 1, onFailure: "pause" });
+      await c.subscribe();
+      await f.q.send("files", { type: "E", payload: 1, key: "a" });
+      const first = await c.run({ handler: () => Promise.reject(new Error("head fails")) });
+      assert.equal(first.retried, 1, "a's head failed and blocks a");
+      assert.deepEqual((await c.blockedKeys()).map((b) => b.key), ["a"]);
+      // A later window: the engine holds a's event; null-key and b events are delivered.
+      await f.q.sendBatch("files", [{ type: "E", payload: 2, key: "a" }, { type: "E", payload: 3 }, { type: "E", payload: 4, key: "b" }]);
+      const seen: string[] = [];
+      await c.run({ handler: (ev) => void seen.push(`${ev.key}:${ev.payload}`) });
+      assert.deepEqual(seen, ["null:3", "b:4"]);
+      assert.deepEqual((await c.blockedKeys()).map((b) => [b.key, b.held]), [["a", 1]], "a's later event is held, not lost");
+    });
+  });
+
+  test("the wire reply and the SQL callers' objects hold the same events; payloads stay JSON text on the wire", { skip }, async () => {
+    await withPg(async (f) => {
+      await f.q.createQueue("files");
+      const c = f.q.ordered("files", "idx", { slots: 2 });
+      await c.subscribe();
+      const payload = { s: 'quote " and \\ and ü', n: [1, 2.5, null] };
+      await f.q.sendBatch("files", [{ type: "E", payload: payload as unknown, key: "k1" }, { type: "E", payload: "x", key: "k1" }]);
+      await f.q.tick("files");
+      const slot = await c.slotOf("k1");
+      // Each read in a transaction rolled back, so both read the same events.
+      const read = async (fn: string): Promise<string> => {
+        let r = "";
+        const sql = `select "${f.schema}".${fn}(queue => 'files', consumer => 'idx', slots => '{${slot}}', max_events => 10)::text as r`;
+        await f.q.transaction(async (tx) => {
+          r = String((await tx.query(sql))[0]!.r);
+          throw new Error("roll back");
+        }).catch((err: Error) => assert.equal(err.message, "roll back"));
+        return r;
+      };
+      const w = JSON.parse(await read("receive_ordered_wire")) as { slot: number; rows: unknown[][] };
+      const o = JSON.parse(await read("receive_ordered")) as { slot: number; events: { id: string; payload: unknown }[] };
+      assert.equal(w.slot, slot);
+      assert.equal(o.slot, slot);
+      assert.deepEqual(w.rows.map((r) => r[0]), o.events.map((e) => e.id));
+      assert.equal(typeof w.rows[0]![5], "string", "the payload travels as its JSON text");
+      assert.deepEqual(w.rows.map((r) => JSON.parse(r[5] as string)), [payload, "x"]);
+      assert.deepEqual(o.events.map((e) => e.payload), [payload, "x"]);
+    });
+  });
+});
