@@ -29,7 +29,7 @@ export type { DeadLetters } from "./src/ops/dlq.ts";
 export type { Consumer, ConsumerHandle, OrderedConsumer, OrderedHandle, PerEventOnly, StrictOrderedConsumer, SubscribeOptions } from "./src/kinds/consumer.ts";
 export type { LogCalls } from "./src/ops/positions.ts";
 export type { Controls } from "./src/ops/controls.ts";
-export type { Driver, Executor, Row, SqlParam, TxDriver } from "./src/driver.ts";
+export type { Driver, Executor, Row, SqlParam, TxChain, TxDriver } from "./src/driver.ts";
 export { KeyqError } from "./src/errors.ts";
 export type { KeyqErrorCode } from "./src/errors.ts";
 export { latestVersion, migrationSql } from "./src/engine/migrate.ts";

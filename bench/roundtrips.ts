@@ -75,23 +75,23 @@ export interface RoundTrips {
   perStatement: number;
   /** One `q.send` of one event. */
   perSend: number;
-  /** One batch of a plain consumer's `run()` (maxEvents 10, no-op handler; the run's tick and maintenance included). */
+  /** One batch of a plain consumer's `run()` (maxEvents 10, no-op handler; the run's start_run and its empty look included). */
   perBatch: number;
 }
 
 /**
  * Counts turns of `n` parameterised statements and `n` sends through keyq's
- * postgres.js adapter or pg adapter (each on one connection with the
+ * postgres.js adapter or pg adapter (a Pool; each on one connection with the
  * driver's defaults, through the proxy), after a warm-up.
  */
 export async function roundTrips(admin: Sql, sizes: Sizes, driver: "postgres-js" | "pg"): Promise<RoundTrips> {
   const proxy = await countingProxy();
   const schema = freshSchema(`kqb_rt_${driver === "pg" ? "pg" : "pjs"}`);
   const sqlJs = driver === "postgres-js" ? connect(`${APP}-rt`, { url: proxy.url }) : null;
-  const pgClient = driver === "pg" ? new pg.Client({ connectionString: proxy.url, application_name: `${APP}-rt` }) : null;
+  // A Pool of one connection: a run's batches chain there (each COMMIT goes with the next receive); a Client does not chain.
+  const pgPool = driver === "pg" ? new pg.Pool({ connectionString: proxy.url, application_name: `${APP}-rt`, max: 1 }) : null;
   try {
-    if (pgClient) await pgClient.connect();
-    const d = sqlJs ? fromPostgresJs(sqlJs) : fromPg(pgClient!);
+    const d = sqlJs ? fromPostgresJs(sqlJs) : fromPg(pgPool!);
     const q = keyq(d, { schema });
     await q.migrate();
     await q.createQueue("files", { rotationPeriod: "1 hour" });
@@ -120,7 +120,7 @@ export async function roundTrips(admin: Sql, sizes: Sizes, driver: "postgres-js"
     return { perStatement, perSend, perBatch: (proxy.turns() - t) / batches };
   } finally {
     await sqlJs?.end({ timeout: 5 });
-    await pgClient?.end();
+    await pgPool?.end();
     await proxy.close();
     await dropSchema(admin, schema);
   }

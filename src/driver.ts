@@ -103,6 +103,16 @@ export interface Driver extends Executor {
    */
   transaction?<T>(fn: (tx: Executor) => Promise<T>): Promise<T>;
   /**
+   * Optional: transactions in a row on one connection, each one's COMMIT
+   * sent in the same network write as the next one's BEGIN and first
+   * statement (see {@link TxChain}). A run's batches use it where the
+   * adapter offers it; without it each batch is a `transaction`. keyq uses
+   * it only when it was made for this driver's very `transaction`
+   * ({@link pairChain}): a wrapper that replaces `transaction` and copies
+   * the rest of a driver is not bypassed.
+   */
+  chain?(): TxChain;
+  /**
    * Optional: wraps a native transaction object of this driver (the `tx` of
    * postgres.js `sql.begin`, a `pg` client inside BEGIN) as an Executor, so
    * `send(…, { tx })` can join it. Returns undefined for anything else;
@@ -118,6 +128,27 @@ export interface Driver extends Executor {
    * what sits between it and the server.
    */
   listen?(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>;
+}
+
+/**
+ * Transactions in a row on one connection of a driver (`Driver.chain`),
+ * whose COMMITs travel with what follows: when a transaction's `fn`
+ * resolves, its COMMIT is held and `held` is called; the COMMIT is then
+ * sent in the same network write as the next transaction's BEGIN and first
+ * statement, or alone by `end()`. Each `transaction` resolves (or rejects)
+ * only when its own COMMIT answers, so what it reports is what committed.
+ * A COMMIT that fails rejects its transaction; the next transaction then
+ * learns it from its own first statement or from the caller. A lost
+ * connection rejects the held COMMIT's transaction and the running one.
+ * The next `transaction` may be called once `held` was called, before the
+ * previous one resolved; `end()` must be called last (it hands the
+ * connection back).
+ */
+export interface TxChain {
+  /** Runs `fn` in a transaction on the chain's connection; calls `held` once its COMMIT is held. */
+  transaction<T>(fn: (tx: Executor) => Promise<T>, held: () => void): Promise<T>;
+  /** Sends a held COMMIT (if any), waits for its answer, and hands the connection back. */
+  end(): Promise<void>;
 }
 
 /**
@@ -168,4 +199,29 @@ export function transactional(driver: Driver): TxDriver {
     `The ${driver.name} driver has no interactive transactions, so it cannot consume, migrate or run q.transaction(); use a Pool or Client driver (for Neon: fromNeonPool), or apply migrationSql() by hand.`,
     { driver: driver.name },
   );
+}
+
+const PAIRED: unique symbol = Symbol.for("keyq.chain.transaction");
+
+/**
+ * Marks `chain` as the chain of `transaction` (an adapter's own pair), so
+ * {@link chainOf} uses it only while the driver's `transaction` is that one.
+ *
+ * @example
+ * ```ts
+ * import { chainOf, pairChain, type TxChain, type TxDriver } from "./driver.ts";
+ * const transaction: TxDriver["transaction"] = async (fn) => await fn({ query: async () => [] });
+ * const chain = (): TxChain => ({ transaction: (fn) => transaction(fn), end: async () => {} });
+ * const d: TxDriver = { name: "fake", query: async () => [], transaction, chain: pairChain(transaction, chain) };
+ * console.log(chainOf(d) !== undefined, chainOf({ ...d, transaction: (fn) => transaction(fn) }) === undefined); // true true
+ * ```
+ */
+export function pairChain<F extends () => TxChain>(transaction: TxDriver["transaction"], chain: F): F {
+  return Object.assign(chain, { [PAIRED]: transaction });
+}
+
+/** The driver's chain (Driver.chain) when it was made for the driver's own `transaction`, else undefined. */
+export function chainOf(driver: Driver): TxChain | undefined {
+  const c = driver.chain as ((() => TxChain) & { [PAIRED]?: unknown }) | undefined;
+  return c && c[PAIRED] === driver.transaction ? c.call(driver) : undefined;
 }

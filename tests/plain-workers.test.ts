@@ -127,8 +127,8 @@ describe("batch reports", () => {
       await f.q.send("jobs", { type: "E", payload: 9 });
       const run = await c.run({ handler: async (_ev, tx) => void (await tx.query("select 1")) });
       assert.equal(run.events, 1);
-      // tick + maintain, one batch (3 + 1 query + its event's SAVEPOINT), the final empty look (3).
-      assert.equal(run.statements, 2 + 5 + 3, `run statements ${run.statements}`);
+      // the run's start (tick and maintenance in one statement, start_run), one batch (3 + 1 query + its event's SAVEPOINT), the final empty look (3).
+      assert.equal(run.statements, 1 + 5 + 3, `run statements ${run.statements}`);
       assert.equal(run.roundTrips, run.statements);
       await f.q.sendBatch("jobs", [{ type: "E", payload: 10 }, { type: "E", payload: 11 }]);
       await f.q.tick("jobs", { force: true });
@@ -163,10 +163,10 @@ describe("fenced batch reports", () => {
       await f.q.sendBatch("jobs", [{ type: "E", payload: 1, key: "a" }, { type: "E", payload: 2, key: "b" }]);
       const r = await c.run({ maxBatches: 1, handler: () => {} });
       assert.equal(r.events, 2);
-      // tick/plan + maintain, then BEGIN, receive, fence (pool), unfence, COMMIT.
-      assert.equal(r.statements, 2 + 5, `statements ${r.statements}`);
+      // the run's start (subscribe, tick/plan, maintenance: start_run), then BEGIN, receive, fence (pool), unfence, COMMIT.
+      assert.equal(r.statements, 1 + 5, `statements ${r.statements}`);
       const plain = await f.q.exclusive("jobs", "n").run({ maxBatches: 1, handler: () => {} });
-      assert.equal(plain.statements, 2 + 3, "an unfenced batch sends no fence statements");
+      assert.equal(plain.statements, 1 + 3, "an unfenced batch sends no fence statements");
     } finally {
       await f.close();
     }

@@ -5,15 +5,21 @@
 // its first statement where the driver pipelines them (postgres.js on a
 // reserved connection; pg and Neon through one Sync, see src/drivers/pg.ts):
 // a batch of events with a no-op handler (plain, exclusive, ordered) costs 2
-// round trips there (BEGIN + receive, COMMIT). Bun.SQL (1.4) waits for each
-// answer before it sends the next query, even on a reserved connection
-// (measured: two queries issued together are two round trips), so it pays 3.
+// round trips (BEGIN + receive, COMMIT). With pg and Neon, in a run that goes
+// on, each COMMIT travels with the next batch's BEGIN and receive
+// (Driver.chain): one round trip per batch, plus the last COMMIT. Bun.SQL
+// (1.4.5) sends a text without values (BEGIN, COMMIT) by the simple protocol
+// and waits for its answer before it sends anything else, so it pays 3; it
+// does pipeline prepared statements issued together once each is prepared on
+// the connection, so keyq's SAVEPOINT and RELEASE go to it as tagged
+// (prepared) statements and travel with the handler's statement
+// (src/drivers/bun-sql.ts).
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import pg from "pg";
 import postgres from "postgres";
 import { type Keyq, keyq } from "../mod.ts";
-import type { Executor, TxDriver } from "../src/driver.ts";
+import { chainOf, type Executor, pairChain, type TxChain, type TxDriver } from "../src/driver.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { dbSkip, requireDatabase } from "./helpers/db.ts";
@@ -63,23 +69,54 @@ const BATCH: Record<string, { noop: number; writing: number }> = {
   "pg Pool": { noop: 2, writing: 12 },
   "pg Pool, pipeline: true": { noop: 2, writing: 12 },
   "Neon Pool (WebSocket)": { noop: 2, writing: 12 },
-  "Bun.SQL": { noop: 3, writing: 23 },
+  "Bun.SQL": { noop: 3, writing: 13 },
+};
+
+/**
+ * Round trips of a warm run() of 3 full batches and the empty look: the
+ * run's start (start_run), then BEGIN + receive of each batch with the
+ * previous batch's COMMIT in the same write (pg and Neon: one Sync;
+ * postgres.js: one write on its reserved connection), and the last COMMIT
+ * alone: 1 + 4 + 1 on pg and Neon. postgres.js and Bun.SQL have no chain
+ * here (see their adapters): 1 + 4 × 2 = 9 and 1 + 4 × 3 = 13. Before
+ * (2026-12-02 main: tick and maintain apart, no chain): 2 + 4 × 2 = 10
+ * (Bun.SQL 2 + 4 × 3 = 14).
+ */
+const RUN: Record<string, number> = {
+  "postgres.js": 9,
+  "pg Pool": 6,
+  "pg Pool, pipeline: true": 6,
+  "Neon Pool (WebSocket)": 6,
+  "Bun.SQL": 13,
 };
 
 /**
  * Round trips of a cold run() on a server that trusts the client (see
- * `authTurns`), measured: connection start, subscribe, tick,
- * maintenance, the batches (Tier B with 4 slots: one a slot, 2 round trips
- * each) and the empty look (2). Before (main of 2026-12-02): postgres.js
- * 18/17/26, pg and Neon 10/10/16, Bun.SQL 14/14/20. Above pg's 8:
- * postgres.js pays a type query when it connects (its fetch_types option)
- * and a Parse/Describe round trip for each statement's first use on the
- * connection (it describes a statement with parameters before it binds it),
- * Bun.SQL the same Parse/Describe round trips and a BEGIN of its own per
- * batch. Sending the once-per-run calls (subscribe, tick, maintenance) by the
- * simple protocol would save postgres.js 3 of them (measured 10/10/14), but
- * only with their values spliced into the SQL text; keyq keeps every value a
- * bind parameter.
+ * `authTurns`), measured: connection start, the run's start (subscribe,
+ * tick and maintenance in one statement, start_run), the batches (Tier B
+ * with 4 slots: one a slot, 2 round trips each) and the empty look (2).
+ * Before: postgres.js 18/17/26 and pg and Neon 10/10/16 (main of
+ * 2026-12-01); postgres.js 13/13/17, pg and Neon 8/8/12 and Bun.SQL
+ * 14/14/20 with subscribe, tick and maintain sent one by one (2026-12-02).
+ * Now: connection start (1), start_run (1), BEGIN + the first receive (1),
+ * each further batch with the previous COMMIT (1; Tier B 4 slots: 3 more),
+ * the last COMMIT (1): pg and Neon 5/5/7. Above that, measured per turn
+ * (the wire proxy's turns()): postgres.js has no chain (a reserved
+ * connection kept between batches crashed postgres.js 3.4 in nextWrite
+ * under pg_ctl stop -m immediate in 1 of 2 runs of tests/faults.test.ts),
+ * so each batch pays its COMMIT: 1 + 2 + 2 (4 slots: 1 + 2 + 4 × 2); it
+ * also pays a type query when it connects (its fetch_types option, the
+ * user's client) and, for each of the two statements with values
+ * (start_run, the receive), a Parse/Describe/Flush turn before
+ * Bind/Execute/Sync on their first use on the connection: postgres.js 3.4
+ * describes every statement with parameters that is not yet prepared
+ * first (connection.js: describeFirst = parameters.length && !prepared,
+ * whatever `prepare` and the types passed): 9/9/13. Bun.SQL (1.4.5)
+ * prepares the same two with a Parse/Describe/Sync turn of their own and
+ * sends BEGIN and COMMIT alone (simple protocol, each waited for):
+ * 10/10/16. Sending start_run or the receive by the simple protocol would
+ * save their describe turns, but only with values spliced into the SQL
+ * text; keyq keeps every value a bind parameter.
  */
 /**
  * Round trips a connection start costs beyond the one of a server that
@@ -97,11 +134,11 @@ async function authTurns(proxy: WireProxy): Promise<number> {
 }
 
 const COLD: Record<string, Record<(typeof kinds)[number], number>> = {
-  "postgres.js": { plain: 13, exclusive: 13, ordered: 17 },
-  "pg Pool": { plain: 8, exclusive: 8, ordered: 12 },
-  "pg Pool, pipeline: true": { plain: 8, exclusive: 8, ordered: 12 },
-  "Neon Pool (WebSocket)": { plain: 8, exclusive: 8, ordered: 12 },
-  "Bun.SQL": { plain: 14, exclusive: 14, ordered: 20 },
+  "postgres.js": { plain: 9, exclusive: 9, ordered: 13 },
+  "pg Pool": { plain: 5, exclusive: 5, ordered: 7 },
+  "pg Pool, pipeline: true": { plain: 5, exclusive: 5, ordered: 7 },
+  "Neon Pool (WebSocket)": { plain: 5, exclusive: 5, ordered: 7 },
+  "Bun.SQL": { plain: 10, exclusive: 10, ordered: 16 },
 };
 type Kind = (typeof kinds)[number];
 
@@ -116,18 +153,22 @@ function consumer(q: Keyq, kind: Kind) {
  * on the wire meanwhile.
  */
 function counted(driver: TxDriver, proxy: WireProxy, done: (c: WireCounts) => void): TxDriver {
-  return {
-    ...driver,
-    async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
-      const before = proxy.counts();
-      try {
-        return await driver.transaction(fn);
-      } finally {
-        const now = proxy.counts();
-        done(Object.fromEntries(Object.entries(now).map(([k, v]) => [k, v - before[k as keyof WireCounts]])) as unknown as WireCounts);
-      }
-    },
+  const measured = async <T>(run: () => Promise<T>): Promise<T> => {
+    const before = proxy.counts();
+    try {
+      return await run();
+    } finally {
+      const now = proxy.counts();
+      done(Object.fromEntries(Object.entries(now).map(([k, v]) => [k, v - before[k as keyof WireCounts]])) as unknown as WireCounts);
+    }
   };
+  const transaction = <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => measured(() => driver.transaction(fn));
+  // A chained run's batch: from its BEGIN to its COMMIT's answer (which shares a turn with the next batch's receive).
+  const chain = (): TxChain => {
+    const c = chainOf(driver)!;
+    return { transaction: (fn, held) => measured(() => c.transaction(fn, held)), end: () => c.end() };
+  };
+  return { ...driver, transaction, ...(chainOf(driver) ? { chain: pairChain(transaction, chain) } : {}) };
 }
 
 const show = (c: WireCounts): string =>
@@ -195,6 +236,20 @@ for (const spec of specs) {
         assert.equal(n.roundTrips, BATCH[spec.label]!.noop, show(n));
       });
     }
+
+    test(`plain: a run of 3 batches of 10 events with a no-op handler takes ${RUN[spec.label]} round trips (each COMMIT travels with the next receive where the driver chains transactions)`, async () => {
+      const c = consumer(q, "plain");
+      await c.run({ handler: () => {} }); // what earlier tests left, uncounted
+      await f.q.sendBatch("jobs", Array.from({ length: 30 }, (_, i) => ({ type: "E", payload: i, key: `r${i}` })));
+      await f.q.tick("jobs", { force: true });
+      proxy.reset();
+      const r = await c.run({ maxEvents: 10, handler: () => {} });
+      const all = proxy.counts();
+      console.log(`${spec.label} on ${runtimeName()}: plain run() of ${r.batches} batches, ${r.events} events = ${show(all)}`);
+      assert.equal(r.events, 30);
+      assert.equal(r.batches, 3);
+      assert.equal(all.roundTrips, RUN[spec.label], show(all));
+    });
 
     test(`exclusive: a batch of 10 events whose handler writes once through tx takes ${BATCH[spec.label]!.writing} round trips (each SAVEPOINT travels with the statement where the driver allows)`, async () => {
       const c = consumer(q, "exclusive");

@@ -11,7 +11,7 @@
  */
 
 import type { BatchSettings } from "./settings.ts";
-import { type Driver, type Executor, transactional } from "../driver.ts";
+import { type Driver, type Executor, transactional, type TxChain } from "../driver.ts";
 import type { AckOutcome, AckReply, EventRef, LocalTimeouts, Received, WireEvent } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
 import { classify } from "../faults.ts";
@@ -109,6 +109,19 @@ async function record(kind: BatchKind, tx: Executor, received: Received, sorted:
  */
 export const BUSY = "busy" as const;
 
+/**
+ * A batch of a run whose batches share one connection (Driver.chain): its
+ * COMMIT is held and travels with the next batch's BEGIN and receive.
+ */
+export interface BatchLink {
+  /** The run's chain of transactions. */
+  readonly chain: TxChain;
+  /** The previous batch, committing: awaited after the receive (same round trip), before any handler. */
+  readonly previous?: Promise<unknown>;
+  /** Called with this batch's report once its COMMIT is held (the report holds once it answers). */
+  held(report: BatchReport): void;
+}
+
 /** Everything one batch's attempt works with. */
 interface Attempt {
   ctx: ConsumerContext;
@@ -117,6 +130,8 @@ interface Attempt {
   hooks: BatchHooks;
   br: BatchRun;
   local: LocalTimeouts;
+  /** The previous batch of a chained run, committing (BatchLink). */
+  previous?: Promise<unknown>;
   /** Moves the batch's phase (machine.ts); a move that does not apply is a bug. */
   step(step: Step): void;
 }
@@ -160,6 +175,8 @@ async function body(a: Attempt, tx: Executor): Promise<Ended> {
   const { life } = a.br;
   const hooked = counting(tx, a.br.counted);
   const received = await a.kind.receive(tx, a.s, a.local, a.br.until);
+  // The previous batch's COMMIT answered with this receive: a failed one ends this batch too (rolled back, no handler ran).
+  if (a.previous) await a.previous;
   // Another worker's fenced batch may still own what was read.
   const busy = received === BUSY || (a.hooks.afterReceive !== undefined && !(await a.hooks.afterReceive(received, hooked, life)));
   a.step({ on: "received", busy });
@@ -236,9 +253,17 @@ async function failure(a: Attempt, err: unknown): Promise<unknown> {
 }
 
 /** The batch's attempt with its phase tracked by machine.ts. */
-function attempt(ctx: ConsumerContext, s: BatchSettings, kind: BatchKind, br: BatchRun, local: LocalTimeouts): Attempt & { phase(): Phase } {
+function attempt(
+  ctx: ConsumerContext,
+  s: BatchSettings,
+  kind: BatchKind,
+  br: BatchRun,
+  local: LocalTimeouts,
+  previous: Promise<unknown> | undefined,
+): Attempt & { phase(): Phase } {
   let phase: Phase = "receiving";
   return {
+    previous,
     ctx,
     s,
     kind,
@@ -262,17 +287,29 @@ function attempt(ctx: ConsumerContext, s: BatchSettings, kind: BatchKind, br: Ba
  * `bounded` (run()), the batch's deadline is no later than `until` plus
  * BUDGET_GRACE_MS (or batchTimeout, whichever is sooner).
  */
-export async function runBatch(ctx: ConsumerContext, s: BatchSettings, kind: BatchKind, until?: number, bounded = false): Promise<BatchReport> {
+export async function runBatch(
+  ctx: ConsumerContext,
+  s: BatchSettings,
+  kind: BatchKind,
+  until?: number,
+  bounded = false,
+  link?: BatchLink,
+): Promise<BatchReport> {
   const db = transactional(ctx.driver);
-  const transaction = db.transaction.bind(db);
+  let sealed: BatchReport | undefined;
+  const transaction = link ? <T>(fn: (tx: Executor) => Promise<T>) => link.chain.transaction(fn, () => sealed && link.held(sealed)) : db.transaction.bind(db);
   const dl = deadline(Date.now(), s.batchTimeoutMs, bounded ? until : undefined);
   const by = dl.by === "budget" ? `the run's budget, budgetMs ${s.budgetMs} ms plus ${BUDGET_GRACE_MS} ms of grace` : undefined;
   const life = batchLife(dl.ms, s.signal, by);
   const br: BatchRun = { life, until: until ?? Number.POSITIVE_INFINITY, inflight: Promise.resolve(), counted: { n: 0 } };
-  const a = attempt(ctx, s, kind, br, localTimeouts(s, dl.ms));
+  const a = attempt(ctx, s, kind, br, localTimeouts(s, dl.ms), link?.previous);
   const limits: BatchLimits = { deadlineMs: dl.ms, by: dl.by, statementTimeoutMs: statementMs(s, dl.ms) };
   try {
-    const work = transaction((raw) => inTransaction(a, raw));
+    const work = transaction(async (raw) => {
+      const ended = await inTransaction(a, raw);
+      if (!ended.busy) sealed = { ...ended.report, limits };
+      return ended;
+    });
     // A driver may end the transaction early (postgres.js rejects begin() when
     // its connection closes) while a handler still runs; and a hung ROLLBACK
     // must not hold run() past the deadline.

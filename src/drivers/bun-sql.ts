@@ -50,9 +50,43 @@ const astray = (err: unknown, prepared: boolean): boolean => prepared && wentAst
 
 const astrayError = (cause: unknown): KeyqError => poolerError("Bun.SQL", "new Bun.SQL(url, { prepare: false })", cause);
 
+/** A tagged-template call of a Bun.SQL instance, transaction or reserved connection. */
+type Tag = (strings: TemplateStringsArray) => PromiseLike<unknown[]>;
+
+/**
+ * keyq's fixed savepoint texts (savepoint.ts) as tagged templates: Bun sends a
+ * tagged query as a (named) prepared statement, and pipelines prepared
+ * statements issued together in one write once each is prepared on the
+ * connection, while it sends a text without values by the simple protocol
+ * and waits for its answer first (measured, Bun 1.4.5). So a handler's
+ * SAVEPOINT (and the RELEASE before it) travels with the statement that
+ * follows it. Each text of several statements is split. (BEGIN and COMMIT
+ * are `sql.begin`'s own, which hears a lost connection at once; a chain of
+ * batches on `sql.reserve()` with tagged BEGIN/COMMIT would pipeline them
+ * too, but nothing tells a reserved connection's queries that it closed.)
+ */
+const CONTROL: Record<string, readonly ((t: Tag) => PromiseLike<unknown[]>)[]> = {
+  "savepoint keyq_event": [(t) => t`savepoint keyq_event`],
+  "release savepoint keyq_event": [(t) => t`release savepoint keyq_event`],
+  "release savepoint keyq_event; savepoint keyq_event": [(t) => t`release savepoint keyq_event`, (t) => t`savepoint keyq_event`],
+  "rollback to savepoint keyq_event; release savepoint keyq_event": [
+    (t) => t`rollback to savepoint keyq_event`,
+    (t) => t`release savepoint keyq_event`,
+  ],
+};
+
+/** Issues a control text's statements together (one write); resolves to the last one's result. */
+function control(q: BunSqlQueryable, text: string): PromiseLike<unknown[]> | undefined {
+  const parts = typeof q === "function" ? CONTROL[text] : undefined;
+  if (!parts) return undefined;
+  const sent = parts.map((f) => Promise.resolve(f(q as unknown as Tag)));
+  sent.forEach((p) => p.catch(() => {}));
+  return Promise.all(sent).then((all) => all.at(-1)!);
+}
+
 async function run(q: BunSqlQueryable, text: string, params: readonly SqlParam[] | undefined, prepare: boolean): Promise<Row[]> {
   try {
-    const res = params === undefined ? await q.unsafe(text) : await q.unsafe(viaText(text), [...params]);
+    const res = params === undefined ? await (control(q, text) ?? q.unsafe(text)) : await q.unsafe(viaText(text), [...params]);
     // Several statements resolve to an array of result arrays: return the last one's rows.
     if (params === undefined && Array.isArray(res[0])) return [...(res.at(-1) as Row[])];
     return [...(res as Row[])];
@@ -80,6 +114,7 @@ async function run(q: BunSqlQueryable, text: string, params: readonly SqlParam[]
  */
 export function fromBunSql(sql: BunSqlLike): TxDriver {
   const prepare = sql.options?.prepare !== false;
+  const transaction = bunTransaction(sql, prepare);
   return {
     name: "bun-sql",
     connections: sql.options?.max,
@@ -92,22 +127,26 @@ export function fromBunSql(sql: BunSqlLike): TxDriver {
         ? { query: (text, params) => run(native as unknown as BunSqlQueryable, text, params, prepare) }
         : undefined;
     },
-    async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
-      // The first statement that went astray: a handler may catch its error
-      // (keyq isolates handler failures), so the transaction reports it.
-      let wrong: KeyqError | undefined;
-      const query = (tx: BunSqlQueryable): Executor["query"] => (t, p) =>
-        run(tx, t, p, prepare).catch((err: unknown) => {
-          if (err instanceof KeyqError && err.code === "PREPARED_STATEMENTS_UNSUPPORTED") wrong ??= err;
-          throw err;
-        });
-      // Boxed: `begin` would await the items of an array that `fn` returns.
-      try {
-        const box = await sql.begin(async (tx) => ({ value: await fn({ query: query(tx) }) }));
-        return box.value as T;
-      } catch (err) {
-        throw wrong ?? normalise(err); // BEGIN/COMMIT failures; errors already normalised pass through
-      }
-    },
+    transaction,
+  };
+}
+
+function bunTransaction(sql: BunSqlLike, prepare: boolean): TxDriver["transaction"] {
+  return async <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => {
+    // The first statement that went astray: a handler may catch its error
+    // (keyq isolates handler failures), so the transaction reports it.
+    let wrong: KeyqError | undefined;
+    const query = (tx: BunSqlQueryable): Executor["query"] => (t, p) =>
+      run(tx, t, p, prepare).catch((err: unknown) => {
+        if (err instanceof KeyqError && err.code === "PREPARED_STATEMENTS_UNSUPPORTED") wrong ??= err;
+        throw err;
+      });
+    // Boxed: `begin` would await the items of an array that `fn` returns.
+    try {
+      const box = await sql.begin(async (tx) => ({ value: await fn({ query: query(tx) }) }));
+      return box.value as T;
+    } catch (err) {
+      throw wrong ?? normalise(err); // BEGIN/COMMIT failures; errors already normalised pass through
+    }
   };
 }

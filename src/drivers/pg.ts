@@ -2,7 +2,7 @@
  * node-postgres (`pg`) adapter, typed structurally: it imports nothing from `pg`.
  * @module
  */
-import type { Driver, Executor, Row, SqlParam, TxDriver } from "../driver.ts";
+import { type Driver, type Executor, pairChain, type Row, type SqlParam, type TxChain, type TxDriver } from "../driver.ts";
 import { KeyqError } from "../errors.ts";
 
 /** The part of a `pg` `Client` the adapter uses. */
@@ -109,9 +109,17 @@ function queryClass(c: PgClientLike): PgQueryClass | undefined {
  * ReadyForQuery between queries (pg's `pipeline` mode aside, which Neon's
  * copy lacks), so two queries cost two round trips; one Sync here costs one.
  * When a prefix statement fails the server skips the rest up to the Sync,
- * and the query rejects with that error.
+ * and the query rejects with that error. `tags` gets the command tag of
+ * each prefix statement that completed (a held COMMIT's answer).
  */
-function prefixed(c: PgClientLike, Q: PgQueryClass, prefix: readonly string[], text: string, params: readonly SqlParam[]): Promise<{ rows: Row[] }> {
+function prefixed(
+  c: PgClientLike,
+  Q: PgQueryClass,
+  prefix: readonly string[],
+  text: string,
+  params: readonly SqlParam[],
+  tags: string[] = [],
+): Promise<{ rows: Row[] }> {
   return new Promise((resolve, reject) => {
     const inner = new Q({ text, values: [...params] }, undefined, (err, res) => (err ? reject(err) : resolve(res!)));
     // The client's own type parsers, as it sets them on the queries it is given.
@@ -129,7 +137,8 @@ function prefixed(c: PgClientLike, Q: PgQueryClass, prefix: readonly string[], t
           con.stream?.uncork?.();
         }
       },
-      handleCommandComplete: (msg: unknown, con: PgConnectionLike) => (skip > 0 ? void skip-- : inner.handleCommandComplete(msg, con)),
+      handleCommandComplete: (msg: unknown, con: PgConnectionLike) =>
+        skip > 0 ? void (skip--, tags.push(String((msg as { text?: unknown }).text))) : inner.handleCommandComplete(msg, con),
     };
     for (const h of DELEGATED) q[h] = (...args: unknown[]) => (inner[h] as (...a: unknown[]) => unknown)(...args);
     (c.query as unknown as (q: unknown) => unknown)(q);
@@ -142,9 +151,15 @@ function prefixed(c: PgClientLike, Q: PgQueryClass, prefix: readonly string[], t
  * (and the RELEASE before it) that keyq sends right before a statement
  * (savepoint.ts) waits a microtask for that statement and travels with it.
  */
-function lazyBegin(c: PgClientLike): { query: Executor["query"]; begun(): boolean } {
+function lazyBegin(c: PgClientLike, prior?: Held): { query: Executor["query"]; begun(): boolean; flush(): Promise<void> } {
   const Q = queryClass(c);
   let begun = false;
+  /** Sends the previous transaction's held COMMIT alone (when the first statement cannot carry it). */
+  const flush = async (): Promise<void> => {
+    const h = prior;
+    prior = undefined;
+    if (h) await commitAlone(c, h);
+  };
   let held: { parts: string[]; settle: (p: Promise<unknown>) => void } | undefined;
   const send = (prefix: string[], text: string, params?: readonly SqlParam[]): Promise<Row[]> => {
     if (prefix.length === 0) return run(c, text, params);
@@ -157,7 +172,21 @@ function lazyBegin(c: PgClientLike): { query: Executor["query"]; begun(): boolea
     out.catch(() => {});
     return first.then(() => out);
   };
-  const query: Executor["query"] = (text, params) => {
+  const query: Executor["query"] = async (text, params) => {
+    if (!begun && prior && Q && params?.length && !held) {
+      // The held COMMIT, BEGIN and this statement: one write, one Sync.
+      const h = prior;
+      prior = undefined;
+      begun = true;
+      const tags: string[] = [];
+      const out = prefixed(c, Q, ["commit", "begin"], text, params, tags).then((r) => r.rows);
+      return await out.then((rows) => (h.answered(tags[0], undefined), rows), (err) => {
+        h.answered(tags[0], err);
+        throw err;
+      });
+    }
+    // Otherwise the held COMMIT goes first, not awaited: pg sends queued queries in order (all at once in its pipeline mode).
+    if (!begun && prior) void flush();
     const prefix = begun ? [] : ["begin"];
     begun = true;
     if (held) {
@@ -180,7 +209,23 @@ function lazyBegin(c: PgClientLike): { query: Executor["query"]; begun(): boolea
     }
     return send(prefix, text, params);
   };
-  return { query, begun: () => begun };
+  return { query, begun: () => begun, flush };
+}
+
+/** A transaction whose COMMIT is held until the next one's first statement (chain). */
+interface Held {
+  /** The COMMIT's command tag (undefined when it did not complete) and the error of the write that carried it. */
+  answered(tag: string | undefined, err: unknown): void;
+}
+
+/** Sends a held COMMIT by itself. */
+async function commitAlone(c: PgClientLike, h: Held): Promise<void> {
+  try {
+    const r = (await c.query("commit")) as { command?: string };
+    h.answered(r.command ?? "COMMIT", undefined);
+  } catch (err) {
+    h.answered(undefined, err);
+  }
 }
 
 /** keyq's own savepoint texts (savepoint.ts) that may wait for the statement they open. */
@@ -207,6 +252,88 @@ async function inTx<T>(
     if (tx.begun()) await c.query("rollback").catch(broken);
     throw e;
   }
+}
+
+/** The error of a held COMMIT that answered ROLLBACK (the transaction had failed). */
+function rolledBack(tag: string): Error {
+  return Object.assign(new Error(`keyq: the transaction's COMMIT answered ${tag}: it was aborted and rolled back.`), { code: "25P02" });
+}
+
+/**
+ * Transactions in a row on one checked-out client of `pool` (Driver.chain):
+ * each COMMIT is held and sent with the next transaction's BEGIN and first
+ * statement in one Sync (lazyBegin), or alone by `end()`. When the COMMIT
+ * fails there, the server skips that BEGIN and statement, which reject
+ * with the COMMIT's error. A lost connection (the client's `error`) rejects
+ * the held COMMIT's transaction and aborts the running one's signal.
+ */
+function poolChain(pool: PgPoolLike): TxChain {
+  let client: PgPoolClientLike | undefined;
+  let failure: Error | undefined;
+  let ctl = new AbortController();
+  let held: (Held & { fail(e: unknown): void }) | undefined;
+  const broken = (e: Error) => {
+    failure ??= e;
+    ctl.abort(e);
+    held?.fail(e);
+    held = undefined;
+  };
+  const checkout = async (): Promise<PgPoolClientLike> => {
+    if (!client) {
+      client = await pool.connect();
+      client.on("error", broken);
+    }
+    if (failure) throw failure;
+    return client;
+  };
+  return {
+    async transaction<T>(fn: (tx: Executor) => Promise<T>, onHeld: () => void): Promise<T> {
+      const prior = held;
+      held = undefined;
+      let c: PgPoolClientLike;
+      try {
+        c = await checkout();
+      } catch (err) {
+        prior?.fail(err);
+        throw err;
+      }
+      ctl = new AbortController();
+      const tx = lazyBegin(c, prior);
+      let out: T;
+      try {
+        out = await fn({ query: tx.query, signal: ctl.signal });
+      } catch (e) {
+        await tx.flush(); // a held COMMIT this transaction did not carry
+        if (tx.begun() && !failure) await c.query("rollback").catch(broken);
+        throw e;
+      }
+      await tx.flush();
+      if (!tx.begun()) return out;
+      if (failure) throw failure;
+      return await new Promise<T>((resolve, reject) => {
+        const fail = (e: unknown) => reject(e);
+        held = {
+          fail,
+          answered: (tag, err) => (tag === "COMMIT" ? resolve(out) : fail(tag === undefined ? err : rolledBack(tag))),
+        };
+        onHeld();
+      });
+    },
+    async end(): Promise<void> {
+      const h = held;
+      held = undefined;
+      const c = client;
+      client = undefined;
+      if (!c) return;
+      try {
+        if (h && !failure) await commitAlone(c, h);
+        else if (h) h.fail(failure);
+      } finally {
+        c.removeListener("error", broken);
+        c.release(failure);
+      }
+    },
+  };
 }
 
 /** Reports an idle pool client's lost connection instead of letting it crash the process. */
@@ -277,6 +404,7 @@ function sharedListen(
 }
 
 function poolDriver(pool: PgPoolLike): TxDriver {
+  const transaction = poolTransaction(pool);
   if (pool.on && pool.listenerCount && pool.listenerCount("error") === 0) pool.on("error", idleError);
   return {
     name: "pg",
@@ -304,22 +432,27 @@ function poolDriver(pool: PgPoolLike): TxDriver {
         },
       };
     }),
-    async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
-      const client = await pool.connect();
-      let failure: Error | undefined;
-      const lost = new AbortController();
-      const broken = (e: Error) => {
-        failure ??= e;
-        lost.abort(e);
-      };
-      client.on("error", broken);
-      try {
-        return await inTx(client, fn, broken, lost.signal);
-      } finally {
-        client.removeListener("error", broken);
-        client.release(failure);
-      }
-    },
+    chain: pairChain(transaction, () => poolChain(pool)),
+    transaction,
+  };
+}
+
+function poolTransaction(pool: PgPoolLike): TxDriver["transaction"] {
+  return async <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => {
+    const client = await pool.connect();
+    let failure: Error | undefined;
+    const lost = new AbortController();
+    const broken = (e: Error) => {
+      failure ??= e;
+      lost.abort(e);
+    };
+    client.on("error", broken);
+    try {
+      return await inTx(client, fn, broken, lost.signal);
+    } finally {
+      client.removeListener("error", broken);
+      client.release(failure);
+    }
   };
 }
 

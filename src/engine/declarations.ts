@@ -129,6 +129,18 @@ export interface PrepareReply {
   wait?: boolean;
 }
 
+/**
+ * The engine's answer to start_run: the tick (and, for an exclusive
+ * consumer, prepare_exclusive's reply), subscribe's reply when it was
+ * called, and maintain's.
+ */
+export interface StartReply extends PrepareReply {
+  /** subscribe's reply; null when the consumer was there as it is (or not asked). With `build` or `wait`, nothing else was done. */
+  subscribe: SubscribeReply | null;
+  /** maintain's report; absent when subscribe asked for index work first. */
+  maintain?: MaintainReport;
+}
+
 /** A start position or seek target as the engine reads it. */
 export type Target = { latest: true } | { earliest: true } | { time: string } | { id: string };
 
@@ -174,6 +186,19 @@ export interface EngineCalls {
   settleHead: [QC & { key: string; action: "skip" | "deadLetter" }, { key: string; slot: number; headId: string; action: string }];
   unsubscribe: [QC, { removed: boolean }];
   prepareExclusive: [QC & { chunkSize: number; growFrom: number | null; indexInline: boolean }, PrepareReply];
+  /** A run's start in one statement: subscribe (when asked), tick or prepare_exclusive, maintain (10_start.sql). */
+  startRun: [
+    QC & {
+      kind: string;
+      slots: number;
+      settings: Record<string, unknown>;
+      subscribe: boolean;
+      chunkSize: number;
+      growFrom: number | null;
+      indexInline: boolean;
+    },
+    StartReply,
+  ];
   /** A plain batch as JSON objects (SQL callers and tests; the client reads receivePlain). */
   receive: [QC & { maxEvents: number }, Received];
   /** Plain batches in the compact wire form (wire.ts); waits up to `waitMs` for a held cursor. */
@@ -313,6 +338,17 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
     ["growFrom", "grow_from", "int"],
     ["indexInline", "index_inline", "boolean"],
   ], tickShape),
+  startRun: fn("start_run", [
+    ["queue", "queue", "text"],
+    ["consumer", "consumer", "text"],
+    ["kind", "kind", "text"],
+    ["slots", "slots", "int"],
+    ["settings", "settings", "jsonb"],
+    ["subscribe", "subscribe", "boolean"],
+    ["chunkSize", "chunk_size", "int"],
+    ["growFrom", "grow_from", "int"],
+    ["indexInline", "index_inline", "boolean"],
+  ], fields({ tick: "string|null", subscribe: "object|null" })),
   receive: fn("receive", [
     ["queue", "queue", "text"],
     ["consumer", "consumer", "text"],

@@ -1909,7 +1909,7 @@ as $$
     ('send', 'produce'), ('send_batch', 'produce'), ('send_rows', 'produce'), ('status', 'produce'),
     ('subscribe', 'consume'), ('receive', 'consume'), ('receive_plain', 'consume'),
     ('receive_exclusive', 'consume'), ('receive_ordered', 'consume'), ('receive_ordered_wire', 'consume'),
-    ('prepare_exclusive', 'consume'),
+    ('prepare_exclusive', 'consume'), ('start_run', 'consume'),
     ('ack', 'consume'), ('fence', 'consume'), ('unfence', 'consume'), ('consumer_slot_of', 'consume'),
     ('blocked_keys', 'consume'), ('tick', 'consume'), ('maintain', 'consume'), ('status', 'consume'),
     ('dlq_list', 'consume'), ('dlq_count', 'consume'),
@@ -1923,7 +1923,7 @@ as $$
   union all
   -- operate reaches every function the other grants reach.
   select f, 'operate' from (values ('send'), ('send_batch'), ('send_rows'), ('status'), ('subscribe'), ('receive'),
-    ('receive_plain'), ('receive_exclusive'), ('receive_ordered'), ('receive_ordered_wire'), ('prepare_exclusive'), ('ack'),
+    ('receive_plain'), ('receive_exclusive'), ('receive_ordered'), ('receive_ordered_wire'), ('prepare_exclusive'), ('start_run'), ('ack'),
     ('fence'), ('unfence'), ('consumer_slot_of'), ('blocked_keys'), ('tick'), ('maintain'),
     ('dlq_list'), ('dlq_count')) v(f)
 $$;
@@ -5023,10 +5023,56 @@ begin
 end $$;
 `,
   },
+  {
+    name: "10_start",
+    sql: `-- keyq engine, part 10: the start of a run() in one statement. A run used
+-- to send subscribe (a fresh client's first run), tick (or
+-- prepare_exclusive) and maintain one after the other, each in its own
+-- transaction: three network round trips on a cold invocation (six on a
+-- driver that describes each statement before its first use on a
+-- connection). start_run does the three in one short transaction, in that
+-- order (the lock order of prepare_exclusive: subscribe, bucket growth,
+-- tick), and answers with what each did.
+--
+-- subscribe: the client has not subscribed this consumer yet. An existing
+-- plain or ordered consumer whose kind, slots and settings match is left
+-- as it is without taking subscribe's lock (subscribe would change
+-- nothing); anything else goes through subscribe(), and when that asks
+-- for a slot index built concurrently (or waits for another session's
+-- build) nothing else is done: the answer carries subscribe's reply and no
+-- tick, and the client subscribes by itself, then calls again.
+create function :KEYQ_SCHEMA.start_run(queue text, consumer text, kind text, slots int, settings jsonb,
+                                       subscribe boolean, chunk_size int,
+                                       grow_from int default null, index_inline boolean default false) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
+declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); c :KEYQ_SCHEMA.consumer; sub jsonb; t jsonb;
+begin
+  if subscribe then
+    select * into c from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;
+    if not found or kind = 'exclusive' or c.kind <> kind or c.slots <> slots or c.settings is distinct from settings then
+      sub := :KEYQ_SCHEMA.subscribe(queue, consumer, kind, slots, settings, false, null);
+      if sub ? 'build' or sub ? 'wait' then
+        return jsonb_build_object('tick', null, 'subscribe', sub);
+      end if;
+    end if;
+  end if;
+  if kind = 'exclusive' then
+    t := :KEYQ_SCHEMA.prepare_exclusive(queue, consumer, chunk_size, grow_from, index_inline);
+  else
+    t := jsonb_build_object('tick', :KEYQ_SCHEMA.tick(queue)->'tick');
+  end if;
+  return t || jsonb_build_object('subscribe', sub, 'maintain', :KEYQ_SCHEMA.maintain(queue));
+end $$;
+`,
+  },
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "f0216755b9d150038b23d280cdf2b5fd60eada908576afc6a48e6ff91b957b6b";
+export const functionsHash: string = "e649697fb7f4564c13c5494eb4165e07cf8f52f69c6e3a5f3676862268d61cd6";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5036,4 +5082,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 19;
+export const functionsSerial: number = 20;

@@ -8,12 +8,12 @@
  */
 
 import { type BatchSettings, batchSettings } from "../batch/settings.ts";
-import { type ConsumerContext, runBatch } from "../batch/batch.ts";
+import { type BatchLink, type ConsumerContext, runBatch } from "../batch/batch.ts";
 import { engine } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
-import { transactional } from "../driver.ts";
-import type { ConsumerKind } from "./kinds.ts";
-import { consume, emptyReport, runLoop, workLoop } from "./loop.ts";
+import { chainOf, transactional } from "../driver.ts";
+import { type ConsumerKind, type Started, SUBSCRIBE } from "./kinds.ts";
+import { consume, emptyReport, type LoopLink, runLoop, workLoop } from "./loop.ts";
 import { observeBatch } from "../observe/batches.ts";
 import { type Hub, hub as newHub } from "../observe/observer.ts";
 import { pollWaker, type Waker, waker } from "../observe/wake.ts";
@@ -193,15 +193,29 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
     return created;
   };
   // run(): each batch ends by the budget plus a grace (batch.ts); work()'s runs are slices, not limits.
+  // A run's start: one statement (start_run) that also subscribes a fresh client's consumer;
+  // when the engine asks for a slot index built outside a transaction, subscribe does it first.
+  const start = async (s: BatchSettings): Promise<Started> => {
+    const r = await k.start(s, !subscribed);
+    if (r !== SUBSCRIBE) {
+      subscribed = true;
+      return r;
+    }
+    await sub();
+    const again = await k.start(s, false);
+    if (again === SUBSCRIBE) throw new Error("keyq: start_run asked to subscribe a subscribed consumer");
+    return { ticked: again.ticked, statements: again.statements + 1 };
+  };
+  // The run's batches share one connection where the driver chains transactions (each COMMIT goes with the next receive).
   const run = async (s: BatchSettings, bounded: boolean): Promise<RunReport> => {
-    if (!subscribed) await sub();
-    return await runLoop(s, async () => (await k.prepare(s)) !== null, () => ctx.maintain(queue), (until) => once(s, until, bounded));
+    const chain = chainOf(ctx.driver);
+    return await runLoop(s, () => start(s), (until, link) => once(s, until, bounded, link && chain && { ...link, chain }), chain);
   };
   // A woken run (work()): no maintenance, and no tick when this worker just
   // wrote one; a kind whose batches read planned work (Tier A) still plans
   // a tick it heard from another session. A kind whose batch reads up to
   // the newest tick ends on a batch that is not full: what commits later
-  // notifies again.
+  // notifies again. Its batches chain as a full run's do.
   const wokeRun = async (s: BatchSettings, ticked: boolean): Promise<RunReport> => {
     const started = Date.now();
     const report = emptyReport();
@@ -209,10 +223,13 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
       report.ticked = (await k.prepare(s)) !== null;
       report.statements = report.roundTrips = 1;
     }
-    return await consume(s, started, report, (until) => once(s, until, false), k.readsAll === true);
+    const chain = chainOf(ctx.driver);
+    const batch = (until: number, link?: LoopLink) => once(s, until, false, link && chain && { ...link, chain });
+    return await consume(s, started, report, batch, k.readsAll === true, chain);
   };
   const info = { queue, consumer: name, kind: k.kind };
-  const once = (s: BatchSettings, until?: number, bounded?: boolean) => observeBatch(obs, info, s, (s2) => runBatch(ctx, s2, k, until, bounded));
+  const once = (s: BatchSettings, until?: number, bounded?: boolean, link?: BatchLink) =>
+    observeBatch(obs, info, s, (s2) => runBatch(ctx, s2, k, until, bounded, link));
   return {
     queue,
     name,

@@ -11,6 +11,7 @@ import type { BatchSettings } from "../batch/settings.ts";
 import { type BatchKind, BUSY, type ConsumerContext, type Outcome, type Sorted } from "../batch/batch.ts";
 import type { Executor } from "../driver.ts";
 import { type AckReply, engine, type Received } from "../engine/calls.ts";
+import type { PrepareReply } from "../engine/declarations.ts";
 import { KeyqError } from "../errors.ts";
 import { fenceHooks } from "./fence.ts";
 import { fromPlain } from "../engine/wire.ts";
@@ -33,6 +34,41 @@ export interface ConsumerKind extends BatchKind {
   readonly plansTicks?: boolean;
   /** True when a batch that is not full read everything up to the newest tick (one cursor, one window at a time). */
   readonly readsAll?: boolean;
+  /**
+   * A run's start in one statement (start_run): subscribes first when
+   * `subscribe`, ticks (and plans), maintains. {@link SUBSCRIBE} when the
+   * engine asks for a slot index built outside a transaction first: the
+   * caller subscribes by itself, then starts again.
+   */
+  start(s: BatchSettings, subscribe: boolean): Promise<Started | typeof SUBSCRIBE>;
+}
+
+/** What a run's start did: whether it wrote a tick, and the statements it sent. */
+export interface Started {
+  ticked: boolean;
+  statements: number;
+}
+
+/** start_run's answer when subscribe needs index work outside a transaction first. */
+export const SUBSCRIBE = "subscribe" as const;
+
+/** The start_run call of `t` for a kind without bucket growth (plain, ordered). */
+function startRun(t: KindTarget, kind: "plain" | "ordered", slots: number): ConsumerKind["start"] {
+  return async (s, subscribe) => {
+    const r = await engine(t.ctx.driver, t.ctx.schema).startRun({
+      queue: t.queue,
+      consumer: t.name,
+      kind,
+      slots,
+      settings: t.settings,
+      subscribe,
+      chunkSize: s.maxEvents,
+      growFrom: null,
+      indexInline: false,
+    });
+    if (r.subscribe?.build || r.subscribe?.wait) return SUBSCRIBE;
+    return { ticked: r.tick !== null, statements: 1 };
+  };
 }
 
 /** The consumer a kind serves. */
@@ -123,6 +159,7 @@ export function plainKind(t: KindTarget): ConsumerKind {
     settings: t.settings,
     check: (s) => noWorkers(s, "plain"),
     prepare: () => ctx.tick(queue),
+    start: startRun(t, "plain", 1),
     async receive(tx, s, local, until) {
       const input = { queue, consumer: name, maxEvents: s.maxEvents, waitMs: plainWait(s, until) };
       try {
@@ -167,6 +204,7 @@ export function exclusiveKind(t: KindTarget, o: ExclusiveSettings): ConsumerKind
     settings: t.settings,
     check: (s) => noWorkers(s, "exclusive"),
     prepare: (s) => growth.prepare(s.maxEvents),
+    start: (s, subscribe) => growth.start(s.maxEvents, subscribe),
     async receive(tx, s, local) {
       const r = await engine(tx, ctx.schema).receiveExclusive({ queue, consumer: name, maxEvents: s.maxEvents }, local);
       if (typeof r.starved === "number") growth.starved(r.starved);
@@ -196,26 +234,53 @@ export function exclusiveKind(t: KindTarget, o: ExclusiveSettings): ConsumerKind
  * built concurrently, the client builds it here, outside any transaction
  * (never in a batch), and prepares again; until it is valid the count stays.
  */
-function bucketGrowth(t: KindTarget): { prepare(chunkSize: number): Promise<string | null>; starved(count: number): void } {
+function bucketGrowth(t: KindTarget): {
+  prepare(chunkSize: number): Promise<string | null>;
+  start(chunkSize: number, subscribe: boolean): Promise<Started | typeof SUBSCRIBE>;
+  starved(count: number): void;
+} {
   const { ctx, queue, name } = t;
   let growFrom: number | null = null;
   let inline = false;
   const call = (chunkSize: number) => engine(ctx.driver, ctx.schema).prepareExclusive({ queue, consumer: name, chunkSize, growFrom, indexInline: inline });
+  /** After a reply that asks for a slot index built concurrently: builds it, then prepares again (true when that ticked). */
+  const grown = async (r: PrepareReply, chunkSize: number): Promise<{ tick: string | null; statements: number }> => {
+    let tick: string | null = null;
+    let statements = 0;
+    if (growFrom !== null && r.build && r.build.length > 0) {
+      inline = !(await buildConcurrently(ctx, r.build));
+      r = await call(chunkSize);
+      tick = r.tick;
+      statements = 1;
+    }
+    // Grown, or nothing to grow; else ("wait", or a build to retry) the next prepare asks again.
+    if (!r.build && !r.wait) growFrom = null;
+    return { tick, statements };
+  };
   return {
     starved(count) {
       growFrom = count;
     },
     async prepare(chunkSize) {
-      let r = await call(chunkSize);
-      let ticked = r.tick;
-      if (growFrom !== null && r.build && r.build.length > 0) {
-        inline = !(await buildConcurrently(ctx, r.build));
-        r = await call(chunkSize);
-        ticked = r.tick ?? ticked;
-      }
-      // Grown, or nothing to grow; else ("wait", or a build to retry) the next prepare asks again.
-      if (!r.build && !r.wait) growFrom = null;
-      return ticked;
+      const r = await call(chunkSize);
+      const g = await grown(r, chunkSize);
+      return r.tick ?? g.tick;
+    },
+    async start(chunkSize, subscribe) {
+      const r = await engine(ctx.driver, ctx.schema).startRun({
+        queue,
+        consumer: name,
+        kind: "exclusive",
+        slots: 1,
+        settings: t.settings,
+        subscribe,
+        chunkSize,
+        growFrom,
+        indexInline: inline,
+      });
+      if (r.subscribe?.build || r.subscribe?.wait) return SUBSCRIBE;
+      const g = await grown(r, chunkSize);
+      return { ticked: r.tick !== null || g.tick !== null, statements: 1 + g.statements };
     },
   };
 }
@@ -291,6 +356,7 @@ export function orderedKind(t: KindTarget, o: OrderedSettings): ConsumerKind {
     settings: t.settings,
     check: (s) => checkOrdered(o, s),
     prepare: () => ctx.tick(queue),
+    start: startRun(t, "ordered", o.slots),
     receive(tx, s, local) {
       const { slots, helpAfter } = order(s);
       const input = { queue, consumer: name, slots, maxEvents: s.maxEvents, helpAfter, slotCount: o.slots };

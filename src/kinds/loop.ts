@@ -33,57 +33,105 @@ function stoppedBy(err: unknown, s: BatchSettings): boolean {
   return s.signal?.aborted === true && err instanceof KeyqError && err.code === "BATCH_ABORTED" && err.details.reason === "stopped";
 }
 
+/** A batch of a chained run: its predecessor, committing, and the hook it calls when its own COMMIT is held. */
+export interface LoopLink {
+  readonly previous?: Promise<unknown>;
+  held(report: BatchReport): void;
+}
+
+/** Adds a batch's report; an empty or busy batch (the run's last) adds only its statements. */
+function count(report: RunReport, b: BatchReport): void {
+  if (b.busy || b.events + b.dropped + b.deferred + b.retried + b.deadLettered === 0) {
+    report.statements += b.statements; // the empty look still cost its statements
+    report.roundTrips = report.statements;
+  } else addUp(report, b);
+}
+
+/** True when a batch's report ends the run (busy, or nothing to do). */
+const last = (b: BatchReport): boolean => b.busy || b.events + b.dropped + b.deferred + b.retried + b.deadLettered === 0;
+
 /**
- * One run: `prepare` (tick, plan), maintenance, then batches until the budget,
+ * One batch: its report as soon as it is known, which in a chained run is
+ * when its COMMIT is held (`done` then settles when the COMMIT answers).
+ */
+async function launch(batch: (until: number, link?: LoopLink) => Promise<BatchReport>, until: number, chained: boolean, previous?: Promise<unknown>) {
+  let wake!: (b: BatchReport) => void;
+  const held = new Promise<BatchReport>((resolve) => (wake = resolve));
+  const done = batch(until, chained ? { previous, held: wake } : undefined);
+  done.catch(() => {}); // observed below, or by the next batch and the loop's end
+  const first = await Promise.race([done.then((b) => ({ b, committed: true })), held.then((b) => ({ b, committed: false }))]);
+  return { ...first, done };
+}
+
+/**
+ * One run: `start` (subscribe when needed, tick, plan and maintenance: one
+ * statement, see 10_start.sql), then batches until the budget,
  * the batch limit, the signal, or a batch that finds nothing to do. Each
  * batch gets the budget's end: it starts no event after it. A fault rejects
  * the run (a cron caller sees it; `work()` retries it).
+ *
+ * With a `chain` (Driver.chain) the batches share one connection and each
+ * COMMIT travels with the next batch's BEGIN and receive: the next batch
+ * starts once the previous one's COMMIT is held, and that batch is counted
+ * only when its COMMIT answered (the next batch awaits it after its
+ * receive, before any handler). The run's last COMMIT goes alone, by
+ * `chain.end()`. A failed COMMIT rejects the run with its error.
  */
 export async function runLoop(
   s: BatchSettings,
-  prepare: () => Promise<boolean>,
-  maintain: () => Promise<unknown>,
-  batch: (until: number) => Promise<BatchReport>,
+  start: () => Promise<{ ticked: boolean; statements: number }>,
+  batch: (until: number, link?: LoopLink) => Promise<BatchReport>,
+  chain?: { end(): Promise<void> },
 ): Promise<RunReport> {
   const started = Date.now();
   const report = emptyReport();
-  report.ticked = await prepare();
-  await maintain();
-  report.statements += 2;
+  const st = await start();
+  report.ticked = st.ticked;
+  report.statements += st.statements;
   report.roundTrips = report.statements;
-  return await consume(s, started, report, batch);
+  return await consume(s, started, report, batch, false, chain);
 }
 
 /**
  * Batches until the budget (from `started`), the batch limit, the signal,
  * or a batch that finds nothing to do (with `shortEnds`, one that is not
- * full), added to `report`.
+ * full), added to `report`; chained as runLoop says when `chain` is given.
  */
 export async function consume(
   s: BatchSettings,
   started: number,
   report: RunReport,
-  batch: (until: number) => Promise<BatchReport>,
+  batch: (until: number, link?: LoopLink) => Promise<BatchReport>,
   shortEnds = false,
+  chain?: { end(): Promise<void> },
 ): Promise<RunReport> {
   const until = started + s.budgetMs;
-  while (report.batches < s.maxBatches && Date.now() < until && !s.signal?.aborted) {
-    let b: BatchReport;
-    try {
-      b = await batch(until);
-    } catch (err) {
-      if (stoppedBy(err, s)) break;
-      throw err;
+  let committing: Promise<BatchReport> | undefined; // a batch whose COMMIT is held or in flight
+  try {
+    // A batch whose COMMIT is held counts against maxBatches already (it is never an empty one).
+    while (report.batches + (committing ? 1 : 0) < s.maxBatches && Date.now() < until && !s.signal?.aborted) {
+      let b: Awaited<ReturnType<typeof launch>>;
+      try {
+        b = await launch(batch, until, chain !== undefined, committing);
+      } catch (err) {
+        if (committing) await chain?.end().catch(() => {});
+        if (committing) count(report, await committing); // an earlier failure is the run's
+        committing = undefined;
+        if (stoppedBy(err, s)) break;
+        throw err;
+      }
+      if (committing) count(report, await committing);
+      committing = b.committed ? undefined : b.done;
+      if (b.committed) count(report, b.b);
+      if (last(b.b)) break;
+      // A batch that was not full read all there was, when `shortEnds`.
+      if (shortEnds && b.b.events + b.b.dropped + b.b.deferred < s.maxEvents) break;
     }
-    if (b.busy || b.events + b.dropped + b.deferred + b.retried + b.deadLettered === 0) {
-      report.statements += b.statements; // the empty look still cost its statements
-      report.roundTrips = report.statements;
-      break;
-    }
-    addUp(report, b);
-    // A batch that was not full read all there was, when `shortEnds`.
-    if (shortEnds && b.events + b.dropped + b.deferred < s.maxEvents) break;
+  } finally {
+    if (committing) await chain?.end().catch(() => {});
+    else await chain?.end();
   }
+  if (committing) count(report, await committing);
   report.ms = Date.now() - started;
   return report;
 }

@@ -805,7 +805,7 @@ AS $function$
     ('send', 'produce'), ('send_batch', 'produce'), ('send_rows', 'produce'), ('status', 'produce'),
     ('subscribe', 'consume'), ('receive', 'consume'), ('receive_plain', 'consume'),
     ('receive_exclusive', 'consume'), ('receive_ordered', 'consume'), ('receive_ordered_wire', 'consume'),
-    ('prepare_exclusive', 'consume'),
+    ('prepare_exclusive', 'consume'), ('start_run', 'consume'),
     ('ack', 'consume'), ('fence', 'consume'), ('unfence', 'consume'), ('consumer_slot_of', 'consume'),
     ('blocked_keys', 'consume'), ('tick', 'consume'), ('maintain', 'consume'), ('status', 'consume'),
     ('dlq_list', 'consume'), ('dlq_count', 'consume'),
@@ -819,7 +819,7 @@ AS $function$
   union all
   -- operate reaches every function the other grants reach.
   select f, 'operate' from (values ('send'), ('send_batch'), ('send_rows'), ('status'), ('subscribe'), ('receive'),
-    ('receive_plain'), ('receive_exclusive'), ('receive_ordered'), ('receive_ordered_wire'), ('prepare_exclusive'), ('ack'),
+    ('receive_plain'), ('receive_exclusive'), ('receive_ordered'), ('receive_ordered_wire'), ('prepare_exclusive'), ('start_run'), ('ack'),
     ('fence'), ('unfence'), ('consumer_slot_of'), ('blocked_keys'), ('tick'), ('maintain'),
     ('dlq_list'), ('dlq_count')) v(f)
 $function$;
@@ -2361,6 +2361,32 @@ begin
     end if;
   end loop;
   return n;
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.start_run(queue text, consumer text, kind text, slots integer, settings jsonb, subscribe boolean, chunk_size integer, grow_from integer DEFAULT NULL::integer, index_inline boolean DEFAULT false)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
+declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); c :KEYQ_SCHEMA.consumer; sub jsonb; t jsonb;
+begin
+  if subscribe then
+    select * into c from :KEYQ_SCHEMA.consumer k where k.queue_id = q.queue_id and k.consumer_name = consumer;
+    if not found or kind = 'exclusive' or c.kind <> kind or c.slots <> slots or c.settings is distinct from settings then
+      sub := :KEYQ_SCHEMA.subscribe(queue, consumer, kind, slots, settings, false, null);
+      if sub ? 'build' or sub ? 'wait' then
+        return jsonb_build_object('tick', null, 'subscribe', sub);
+      end if;
+    end if;
+  end if;
+  if kind = 'exclusive' then
+    t := :KEYQ_SCHEMA.prepare_exclusive(queue, consumer, chunk_size, grow_from, index_inline);
+  else
+    t := jsonb_build_object('tick', :KEYQ_SCHEMA.tick(queue)->'tick');
+  end if;
+  return t || jsonb_build_object('subscribe', sub, 'maintain', :KEYQ_SCHEMA.maintain(queue));
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.starved(c :KEYQ_SCHEMA.consumer)
  RETURNS boolean

@@ -53,8 +53,14 @@ export interface WireProxy {
   readonly port: number;
   /** Counts since the last reset. */
   counts(): WireCounts;
-  /** Zeroes the counts. */
+  /** Zeroes the counts (and the turns' log). */
   reset(): void;
+  /**
+   * The client's messages per turn since the last reset, each turn as its
+   * message letters with the text of each Parse and Query (for reading a
+   * count, not for asserting it).
+   */
+  turns(): string[][];
   /** Closes the listener and every proxied connection. */
   stop(): Promise<void>;
 }
@@ -64,7 +70,7 @@ const zero = (): WireCounts => ({ roundTrips: 0, waits: 0, sync: 0, query: 0, fl
 const PROTOCOL_3 = 196608;
 
 /** Parses one client stream incrementally and adds to `c`. */
-function clientParser(get: () => WireCounts): (chunk: Uint8Array) => void {
+function clientParser(get: () => WireCounts, log: (m: string) => void): (chunk: Uint8Array) => void {
   let buf = new Uint8Array(0);
   let startup = true;
   return (chunk) => {
@@ -87,7 +93,9 @@ function clientParser(get: () => WireCounts): (chunk: Uint8Array) => void {
       if (buf.length < 5) return;
       const len = view().getInt32(1);
       if (buf.length < 1 + len) return;
-      switch (String.fromCharCode(buf[0]!)) {
+      const letter = String.fromCharCode(buf[0]!);
+      log(letter === "P" || letter === "Q" ? `${letter}:${textOf(buf, letter, len)}` : letter);
+      switch (letter) {
         case "S":
           c.sync++, c.waits++;
           break;
@@ -115,18 +123,27 @@ function clientParser(get: () => WireCounts): (chunk: Uint8Array) => void {
   };
 }
 
+/** A Parse's statement text (after its name) or a Query's text, shortened. */
+function textOf(buf: Uint8Array, letter: string, len: number): string {
+  const body = new TextDecoder().decode(buf.subarray(5, 1 + len));
+  const parts = body.split("\0");
+  return (letter === "P" ? `${parts[0]}|${parts[1]}` : parts[0]!).replace(/\s+/g, " ").slice(0, 120);
+}
+
 /** Starts a proxy on 127.0.0.1 (a free port) in front of `url`'s server. */
 export async function startWireProxy(url: string): Promise<WireProxy> {
   const target = new URL(url);
   let counts = zero();
+  let turns: string[][] = [];
   const sockets = new Set<Socket>();
   const server: Server = createServer((client) => {
     const upstream = netConnect(Number(target.port || 5432), target.hostname);
     sockets.add(client).add(upstream);
-    const parse = clientParser(() => counts);
+    let turn: string[] = [];
+    const parse = clientParser(() => counts, (m) => turn.push(m));
     let answered = true; // the connection's first data is a turn
     client.on("data", (d: Uint8Array) => {
-      if (answered) counts.roundTrips++;
+      if (answered) counts.roundTrips++, turns.push(turn = []);
       answered = false;
       parse(d);
       upstream.write(d);
@@ -153,7 +170,8 @@ export async function startWireProxy(url: string): Promise<WireProxy> {
     url: u.toString(),
     port,
     counts: () => ({ ...counts }),
-    reset: () => void (counts = zero()),
+    reset: () => void (counts = zero(), turns = []),
+    turns: () => turns.map((t) => [...t]),
     stop: () =>
       new Promise<void>((resolve) => {
         for (const s of sockets) s.destroy();

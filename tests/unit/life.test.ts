@@ -173,7 +173,7 @@ describe("run and work loops", () => {
 
   test("runLoop stops at the first empty batch, and counts its statements (roundTrips: the same, deprecated)", async () => {
     const queue = [batchOf(5), batchOf(2), batchOf(0, { statements: 1, roundTrips: 1 }), batchOf(9)];
-    const r = await runLoop(settings(), () => Promise.resolve(true), () => Promise.resolve(), () => Promise.resolve(queue.shift()!));
+    const r = await runLoop(settings(), () => Promise.resolve({ ticked: true, statements: 2 }), () => Promise.resolve(queue.shift()!));
     assert.equal(r.batches, 2);
     assert.equal(r.events, 7);
     assert.equal(r.statements, 2 + 3 + 3 + 1);
@@ -184,9 +184,9 @@ describe("run and work loops", () => {
 
   test("runLoop honours maxBatches and a busy batch", async () => {
     let calls = 0;
-    const r = await runLoop(settings({ maxBatches: 3 }), () => Promise.resolve(false), () => Promise.resolve(), () => (calls++, Promise.resolve(batchOf(1))));
+    const r = await runLoop(settings({ maxBatches: 3 }), () => Promise.resolve({ ticked: false, statements: 1 }), () => (calls++, Promise.resolve(batchOf(1))));
     assert.equal([r.batches, calls].join(), "3,3");
-    const busy = await runLoop(settings(), () => Promise.resolve(false), () => Promise.resolve(), () => Promise.resolve(batchOf(4, { busy: true })));
+    const busy = await runLoop(settings(), () => Promise.resolve({ ticked: false, statements: 1 }), () => Promise.resolve(batchOf(4, { busy: true })));
     assert.equal(busy.events, 0);
   });
 
