@@ -105,17 +105,26 @@ export function postgresTempDir(prefix: string): string {
 const alive = new Set<() => void>();
 let hooked = false;
 
-/** Stops what a crashed test left running, when the process exits. */
+/**
+ * Stops what a crashed test left running, when the process exits. Deno's
+ * test runner fires no "exit" on `process` (only "unload" on globalThis),
+ * and skips a file's top-level `after` when one of its tests is skipped
+ * (Deno 2.9): without the unload hook, private clusters and PgBouncers of
+ * the roles tests outlived every Deno run.
+ */
 export function onExit(cleanup: () => void): () => void {
   if (!hooked) {
     hooked = true;
-    process.on("exit", () => {
+    const all = () => {
       for (const f of alive) {
         try {
           f();
         } catch { /* best effort */ }
       }
-    });
+      alive.clear();
+    };
+    process.on("exit", all);
+    (globalThis as { addEventListener?: (type: string, fn: () => void) => void }).addEventListener?.("unload", all);
   }
   alive.add(cleanup);
   return () => alive.delete(cleanup);
