@@ -40,7 +40,7 @@ function fake(sizes: number[], fails: (i: number) => Error | undefined = () => u
       });
     })();
   };
-  const chain = { end: async () => (log.push("end"), pending?.(), pending = undefined) };
+  const chain = { end: () => (log.push("end"), pending?.(), pending = undefined, Promise.resolve()) };
   return { batch, chain, log };
 }
 
