@@ -134,7 +134,11 @@ describe("status() and maintain() grow no faster than the queues they report on"
       // maintain(): the queue list, then one call per queue, each touching its own queue only.
       assert.equal(many.reports, 120, msg);
       assert.equal(many.maintainTx, few.maintainTx + 118, msg);
-      assert.ok(many.maintainMax <= few.maintainMax + 2, msg);
+      // The largest of 120 transactions against the largest of 2: one
+      // queue's maintenance varies by a few locks (a CI run on PostgreSQL 18
+      // saw 23 against 20), while one more queue touched costs its 9
+      // relations, so the bound stays below that.
+      assert.ok(many.maintainMax <= few.maintainMax + 8, msg);
     },
   );
 });

@@ -4884,6 +4884,11 @@ begin
     perform 1 from :KEYQ_SCHEMA.chunk k
       where k.consumer_id = c.consumer_id and k.chunk_id = ch.chunk_id and k.end_tick = ch.end_tick
         and k.after_txid = ch.after_txid and k.after_id = ch.after_id and k.upto_txid is null
+        -- and not recut meanwhile into another bucket count (a growing planner
+        -- commits between this read and this lock: this call does not hold
+        -- the planning lock when another worker plans; cutting by the stale
+        -- count made pieces that overlapped the recut chunks: events twice)
+        and k.bucket = ch.bucket and k.nbuckets = ch.nbuckets
       for update skip locked;
     continue when not found;
     if got <= size or cardinality(cuts) = 0 then
@@ -5072,7 +5077,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "e649697fb7f4564c13c5494eb4165e07cf8f52f69c6e3a5f3676862268d61cd6";
+export const functionsHash: string = "06096bf4cefa50c9a94cc86dc7734a7156e15132ae3ddf5929d692d5e1319de6";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5082,4 +5087,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 20;
+export const functionsSerial: number = 21;

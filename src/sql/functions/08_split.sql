@@ -88,6 +88,11 @@ begin
     perform 1 from :KEYQ_SCHEMA.chunk k
       where k.consumer_id = c.consumer_id and k.chunk_id = ch.chunk_id and k.end_tick = ch.end_tick
         and k.after_txid = ch.after_txid and k.after_id = ch.after_id and k.upto_txid is null
+        -- and not recut meanwhile into another bucket count (a growing planner
+        -- commits between this read and this lock: this call does not hold
+        -- the planning lock when another worker plans; cutting by the stale
+        -- count made pieces that overlapped the recut chunks: events twice)
+        and k.bucket = ch.bucket and k.nbuckets = ch.nbuckets
       for update skip locked;
     continue when not found;
     if got <= size or cardinality(cuts) = 0 then
