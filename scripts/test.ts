@@ -29,6 +29,7 @@ import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { installedNode, NODE_VERSIONS } from "./node-versions.ts";
 import { databaseUrl } from "./lib/db.ts";
+import { closingLines, counts, failedTest } from "./lib/test-output.ts";
 import { type Embedded, startEmbedded } from "./lib/embedded.ts";
 import postgres from "postgres";
 
@@ -52,28 +53,8 @@ interface Result {
   counts: string;
   /** The run's closing `# pass N` / `# fail N` lines (Node's TAP), when it printed them. */
   closing?: string[];
-}
-
-/** The closing counts of a runner's output, in one line. */
-export function counts(out: string): string {
-  // deno-lint-ignore no-control-regex -- strips ANSI colour codes
-  const plain = out.replace(/\x1b\[[0-9;]*m/g, "");
-  const node = /^(?:#|ℹ) pass (\d+)$[\s\S]*?^(?:#|ℹ) fail (\d+)$/m.exec(plain);
-  if (node) {
-    const skipped = /^(?:#|ℹ) skipped (\d+)$/m.exec(plain)?.[1] ?? "0";
-    return `${node[1]} passed, ${node[2]} failed, ${skipped} skipped`;
-  }
-  const deno = /(?:ok|FAILED) \| \d+ passed.*\| \d+ failed.*$/m.exec(plain);
-  if (deno) return deno[0];
-  const bun = /^\s*(\d+) pass$[\s\S]*?^\s*(\d+) fail$/m.exec(plain);
-  if (bun) return `${bun[1]} passed, ${bun[2]} failed, ${/^\s*(\d+) skip$/m.exec(plain)?.[1] ?? 0} skipped`;
-  return "no test counts found";
-}
-
-/** Node's closing TAP counts, `# pass N` then `# fail N`, as printed. */
-export function closingLines(out: string): string[] | undefined {
-  const m = /^(# pass \d+)$[\s\S]*?^(# fail \d+)$/m.exec(out);
-  return m ? [m[1]!, m[2]!] : undefined;
+  /** The names of the tests that failed, as the runner printed them (at most 20). */
+  failed?: string[];
 }
 
 function execute(run: Run): Promise<Result> {
@@ -81,11 +62,21 @@ function execute(run: Run): Promise<Result> {
   return new Promise((done) => {
     const child = spawn(run.cmd, run.args, { cwd: root, env: { ...process.env, ...run.env }, stdio: ["ignore", "pipe", "pipe"] });
     let tail = "";
-    const keep = (d: Buffer) => void (tail = (tail + String(d)).slice(-20_000));
+    let partial = "";
+    const failed: string[] = [];
+    const keep = (d: Buffer) => {
+      tail = (tail + String(d)).slice(-20_000);
+      const lines = (partial + String(d)).split("\n");
+      partial = lines.pop() ?? "";
+      for (const line of lines) {
+        const name = failedTest(line);
+        if (name !== undefined && failed.length < 20 && !failed.includes(name)) failed.push(name);
+      }
+    };
     child.stdout.on("data", (d: Buffer) => (process.stdout.write(d), keep(d)));
     child.stderr.on("data", (d: Buffer) => (process.stderr.write(d), keep(d)));
     child.on("error", (err) => done({ label: run.label, code: 127, counts: err.message }));
-    child.on("close", (code) => done({ label: run.label, code: code ?? 1, counts: counts(tail), closing: closingLines(tail) }));
+    child.on("close", (code) => done({ label: run.label, code: code ?? 1, counts: counts(tail), closing: closingLines(tail), failed }));
   });
 }
 
@@ -182,7 +173,10 @@ results.push(final);
 process.exitCode = results.some((r) => r.code !== 0) ? 1 : 0;
 
 const summary = [
-  ...results.map((r) => `${r.code === 0 ? "ok  " : "FAIL"} ${r.label}: ${r.counts}`),
+  ...results.flatMap((r) => [
+    `${r.code === 0 ? "ok  " : "FAIL"} ${r.label}: ${r.counts}`,
+    ...(r.failed ?? []).map((name) => `     failed: ${name}`),
+  ]),
   ...notices.map((n) => `note ${n}`),
   `database: ${
     suiteDb ? `${redact(suiteDb)} (picked by tests/helpers/db.ts, see its line above)` : process.env.DATABASE_URL ? "DATABASE_URL" : "none found"
