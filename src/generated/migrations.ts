@@ -2328,8 +2328,9 @@ declare authorized boolean := :KEYQ_SCHEMA.authorize('produce', queue);
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); c record;
 begin
   -- Wakes listening workers when this transaction commits (identical
-  -- notifications of one transaction are folded into one).
-  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
+  -- notifications of one transaction are folded into one; the transaction
+  -- id lets a process whose workers all hear it wake only one of them).
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':sent:' || pg_current_xact_id()::text);
   if dedup_key is null then
     insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
     values (q.queue_id, q.cur_table, nextval(q.event_seq), type, key, payload, trace)
@@ -2501,8 +2502,9 @@ declare
 begin
   if n = 0 then return '{"ids":[],"dup":[]}'; end if;
   -- Wakes listening workers when this transaction commits (identical
-  -- notifications of one transaction are folded into one).
-  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
+  -- notifications of one transaction are folded into one; the transaction
+  -- id lets a process whose workers all hear it wake only one of them).
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':sent:' || pg_current_xact_id()::text);
   a := :KEYQ_SCHEMA.append_rows(q, types, keys, string_to_array(payloads, E'\\n'), dedup_keys, ttls, trace);
   if a.ids[n] - a.ids[1] = n - 1 then
     runs := format('[["%s",%s]]', a.ids[1], n);
@@ -2536,7 +2538,7 @@ declare
   a record;
   out jsonb;
 begin
-  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':sent:' || pg_current_xact_id()::text);
   select coalesce(array_agg(x.v->>'type' order by x.ord), '{}') as types, array_agg(x.v->>'key' order by x.ord) as keys,
          array_agg((x.v->'payload')::text order by x.ord) as docs,
          array_agg(x.v->>'dedupKey' order by x.ord) as dedup_keys, array_agg((x.v->>'ttl')::float8 order by x.ord) as ttls
@@ -5077,7 +5079,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "06096bf4cefa50c9a94cc86dc7734a7156e15132ae3ddf5929d692d5e1319de6";
+export const functionsHash: string = "f627e7825bd8bbbfcbfc716df45db0297049cba2690f2bbb933447456ffc86f0";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5087,4 +5089,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 21;
+export const functionsSerial: number = 22;

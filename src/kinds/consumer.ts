@@ -195,32 +195,50 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
   // run(): each batch ends by the budget plus a grace (batch.ts); work()'s runs are slices, not limits.
   // A run's start: one statement (start_run) that also subscribes a fresh client's consumer;
   // when the engine asks for a slot index built outside a transaction, subscribe does it first.
-  const start = async (s: BatchSettings): Promise<Started> => {
-    const r = await k.start(s, !subscribed);
-    if (r !== SUBSCRIBE) {
-      subscribed = true;
-      return r;
+  const start = async (s: BatchSettings, w?: Waker): Promise<Started> => {
+    const ticked = w?.ticking();
+    let tick: string | null = null;
+    try {
+      const r = await k.start(s, !subscribed);
+      if (r !== SUBSCRIBE) {
+        subscribed = true;
+        tick = r.tick;
+        return r;
+      }
+      await sub();
+      const again = await k.start(s, false);
+      if (again === SUBSCRIBE) throw new Error("keyq: start_run asked to subscribe a subscribed consumer");
+      tick = again.tick;
+      return { ...again, statements: again.statements + 1 };
+    } finally {
+      ticked?.(tick);
     }
-    await sub();
-    const again = await k.start(s, false);
-    if (again === SUBSCRIBE) throw new Error("keyq: start_run asked to subscribe a subscribed consumer");
-    return { ticked: again.ticked, statements: again.statements + 1 };
   };
   // The run's batches share one connection where the driver chains transactions (each COMMIT goes with the next receive).
-  const run = async (s: BatchSettings, bounded: boolean): Promise<RunReport> => {
+  const run = async (s: BatchSettings, bounded: boolean, w?: Waker): Promise<RunReport> => {
     const chain = chainOf(ctx.driver);
-    return await runLoop(s, () => start(s), (until, link) => once(s, until, bounded, link && chain && { ...link, chain }), chain);
+    return await runLoop(s, () => start(s, w), (until, link) => once(s, until, bounded, link && chain && { ...link, chain }), chain);
+  };
+  // A tick (and plan) that tells the waker: it covers the commits heard before it, and wakes this process's other consumers.
+  const tick = async (s: BatchSettings, w: Waker): Promise<string | null> => {
+    const ticked = w.ticking();
+    let id: string | null = null;
+    try {
+      return id = await k.prepare(s);
+    } finally {
+      ticked(id);
+    }
   };
   // A woken run (work()): no maintenance, and no tick when this worker just
   // wrote one; a kind whose batches read planned work (Tier A) still plans
   // a tick it heard from another session. A kind whose batch reads up to
   // the newest tick ends on a batch that is not full: what commits later
   // notifies again. Its batches chain as a full run's do.
-  const wokeRun = async (s: BatchSettings, ticked: boolean): Promise<RunReport> => {
+  const wokeRun = async (s: BatchSettings, w: Waker, ticked: boolean): Promise<RunReport> => {
     const started = Date.now();
     const report = emptyReport();
     if (!ticked && k.plansTicks) {
-      report.ticked = (await k.prepare(s)) !== null;
+      report.ticked = (await tick(s, w)) !== null;
       report.statements = report.roundTrips = 1;
     }
     const chain = chainOf(ctx.driver);
@@ -248,22 +266,24 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
     run: async (options) => await run(consumeSettings(ctx, k, options, "run options"), true),
     async work(options) {
       const { wakeups, rest } = splitWakeups(options);
-      const s = consumeSettings(ctx, k, rest, "work options");
+      const settings = consumeSettings(ctx, k, rest, "work options");
       const who = { queue, consumer: name };
       obs.emit({ type: "work.started", ...who, kind: k.kind });
       const mode = (m: "listen" | "poll", reason: string) => obs.emit({ type: "work.mode", ...who, mode: m, reason });
       let w: Waker;
-      if (wakeups) w = waker(ctx.driver, ctx.schema, queue, mode);
+      if (wakeups) w = waker(ctx.driver, ctx.schema, queue, name, mode);
       else {
         mode("poll", "wakeups: false");
         w = pollWaker();
       }
+      // A batch that received events lets one more idle worker of this consumer look (not for one cursor: it would wait for it).
+      const s: BatchSettings = k.readsAll ? settings : { ...settings, received: () => w.more() };
       try {
-        const report = await workLoop(s, () => run(s, false), {
+        const report = await workLoop(s, () => run(s, false, w), {
           waker: w,
           woken: () => obs.emit({ type: "work.woken", ...who }),
-          tick: () => k.prepare(s),
-          woke: (ticked) => wokeRun(s, ticked),
+          tick: () => tick(s, w),
+          woke: (ticked) => wokeRun(s, w, ticked),
           retry: (r) => obs.emit({ type: "work.retry", ...who, ...r }),
         });
         obs.emit({ type: "work.stopped", ...who, report });

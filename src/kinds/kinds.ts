@@ -43,9 +43,10 @@ export interface ConsumerKind extends BatchKind {
   start(s: BatchSettings, subscribe: boolean): Promise<Started | typeof SUBSCRIBE>;
 }
 
-/** What a run's start did: whether it wrote a tick, and the statements it sent. */
+/** What a run's start did: whether it wrote a tick (and its id), and the statements it sent. */
 export interface Started {
   ticked: boolean;
+  tick: string | null;
   statements: number;
 }
 
@@ -67,7 +68,7 @@ function startRun(t: KindTarget, kind: "plain" | "ordered", slots: number): Cons
       indexInline: false,
     });
     if (r.subscribe?.build || r.subscribe?.wait) return SUBSCRIBE;
-    return { ticked: r.tick !== null, statements: 1 };
+    return { ticked: r.tick !== null, tick: r.tick, statements: 1 };
   };
 }
 
@@ -280,7 +281,7 @@ function bucketGrowth(t: KindTarget): {
       });
       if (r.subscribe?.build || r.subscribe?.wait) return SUBSCRIBE;
       const g = await grown(r, chunkSize);
-      return { ticked: r.tick !== null || g.tick !== null, statements: 1 + g.statements };
+      return { ticked: r.tick !== null || g.tick !== null, tick: g.tick ?? r.tick, statements: 1 + g.statements };
     },
   };
 }

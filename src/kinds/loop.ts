@@ -143,10 +143,10 @@ export interface WorkHooks {
   /** A notification ended an idle wait. */
   woken?(): void;
   /**
-   * Ticks (and plans) without reading; the id of the tick it wrote, or
-   * null. Called when only producers' commits were heard: the worker runs
-   * when it ticked itself (and need not hear its own tick's notification),
-   * else it waits for the tick another worker is writing.
+   * Ticks (and plans) without reading, telling the waker (Waker.ticking);
+   * the id of the tick it wrote, or null. Called when only producers'
+   * commits were heard: the worker runs when it ticked itself, else it
+   * waits for the tick another worker is writing.
    */
   tick?(): Promise<string | null>;
   /**
@@ -187,15 +187,12 @@ async function idleWait(s: BatchSettings, waker: Waker, hooks: WorkHooks, total:
   for (;;) {
     const heard = await waker.wait(Math.max(0, end - Date.now()), s.signal);
     if (heard === false) return false;
+    if (heard === "more") return "ticked"; // a worker of this consumer wrote and planned the tick: read at once
     if (heard === "tick" || !hooks.tick) return "tick";
     try {
       total.statements++;
       total.roundTrips = total.statements;
-      const id = await hooks.tick();
-      if (id !== null) {
-        waker.own(id);
-        return "ticked";
-      }
+      if ((await hooks.tick()) !== null) return "ticked";
     } catch {
       return "tick"; // the run meets the fault and reports it
     }

@@ -1,8 +1,11 @@
 /**
- * Wake-ups for an idle `work()`: producers' transactions and the ticker send
- * `pg_notify(<schema>, <queue>)` (Postgres delivers it at commit and folds
+ * Wake-ups for an idle `work()`: producers' transactions send
+ * `pg_notify(<schema>, '<queue>:sent:<txid>')` and the ticker
+ * `'<queue>:tick:<tick id>'` (Postgres delivers them at commit and folds
  * identical ones of one transaction), and a worker on a driver that can
- * LISTEN wakes at once instead of sleeping out its poll back-off.
+ * LISTEN wakes at once instead of sleeping out its poll back-off. Which
+ * worker of the process a notification wakes is the herd's choice (herd.ts):
+ * one, not all.
  *
  * Whether notifications really arrive is probed, not configured: the waker
  * LISTENs, sends itself a notification through the ordinary query path and
@@ -16,34 +19,37 @@
 
 import type { Driver } from "../driver.ts";
 import type { WakeMode } from "./observer.ts";
+import { join } from "./herd.ts";
 
 /** How long a waker waits for its own probe notification. */
 export const PROBE_MS = 2_000;
 
-/** What ended a wait: nothing (false), a tick, or producers' commits. */
-export type Heard = false | "tick" | "sent";
+/** What ended a wait: nothing (false), a tick, producers' commits, or more to read (herd.ts's Call). */
+export type Heard = false | "tick" | "sent" | "more";
 
 /** Sleeps of an idle worker, cut short by a notification for its queue. */
 export interface Waker {
   /** `listen` once the probe arrived; `poll` before, and for good when it did not. */
   readonly mode: WakeMode;
   /**
-   * Resolves after `ms` or on abort (false), or at the first notification
-   * since the last wait or run: `"tick"` when a tick made a window readable,
+   * Resolves after `ms` or on abort (false), or when the herd (herd.ts)
+   * calls this worker: `"tick"` when a tick made a window readable,
    * `"sent"` when only producers committed (their events need a tick first).
+   * What was called while the worker ran is returned at once.
    */
   wait(ms: number, signal?: AbortSignal): Promise<Heard>;
-  /**
-   * A run starts: notifications heard so far are for commits it will see
-   * (or for a tick another worker is writing, whose own notification
-   * follows), so they need not wake the worker again.
-   */
+  /** A run starts: the ticks heard so far are read by it. */
   running(): void;
   /**
-   * This worker wrote tick `id` itself and reads it now: that tick's
-   * notification (heard already, or still to come) wakes nobody here.
+   * A tick statement is about to be sent (a run's start, or a tick after
+   * commits were heard); call the function it returns with the id of the
+   * tick written, or null. The tick covers the commits heard before it, its
+   * notification wakes nobody of this worker's consumer, and the other
+   * consumers of the queue in this process are woken at once.
    */
-  own(id: string): void;
+  ticking(): (id: string | null) => void;
+  /** This worker's batch received events: one more idle worker of its consumer may look. */
+  more(): void;
   /** Stops listening. */
   close(): Promise<void>;
 }
@@ -54,7 +60,8 @@ export function pollWaker(): Waker {
     mode: "poll",
     wait: (ms, signal) => sleep(ms, signal).then(() => false as const),
     running: () => {},
-    own: () => {},
+    ticking: () => () => {},
+    more: () => {},
     close: async () => {},
   };
 }
@@ -85,42 +92,41 @@ export function sleep(ms: number, signal?: AbortSignal, wake?: (f: () => void) =
 }
 
 /**
- * A waker for `queue` on `driver` (channel: the schema name). `onMode` hears
- * the mode once it is known, with the reason.
+ * A waker for `consumer` of `queue` on `driver` (channel: the schema name).
+ * `onMode` hears the mode once it is known, with the reason.
  */
-export function waker(driver: Driver, channel: string, queue: string, onMode: (mode: WakeMode, reason: string) => void, probeMs: number = PROBE_MS): Waker {
+export function waker(
+  driver: Driver,
+  channel: string,
+  queue: string,
+  consumer: string,
+  onMode: (mode: WakeMode, reason: string) => void,
+  probeMs: number = PROBE_MS,
+): Waker {
   if (!driver.listen) {
     onMode("poll", `the ${driver.name} driver cannot LISTEN`);
     return pollWaker();
   }
-  // The ticker sends "<queue>:tick:<tick id>" (queue names hold no ':').
+  // Producers send "<queue>:sent:<txid>", the ticker "<queue>:tick:<tick id>" (queue names hold no ':').
   const tickPayload = `${queue}:tick`;
+  const sentPayload = `${queue}:sent:`;
   const token = `keyq-probe:${Math.random().toString(36).slice(2)}:${Date.now()}`;
+  const member = join(channel, queue, consumer);
   let mode: WakeMode = "poll";
-  let sent = false;
-  // Ticks heard and not yet acted on, and this worker's own ticks whose
-  // notification has not arrived (bounded: one that never comes is forgotten).
-  const ticks = new Set<string>();
-  const mine = new Set<string>();
-  let wakeNow: (() => void) | undefined;
   let closed = false;
   let probeTimer: ReturnType<typeof setTimeout> | undefined;
   const onNotify = (payload: string) => {
+    if (closed) return;
     if (payload === token) {
-      if (mode === "poll" && !closed) {
+      if (mode === "poll") {
         clearTimeout(probeTimer);
         mode = "listen";
         onMode("listen", "a probe notification arrived");
       }
-      return;
-    }
-    if (payload === queue) sent = true;
-    else if (payload === tickPayload || payload.startsWith(`${tickPayload}:`)) {
-      const id = payload.slice(tickPayload.length + 1);
-      if (mine.delete(id)) return; // this worker's own tick: it is reading it
-      ticks.add(id);
-    } else return;
-    wakeNow?.();
+    } else if (payload === queue) member.heard("sent", null); // an engine before 0.2: no transaction id
+    else if (payload.startsWith(sentPayload)) member.heard("sent", payload.slice(sentPayload.length));
+    else if (payload === tickPayload) member.heard("tick", null);
+    else if (payload.startsWith(`${tickPayload}:`)) member.heard("tick", payload.slice(tickPayload.length + 1));
   };
   const unlisten = driver.listen(channel, onNotify).then(
     async (stop) => {
@@ -128,6 +134,7 @@ export function waker(driver: Driver, channel: string, queue: string, onMode: (m
       probeTimer = setTimeout(() => {
         if (mode === "poll") {
           closed = true;
+          member.leave();
           onMode("poll", `no notification arrived within ${probeMs} ms (a transaction pooler?)`);
           stop().catch(() => {});
         }
@@ -144,6 +151,8 @@ export function waker(driver: Driver, channel: string, queue: string, onMode: (m
       return stop;
     },
     (err: unknown) => {
+      closed = true;
+      member.leave();
       onMode("poll", `LISTEN failed: ${err instanceof Error ? err.message : String(err)}`);
       return undefined;
     },
@@ -153,25 +162,20 @@ export function waker(driver: Driver, channel: string, queue: string, onMode: (m
       return mode;
     },
     async wait(ms, signal) {
-      if (!sent && ticks.size === 0) {
-        await sleep(ms, signal, (f) => (wakeNow = f));
-        wakeNow = undefined;
-      }
-      const heard: Heard = ticks.size > 0 ? "tick" : sent ? "sent" : false;
-      sent = false;
-      ticks.clear();
-      return heard;
+      const pending = closed ? false : member.take();
+      if (pending) return pending;
+      let called: Heard = false;
+      await sleep(ms, signal, (end) => {
+        if (!closed) member.idle((call) => ((called = call), end()));
+      });
+      member.busy();
+      return called;
     },
-    running() {
-      sent = false;
-      ticks.clear();
-    },
-    own(id) {
-      if (ticks.delete(id)) return;
-      mine.add(id);
-      if (mine.size > 64) mine.delete(mine.values().next().value!);
-    },
+    running: () => member.running(),
+    ticking: () => member.ticking(),
+    more: () => member.more(),
     async close() {
+      if (!closed) member.leave();
       closed = true;
       clearTimeout(probeTimer);
       const stop = await unlisten;

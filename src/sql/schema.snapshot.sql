@@ -2137,8 +2137,9 @@ declare authorized boolean := :KEYQ_SCHEMA.authorize('produce', queue);
 declare q :KEYQ_SCHEMA.queue := :KEYQ_SCHEMA.get_queue(queue); c record;
 begin
   -- Wakes listening workers when this transaction commits (identical
-  -- notifications of one transaction are folded into one).
-  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
+  -- notifications of one transaction are folded into one; the transaction
+  -- id lets a process whose workers all hear it wake only one of them).
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':sent:' || pg_current_xact_id()::text);
   if dedup_key is null then
     insert into :KEYQ_SCHEMA.event (queue_id, ev_table, ev_id, ev_type, ev_key, ev_data, ev_trace)
     values (q.queue_id, q.cur_table, nextval(q.event_seq), type, key, payload, trace)
@@ -2167,7 +2168,7 @@ declare
   a record;
   out jsonb;
 begin
-  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':sent:' || pg_current_xact_id()::text);
   select coalesce(array_agg(x.v->>'type' order by x.ord), '{}') as types, array_agg(x.v->>'key' order by x.ord) as keys,
          array_agg((x.v->'payload')::text order by x.ord) as docs,
          array_agg(x.v->>'dedupKey' order by x.ord) as dedup_keys, array_agg((x.v->>'ttl')::float8 order by x.ord) as ttls
@@ -2199,8 +2200,9 @@ declare
 begin
   if n = 0 then return '{"ids":[],"dup":[]}'; end if;
   -- Wakes listening workers when this transaction commits (identical
-  -- notifications of one transaction are folded into one).
-  perform pg_notify(:KEYQ_SCHEMA_NAME, queue);
+  -- notifications of one transaction are folded into one; the transaction
+  -- id lets a process whose workers all hear it wake only one of them).
+  perform pg_notify(:KEYQ_SCHEMA_NAME, queue || ':sent:' || pg_current_xact_id()::text);
   a := :KEYQ_SCHEMA.append_rows(q, types, keys, string_to_array(payloads, E'\n'), dedup_keys, ttls, trace);
   if a.ids[n] - a.ids[1] = n - 1 then
     runs := format('[["%s",%s]]', a.ids[1], n);

@@ -120,23 +120,32 @@ function fakeDriver(delivers: boolean): Driver & { notify(payload: string): void
 test("waker: the probe decides; a notification for the queue ends a wait, one for another queue does not", async () => {
   const modes: string[] = [];
   const d = fakeDriver(true);
-  const w = waker(d, "keyq", "jobs", (m, why) => modes.push(`${m}: ${why}`), 200);
+  const w = waker(d, "keyq", "jobs", "c1", (m, why) => modes.push(`${m}: ${why}`), 200);
   assert.equal(await w.wait(50), false, "nothing heard");
   assert.equal(w.mode, "listen");
   assert.deepEqual(modes, ["listen: a probe notification arrived"]);
-  setTimeout(() => d.notify("other-queue"), 5);
-  setTimeout(() => d.notify("jobs"), 20);
+  setTimeout(() => d.notify("other-queue:sent:1"), 5);
+  setTimeout(() => d.notify("jobs:sent:2"), 20);
   assert.equal(await w.wait(60_000), "sent", "woken by a producer's commit on its queue");
-  d.notify("jobs");
-  d.notify("jobs:tick");
-  assert.equal(await w.wait(60_000), "tick", "a tick outranks commits heard with it");
-  d.notify("jobs");
-  w.running(); // a run starting covers what was heard so far
+  assert.equal(await w.wait(10), false, "the worker called to tick for them has claimed them");
+  d.notify("jobs:sent:3");
+  assert.equal(await w.wait(60_000), "sent");
+  w.ticking()(null); // a tick statement sent now covers them (whether or not it wrote a tick)
   assert.equal(await w.wait(10), false);
+  d.notify("jobs:sent:2");
+  assert.equal(await w.wait(10), false, "the same transaction heard again is not a new commit");
+  d.notify("jobs:tick:5");
+  assert.equal(await w.wait(60_000), "tick");
+  d.notify("jobs:tick:6");
+  w.running(); // a run starting reads the ticks heard so far
+  assert.equal(await w.wait(10), false);
+  d.notify("jobs"); // an older engine's payload, without a transaction id
+  assert.equal(await w.wait(60_000), "sent");
+  w.ticking()(null);
   await w.close();
 
   const silent: string[] = [];
-  const p = waker(fakeDriver(false), "keyq", "jobs", (m, why) => silent.push(`${m}: ${why}`), 30);
+  const p = waker(fakeDriver(false), "keyq", "jobs", "c1", (m, why) => silent.push(`${m}: ${why}`), 30);
   assert.equal(await p.wait(100), false);
   assert.equal(p.mode, "poll");
   assert.deepEqual(silent, ["poll: no notification arrived within 30 ms (a transaction pooler?)"]);
@@ -144,31 +153,69 @@ test("waker: the probe decides; a notification for the queue ends a wait, one fo
 
   const none: string[] = [];
   const { listen: _l, notify: _n, ...plain } = fakeDriver(true);
-  const q = waker(plain, "keyq", "jobs", (m, why) => none.push(`${m}: ${why}`));
+  const q = waker(plain, "keyq", "jobs", "c1", (m, why) => none.push(`${m}: ${why}`));
   assert.equal(q.mode, "poll");
   assert.deepEqual(none, ["poll: the fake driver cannot LISTEN"]);
 });
 
-test("waker: the notification of a tick the worker wrote itself wakes nobody; another's does", async () => {
+test("waker: the notification of a tick the worker's consumer wrote wakes none of its workers; another's does", async () => {
   const d = fakeDriver(true);
-  const w = waker(d, "keyq", "jobs", () => {}, 200);
+  const w = waker(d, "keyq", "jobs", "c1", () => {}, 200);
   await w.wait(30); // the probe
   assert.equal(w.mode, "listen");
-  w.own("7"); // ticked 7 itself, before its notification arrived
+  w.ticking()("7"); // ticked 7 itself, before its notification arrived
   d.notify("jobs:tick:7");
   assert.equal(await w.wait(20), false, "its own tick's notification is not a reason to look again");
-  d.notify("jobs:tick:8");
-  w.own("8"); // the notification came first: owning it takes it back
-  assert.equal(await w.wait(20), false);
   d.notify("jobs:tick:9");
   assert.equal(await w.wait(60_000), "tick", "another session's tick wakes it");
-  w.own("10");
-  d.notify("jobs:tick:11");
-  d.notify("jobs:tick:10");
-  assert.equal(await w.wait(60_000), "tick", "one of its own among others still wakes it for the others");
+  d.notify("jobs:tick:9");
+  assert.equal(await w.wait(20), false, "a tick is read once");
   d.notify("jobs:tick"); // an engine that sends no id: still a tick
   assert.equal(await w.wait(60_000), "tick");
   d.notify("jobs:tickle");
-  assert.equal(await w.wait(20), false, "another queue's name that starts alike is not this queue's tick");
+  d.notify("jobs:sentinel");
+  assert.equal(await w.wait(20), false, "another queue's name that starts alike is not this queue's");
   await w.close();
+});
+
+test("herd: one notification wakes one worker; a tick wakes one worker of each consumer; more() wakes the next", async () => {
+  const d = fakeDriver(true);
+  const a1 = waker(d, "herd", "jobs", "a", () => {}, 200);
+  const a2 = waker(d, "herd", "jobs", "a", () => {}, 200);
+  const b1 = waker(d, "herd", "jobs", "b", () => {}, 200);
+  await Promise.all([a1.wait(30), a2.wait(30), b1.wait(30)]); // the probes
+  const woke: string[] = [];
+  const watch = (name: string, w: typeof a1, ms = 60) => w.wait(ms).then((h) => void (h && woke.push(`${name}:${h}`)));
+  // Three listeners hear each commit; one worker of the queue is woken to tick.
+  let waits = [watch("a1", a1), watch("a2", a2), watch("b1", b1)];
+  d.notify("jobs:sent:100");
+  await Promise.all(waits);
+  assert.equal(woke.length, 1, `one wake-up for one commit: ${woke.join(", ")}`);
+  assert.match(woke[0]!, /:sent$/);
+  // It ticks: the other consumer's idle worker is woken at once; its own consumer's are not.
+  woke.length = 0;
+  waits = [watch("a2", a2), watch("b1", b1)];
+  a1.ticking()("41");
+  d.notify("jobs:tick:41"); // the tick's notification, heard by every listener, wakes nobody more
+  await Promise.all(waits);
+  assert.deepEqual(woke, ["b1:tick"]);
+  // Another session's tick: one worker of each consumer.
+  woke.length = 0;
+  waits = [watch("a1", a1), watch("a2", a2), watch("b1", b1)];
+  d.notify("jobs:tick:42");
+  await Promise.all(waits);
+  assert.equal(woke.filter((x) => x.startsWith("a")).length, 1, woke.join(", "));
+  assert.equal(woke.filter((x) => x.startsWith("b")).length, 1, woke.join(", "));
+  // A batch that received events lets one more worker of its consumer look.
+  woke.length = 0;
+  waits = [watch("a2", a2), watch("b1", b1)];
+  a1.more();
+  await Promise.all(waits);
+  assert.deepEqual(woke, ["a2:more"]);
+  // A commit heard while no worker waits is taken by the next one to wait, once a tick has not covered it.
+  d.notify("jobs:sent:101");
+  assert.equal(await b1.wait(10), "sent");
+  b1.ticking()(null);
+  assert.equal(await a1.wait(10), false, "covered by b1's tick statement");
+  await Promise.all([a1.close(), a2.close(), b1.close()]);
 });
