@@ -234,7 +234,7 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
   // a tick it heard from another session. A kind whose batch reads up to
   // the newest tick ends on a batch that is not full: what commits later
   // notifies again. Its batches chain as a full run's do.
-  const wokeRun = async (s: BatchSettings, w: Waker, ticked: boolean): Promise<RunReport> => {
+  const wokeRun = async (s: BatchSettings, w: Waker, ticked: boolean, handedOn: () => boolean): Promise<RunReport> => {
     const started = Date.now();
     const report = emptyReport();
     if (!ticked && k.plansTicks) {
@@ -243,7 +243,7 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
     }
     const chain = chainOf(ctx.driver);
     const batch = (until: number, link?: LoopLink) => once(s, until, false, link && chain && { ...link, chain });
-    return await consume(s, started, report, batch, k.readsAll === true, chain);
+    return await consume(s, started, report, batch, () => k.readsAll === true || handedOn(), chain);
   };
   const info = { queue, consumer: name, kind: k.kind };
   const once = (s: BatchSettings, until?: number, bounded?: boolean, link?: BatchLink) =>
@@ -277,13 +277,15 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
         w = pollWaker();
       }
       // A batch that received events lets one more idle worker of this consumer look (not for one cursor: it would wait for it).
-      const s: BatchSettings = k.readsAll ? settings : { ...settings, received: () => w.more() };
+      // A woken run whose batch handed on that look ends on a batch that is not full: the other worker goes on.
+      let handedOn = false;
+      const s: BatchSettings = k.readsAll ? settings : { ...settings, received: () => void (handedOn = w.more()) };
       try {
         const report = await workLoop(s, () => run(s, false, w), {
           waker: w,
           woken: () => obs.emit({ type: "work.woken", ...who }),
           tick: () => tick(s, w),
-          woke: (ticked) => wokeRun(s, w, ticked),
+          woke: (ticked) => ((handedOn = false), wokeRun(s, w, ticked, () => handedOn)),
           retry: (r) => obs.emit({ type: "work.retry", ...who, ...r }),
         });
         obs.emit({ type: "work.stopped", ...who, report });

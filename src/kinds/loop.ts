@@ -89,12 +89,12 @@ export async function runLoop(
   report.ticked = st.ticked;
   report.statements += st.statements;
   report.roundTrips = report.statements;
-  return await consume(s, started, report, batch, false, chain);
+  return await consume(s, started, report, batch, undefined, chain);
 }
 
 /**
  * Batches until the budget (from `started`), the batch limit, the signal,
- * or a batch that finds nothing to do (with `shortEnds`, one that is not
+ * or a batch that finds nothing to do (while `shortEnds()`, one that is not
  * full), added to `report`; chained as runLoop says when `chain` is given.
  */
 export async function consume(
@@ -102,7 +102,7 @@ export async function consume(
   started: number,
   report: RunReport,
   batch: (until: number, link?: LoopLink) => Promise<BatchReport>,
-  shortEnds = false,
+  shortEnds: () => boolean = () => false,
   chain?: { end(): Promise<void> },
 ): Promise<RunReport> {
   const until = started + s.budgetMs;
@@ -125,7 +125,7 @@ export async function consume(
       if (b.committed) count(report, b.b);
       if (last(b.b)) break;
       // A batch that was not full read all there was, when `shortEnds`.
-      if (shortEnds && b.b.events + b.b.dropped + b.b.deferred < s.maxEvents) break;
+      if (shortEnds() && b.b.events + b.b.dropped + b.b.deferred < s.maxEvents) break;
     }
   } finally {
     if (committing) await chain?.end().catch(() => {});

@@ -48,8 +48,8 @@ export interface Member {
   heard(kind: "tick" | "sent", id: string | null): void;
   /** A tick statement is about to be sent; the function it returns takes that tick's id (null: none written). */
   ticking(): (id: string | null) => void;
-  /** A batch of this worker received events: another idle worker of its consumer may look too. */
-  more(): void;
+  /** A batch of this worker received events: another idle worker of its consumer may look too (true when one was called). */
+  more(): boolean;
   /** A run starts: the ticks heard so far are read by it. */
   running(): void;
   /** Leaves the herd. */
@@ -202,7 +202,7 @@ export function join(channel: string, queue: string, consumer: string): Member {
       };
     },
     more() {
-      wakeOne(me.group, "more");
+      return wakeOne(me.group, "more");
     },
     running() {
       me.group.tickPending = false;

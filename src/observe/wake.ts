@@ -48,8 +48,8 @@ export interface Waker {
    * consumers of the queue in this process are woken at once.
    */
   ticking(): (id: string | null) => void;
-  /** This worker's batch received events: one more idle worker of its consumer may look. */
-  more(): void;
+  /** This worker's batch received events: one more idle worker of its consumer may look (true when one was called). */
+  more(): boolean;
   /** Stops listening. */
   close(): Promise<void>;
 }
@@ -61,7 +61,7 @@ export function pollWaker(): Waker {
     wait: (ms, signal) => sleep(ms, signal).then(() => false as const),
     running: () => {},
     ticking: () => () => {},
-    more: () => {},
+    more: () => false,
     close: async () => {},
   };
 }
