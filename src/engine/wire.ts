@@ -39,6 +39,8 @@ export interface Received {
   slot?: number;
   /** Tier A: nothing was free while other batches held every bucket; the bucket count seen. */
   starved?: number | null;
+  /** Tier A: no free chunk was left when the batch was read: another look finds nothing until a new tick is planned. */
+  drained?: boolean;
 }
 
 /**

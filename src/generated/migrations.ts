@@ -3741,7 +3741,8 @@ end $$;
 -- row lock, so other workers take it while this batch runs. Per-key
 -- try-locks for all of them. A chunk read to its end is deleted and the
 -- next one taken in the same call, so empty buckets cost no batch of their
--- own.
+-- own. "drained": the call found no free chunk left (the next look would
+-- find none either until a prepare plans a new tick, which notifies).
 create function :KEYQ_SCHEMA.receive_exclusive(queue text, consumer text, max_events int) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -3800,6 +3801,7 @@ begin
       ch := :KEYQ_SCHEMA.claim_chunk(c, given_back);
       if ch.chunk_id is null then
         more := false;
+        none_free := true;
       else
         evs := :KEYQ_SCHEMA.chunk_events(c, ch, take + 1);
         got := cardinality(evs);
@@ -3840,12 +3842,12 @@ begin
     elsif none_free and :KEYQ_SCHEMA.consumer_buckets(c) < 256 then
       if (select count(*) from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id) >= :KEYQ_SCHEMA.consumer_buckets(c) then
         if :KEYQ_SCHEMA.starved(c) then
-          return jsonb_build_object('busy', false, 'events', locked, 'starved', :KEYQ_SCHEMA.consumer_buckets(c));
+          return jsonb_build_object('busy', false, 'events', locked, 'starved', :KEYQ_SCHEMA.consumer_buckets(c), 'drained', true);
         end if;
       end if;
     end if;
   end if;
-  return jsonb_build_object('busy', false, 'events', locked);
+  return jsonb_build_object('busy', false, 'events', locked, 'drained', none_free);
 end $$;
 `,
   },
@@ -5079,7 +5081,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "f627e7825bd8bbbfcbfc716df45db0297049cba2690f2bbb933447456ffc86f0";
+export const functionsHash: string = "98e32378e6894d1644ea11a14259f939ea0700aa1ed09e2f144adc1b6dc66781";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5089,4 +5091,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 22;
+export const functionsSerial: number = 23;

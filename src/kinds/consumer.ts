@@ -276,10 +276,11 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
         mode("poll", "wakeups: false");
         w = pollWaker();
       }
-      // A batch that received events lets one more idle worker of this consumer look (not for one cursor: it would wait for it).
-      // A woken run whose batch handed on that look ends on a batch that is not full: the other worker goes on.
+      // A batch that received events lets one more idle worker of this consumer look (not for one cursor: it would wait for it),
+      // unless it took the last free work (Tier A's drained). A woken run whose batch handed on that look, or drained, ends
+      // on a batch that is not full: the other worker goes on, or there is nothing to look for until a new tick notifies.
       let handedOn = false;
-      const s: BatchSettings = k.readsAll ? settings : { ...settings, received: () => void (handedOn = w.more()) };
+      const s: BatchSettings = k.readsAll ? settings : { ...settings, received: (_n, drained) => void (handedOn = drained || w.more()) };
       try {
         const report = await workLoop(s, () => run(s, false, w), {
           waker: w,

@@ -1616,6 +1616,7 @@ begin
       ch := :KEYQ_SCHEMA.claim_chunk(c, given_back);
       if ch.chunk_id is null then
         more := false;
+        none_free := true;
       else
         evs := :KEYQ_SCHEMA.chunk_events(c, ch, take + 1);
         got := cardinality(evs);
@@ -1656,12 +1657,12 @@ begin
     elsif none_free and :KEYQ_SCHEMA.consumer_buckets(c) < 256 then
       if (select count(*) from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id) >= :KEYQ_SCHEMA.consumer_buckets(c) then
         if :KEYQ_SCHEMA.starved(c) then
-          return jsonb_build_object('busy', false, 'events', locked, 'starved', :KEYQ_SCHEMA.consumer_buckets(c));
+          return jsonb_build_object('busy', false, 'events', locked, 'starved', :KEYQ_SCHEMA.consumer_buckets(c), 'drained', true);
         end if;
       end if;
     end if;
   end if;
-  return jsonb_build_object('busy', false, 'events', locked);
+  return jsonb_build_object('busy', false, 'events', locked, 'drained', none_free);
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_ordered(queue text, consumer text, slots integer[], max_events integer, help_after double precision DEFAULT NULL::double precision, skip_try_lock boolean DEFAULT false, slot_count integer DEFAULT NULL::integer)
  RETURNS jsonb

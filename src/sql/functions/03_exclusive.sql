@@ -307,7 +307,8 @@ end $$;
 -- row lock, so other workers take it while this batch runs. Per-key
 -- try-locks for all of them. A chunk read to its end is deleted and the
 -- next one taken in the same call, so empty buckets cost no batch of their
--- own.
+-- own. "drained": the call found no free chunk left (the next look would
+-- find none either until a prepare plans a new tick, which notifies).
 create function :KEYQ_SCHEMA.receive_exclusive(queue text, consumer text, max_events int) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -366,6 +367,7 @@ begin
       ch := :KEYQ_SCHEMA.claim_chunk(c, given_back);
       if ch.chunk_id is null then
         more := false;
+        none_free := true;
       else
         evs := :KEYQ_SCHEMA.chunk_events(c, ch, take + 1);
         got := cardinality(evs);
@@ -406,10 +408,10 @@ begin
     elsif none_free and :KEYQ_SCHEMA.consumer_buckets(c) < 256 then
       if (select count(*) from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id) >= :KEYQ_SCHEMA.consumer_buckets(c) then
         if :KEYQ_SCHEMA.starved(c) then
-          return jsonb_build_object('busy', false, 'events', locked, 'starved', :KEYQ_SCHEMA.consumer_buckets(c));
+          return jsonb_build_object('busy', false, 'events', locked, 'starved', :KEYQ_SCHEMA.consumer_buckets(c), 'drained', true);
         end if;
       end if;
     end if;
   end if;
-  return jsonb_build_object('busy', false, 'events', locked);
+  return jsonb_build_object('busy', false, 'events', locked, 'drained', none_free);
 end $$;
