@@ -277,10 +277,11 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
         w = pollWaker();
       }
       // A batch that received events lets one more idle worker of this consumer look (not for one cursor: it would wait for it),
-      // unless it took the last free work (Tier A's drained). A woken run whose batch handed on that look, or drained, ends
-      // on a batch that is not full: the other worker goes on, or there is nothing to look for until a new tick notifies.
+      // unless it took the last free work (Tier A's drained). A woken run whose batch handed on that look ends on a batch that
+      // is not full: the other worker goes on. A drained one looks once more after its COMMIT: a chunk planned meanwhile
+      // behind the one it held (same bucket) became free only then, and the worker that planned it found it held.
       let handedOn = false;
-      const s: BatchSettings = k.readsAll ? settings : { ...settings, received: (_n, drained) => void (handedOn = drained || w.more()) };
+      const s: BatchSettings = k.readsAll ? settings : { ...settings, received: (_n, drained) => void (handedOn = !drained && w.more()) };
       try {
         const report = await workLoop(s, () => run(s, false, w), {
           waker: w,
