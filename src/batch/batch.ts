@@ -24,6 +24,12 @@ import { eventScope } from "./savepoint.ts";
 import { mapError } from "../engine/reply.ts";
 import type { BatchLimits, BatchReport } from "../types.ts";
 
+/** What a tick statement did: the id of the tick it wrote (or null), and whether another session held the ticker. */
+export interface Ticked {
+  tick: string | null;
+  busy: boolean;
+}
+
 /** What a consumer needs from its client. */
 export interface ConsumerContext {
   readonly driver: Driver;
@@ -31,8 +37,8 @@ export interface ConsumerContext {
   /** The queue the consumer reads. */
   readonly queue: string;
   readonly payloadSchema: PayloadSchema | undefined;
-  /** Advances the queue's ticker in its own transaction; the new tick's id, or null when it wrote none. */
-  tick(queue: string): Promise<string | null>;
+  /** Advances the queue's ticker in its own transaction: the new tick's id (null when it wrote none), busy when another session was writing one. */
+  tick(queue: string): Promise<Ticked>;
   /** Runs due maintenance of the queue (skips when another caller is on it). */
   maintain(queue: string): Promise<unknown>;
 }

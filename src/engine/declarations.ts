@@ -121,6 +121,8 @@ export interface SubscribeReply {
 /** The engine's answer to prepare_exclusive: the tick, the consumer's bucket count, and slot-index work a growth waits for. */
 export interface PrepareReply {
   tick: string | null;
+  /** No tick written because another session was writing one (its snapshot may predate commits the caller heard of). */
+  busy?: boolean;
   /** The key bucket count windows are planned with now. */
   buckets?: number;
   /** CREATE/DROP INDEX CONCURRENTLY statements to run outside a transaction before the count grows. */
@@ -157,7 +159,7 @@ export interface EngineCalls {
   listQueues: [Record<never, never>, QueueInfo[]];
   /** Durations in seconds, as SQL writes them; src/ops/status.ts converts them to milliseconds. */
   status: [{ queue: string | null; staleAfter: number; afterQueue: string | null; maxQueues: number | null }, EngineQueueStatus[]];
-  tick: [{ queue: string; force: boolean }, { tick: string | null }];
+  tick: [{ queue: string; force: boolean }, { tick: string | null; reason?: string }];
   maintain: [{ queue: string; forceRotate: boolean }, MaintainReport];
   send: [{ queue: string; type: string; payload: unknown; key: string | null; dedupKey: string | null; ttl: number | null; trace: string | null }, SendResult];
   /** An entry per event: a bare id when it could not be deduplicated (no dedup key), else `{ id, deduped }`. */

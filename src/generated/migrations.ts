@@ -3597,8 +3597,9 @@ begin
   end if;
   t := :KEYQ_SCHEMA.tick(queue);
   perform :KEYQ_SCHEMA.recut_chunks(c);
+  -- "busy": another session was writing a tick (its snapshot may predate commits this caller heard of).
   return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size) + :KEYQ_SCHEMA.split_chunks(c, chunk_size),
-                            'buckets', :KEYQ_SCHEMA.consumer_buckets(c)) || coalesce(pending, '{}');
+                            'buckets', :KEYQ_SCHEMA.consumer_buckets(c), 'busy', coalesce(t->>'reason' = 'busy', false)) || coalesce(pending, '{}');
 end $$;
 
 -- The seed of key lock i (i < perKey) of exclusive consumer c: the 64-bit
@@ -5072,7 +5073,8 @@ begin
   if kind = 'exclusive' then
     t := :KEYQ_SCHEMA.prepare_exclusive(queue, consumer, chunk_size, grow_from, index_inline);
   else
-    t := jsonb_build_object('tick', :KEYQ_SCHEMA.tick(queue)->'tick');
+    t := :KEYQ_SCHEMA.tick(queue);
+    t := jsonb_build_object('tick', t->'tick', 'busy', coalesce(t->>'reason' = 'busy', false));
   end if;
   return t || jsonb_build_object('subscribe', sub, 'maintain', :KEYQ_SCHEMA.maintain(queue));
 end $$;
@@ -5081,7 +5083,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "98e32378e6894d1644ea11a14259f939ea0700aa1ed09e2f144adc1b6dc66781";
+export const functionsHash: string = "e6ebacd6d4f9fb5af403f69893239839de1cb608fc8dc0f422a860714312bcc6";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5091,4 +5093,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 23;
+export const functionsSerial: number = 24;

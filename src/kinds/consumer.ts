@@ -8,7 +8,7 @@
  */
 
 import { type BatchSettings, batchSettings } from "../batch/settings.ts";
-import { type BatchLink, type ConsumerContext, runBatch } from "../batch/batch.ts";
+import { type BatchLink, type ConsumerContext, runBatch, type Ticked } from "../batch/batch.ts";
 import { engine } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
 import { chainOf, transactional } from "../driver.ts";
@@ -197,21 +197,19 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
   // when the engine asks for a slot index built outside a transaction, subscribe does it first.
   const start = async (s: BatchSettings, w?: Waker): Promise<Started> => {
     const ticked = w?.ticking();
-    let tick: string | null = null;
+    let done: Started | undefined;
     try {
       const r = await k.start(s, !subscribed);
       if (r !== SUBSCRIBE) {
         subscribed = true;
-        tick = r.tick;
-        return r;
+        return done = r;
       }
       await sub();
       const again = await k.start(s, false);
       if (again === SUBSCRIBE) throw new Error("keyq: start_run asked to subscribe a subscribed consumer");
-      tick = again.tick;
-      return { ...again, statements: again.statements + 1 };
+      return done = { ...again, statements: again.statements + 1 };
     } finally {
-      ticked?.(tick);
+      ticked?.(done?.tick ?? null, done?.busy ?? true);
     }
   };
   // The run's batches share one connection where the driver chains transactions (each COMMIT goes with the next receive).
@@ -220,13 +218,13 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
     return await runLoop(s, () => start(s, w), (until, link) => once(s, until, bounded, link && chain && { ...link, chain }), chain);
   };
   // A tick (and plan) that tells the waker: it covers the commits heard before it, and wakes this process's other consumers.
-  const tick = async (s: BatchSettings, w: Waker): Promise<string | null> => {
+  const tick = async (s: BatchSettings, w: Waker): Promise<Ticked> => {
     const ticked = w.ticking();
-    let id: string | null = null;
+    let r: Ticked | undefined;
     try {
-      return id = await k.prepare(s);
+      return r = await k.prepare(s);
     } finally {
-      ticked(id);
+      ticked(r?.tick ?? null, r?.busy ?? true);
     }
   };
   // A woken run (work()): no maintenance, and no tick when this worker just
@@ -234,16 +232,16 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
   // a tick it heard from another session. A kind whose batch reads up to
   // the newest tick ends on a batch that is not full: what commits later
   // notifies again. Its batches chain as a full run's do.
-  const wokeRun = async (s: BatchSettings, w: Waker, ticked: boolean, handedOn: () => boolean): Promise<RunReport> => {
+  const wokeRun = async (s: BatchSettings, w: Waker, ticked: boolean): Promise<RunReport> => {
     const started = Date.now();
     const report = emptyReport();
     if (!ticked && k.plansTicks) {
-      report.ticked = (await tick(s, w)) !== null;
+      report.ticked = (await tick(s, w)).tick !== null;
       report.statements = report.roundTrips = 1;
     }
     const chain = chainOf(ctx.driver);
     const batch = (until: number, link?: LoopLink) => once(s, until, false, link && chain && { ...link, chain });
-    return await consume(s, started, report, batch, () => k.readsAll === true || handedOn(), chain);
+    return await consume(s, started, report, batch, k.readsAll === true, chain);
   };
   const info = { queue, consumer: name, kind: k.kind };
   const once = (s: BatchSettings, until?: number, bounded?: boolean, link?: BatchLink) =>
@@ -276,18 +274,17 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
         mode("poll", "wakeups: false");
         w = pollWaker();
       }
-      // A batch that received events lets one more idle worker of this consumer look (not for one cursor: it would wait for it),
-      // unless it took the last free work (Tier A's drained). A woken run whose batch handed on that look ends on a batch that
-      // is not full: the other worker goes on. A drained one looks once more after its COMMIT: a chunk planned meanwhile
-      // behind the one it held (same bucket) became free only then, and the worker that planned it found it held.
-      let handedOn = false;
-      const s: BatchSettings = k.readsAll ? settings : { ...settings, received: (_n, drained) => void (handedOn = !drained && w.more()) };
+      // A batch that received events lets one more idle worker of this consumer look (not for one cursor: it would wait for
+      // it), unless it took the last free work (Tier A's drained). The woken run still looks once more after its COMMIT:
+      // work that came meanwhile behind what it held (a chunk of the same bucket, its slot) is free only then, and the
+      // worker that found it held has stopped.
+      const s: BatchSettings = k.readsAll ? settings : { ...settings, received: (_n, drained) => void (drained || w.more()) };
       try {
         const report = await workLoop(s, () => run(s, false, w), {
           waker: w,
           woken: () => obs.emit({ type: "work.woken", ...who }),
           tick: () => tick(s, w),
-          woke: (ticked) => ((handedOn = false), wokeRun(s, w, ticked, () => handedOn)),
+          woke: (ticked) => wokeRun(s, w, ticked),
           retry: (r) => obs.emit({ type: "work.retry", ...who, ...r }),
         });
         obs.emit({ type: "work.stopped", ...who, report });

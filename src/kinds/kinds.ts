@@ -8,7 +8,7 @@
  */
 
 import type { BatchSettings } from "../batch/settings.ts";
-import { type BatchKind, BUSY, type ConsumerContext, type Outcome, type Sorted } from "../batch/batch.ts";
+import { type BatchKind, BUSY, type ConsumerContext, type Outcome, type Sorted, type Ticked } from "../batch/batch.ts";
 import type { Executor } from "../driver.ts";
 import { type AckReply, engine, type Received } from "../engine/calls.ts";
 import type { PrepareReply } from "../engine/declarations.ts";
@@ -28,8 +28,8 @@ export interface ConsumerKind extends BatchKind {
   readonly settings: Record<string, unknown>;
   /** Refuses settings this kind cannot use, before anything is written. */
   check(s: BatchSettings): void;
-  /** Ticks (and plans); the id of the tick it wrote, or null. */
-  prepare(s: BatchSettings): Promise<string | null>;
+  /** Ticks (and plans): the id of the tick it wrote (or null), busy when another session held the ticker. */
+  prepare(s: BatchSettings): Promise<Ticked>;
   /** True when a tick is read only once planned (`prepare`): a worker that heard another session's tick prepares before it reads. */
   readonly plansTicks?: boolean;
   /** True when a batch that is not full read everything up to the newest tick (one cursor, one window at a time). */
@@ -43,10 +43,11 @@ export interface ConsumerKind extends BatchKind {
   start(s: BatchSettings, subscribe: boolean): Promise<Started | typeof SUBSCRIBE>;
 }
 
-/** What a run's start did: whether it wrote a tick (and its id), and the statements it sent. */
+/** What a run's start did: whether it wrote a tick (its id; busy when another session held the ticker), and the statements it sent. */
 export interface Started {
   ticked: boolean;
   tick: string | null;
+  busy: boolean;
   statements: number;
 }
 
@@ -68,7 +69,7 @@ function startRun(t: KindTarget, kind: "plain" | "ordered", slots: number): Cons
       indexInline: false,
     });
     if (r.subscribe?.build || r.subscribe?.wait) return SUBSCRIBE;
-    return { ticked: r.tick !== null, tick: r.tick, statements: 1 };
+    return { ticked: r.tick !== null, tick: r.tick, busy: r.busy === true, statements: 1 };
   };
 }
 
@@ -236,7 +237,7 @@ export function exclusiveKind(t: KindTarget, o: ExclusiveSettings): ConsumerKind
  * (never in a batch), and prepares again; until it is valid the count stays.
  */
 function bucketGrowth(t: KindTarget): {
-  prepare(chunkSize: number): Promise<string | null>;
+  prepare(chunkSize: number): Promise<Ticked>;
   start(chunkSize: number, subscribe: boolean): Promise<Started | typeof SUBSCRIBE>;
   starved(count: number): void;
 } {
@@ -265,7 +266,7 @@ function bucketGrowth(t: KindTarget): {
     async prepare(chunkSize) {
       const r = await call(chunkSize);
       const g = await grown(r, chunkSize);
-      return r.tick ?? g.tick;
+      return { tick: r.tick ?? g.tick, busy: r.tick === null && g.tick === null && r.busy === true };
     },
     async start(chunkSize, subscribe) {
       const r = await engine(ctx.driver, ctx.schema).startRun({
@@ -281,7 +282,12 @@ function bucketGrowth(t: KindTarget): {
       });
       if (r.subscribe?.build || r.subscribe?.wait) return SUBSCRIBE;
       const g = await grown(r, chunkSize);
-      return { ticked: r.tick !== null || g.tick !== null, tick: g.tick ?? r.tick, statements: 1 + g.statements };
+      return {
+        ticked: r.tick !== null || g.tick !== null,
+        tick: g.tick ?? r.tick,
+        busy: r.tick === null && g.tick === null && r.busy === true,
+        statements: 1 + g.statements,
+      };
     },
   };
 }

@@ -9,6 +9,7 @@ import { KeyqError } from "../errors.ts";
 import { backoffMs, classify } from "../faults.ts";
 import type { BatchReport, RunReport } from "../types.ts";
 import { pollWaker, sleep, type Waker } from "../observe/wake.ts";
+import type { Ticked } from "../batch/batch.ts";
 
 /** An empty report to add batches to. */
 export function emptyReport(): RunReport {
@@ -89,12 +90,12 @@ export async function runLoop(
   report.ticked = st.ticked;
   report.statements += st.statements;
   report.roundTrips = report.statements;
-  return await consume(s, started, report, batch, undefined, chain);
+  return await consume(s, started, report, batch, false, chain);
 }
 
 /**
  * Batches until the budget (from `started`), the batch limit, the signal,
- * or a batch that finds nothing to do (while `shortEnds()`, one that is not
+ * or a batch that finds nothing to do (with `shortEnds`, one that is not
  * full), added to `report`; chained as runLoop says when `chain` is given.
  */
 export async function consume(
@@ -102,7 +103,7 @@ export async function consume(
   started: number,
   report: RunReport,
   batch: (until: number, link?: LoopLink) => Promise<BatchReport>,
-  shortEnds: () => boolean = () => false,
+  shortEnds = false,
   chain?: { end(): Promise<void> },
 ): Promise<RunReport> {
   const until = started + s.budgetMs;
@@ -125,7 +126,7 @@ export async function consume(
       if (b.committed) count(report, b.b);
       if (last(b.b)) break;
       // A batch that was not full read all there was, when `shortEnds`.
-      if (shortEnds() && b.b.events + b.b.dropped + b.b.deferred < s.maxEvents) break;
+      if (shortEnds && b.b.events + b.b.dropped + b.b.deferred < s.maxEvents) break;
     }
   } finally {
     if (committing) await chain?.end().catch(() => {});
@@ -148,7 +149,7 @@ export interface WorkHooks {
    * commits were heard: the worker runs when it ticked itself, else it
    * waits for the tick another worker is writing.
    */
-  tick?(): Promise<string | null>;
+  tick?(): Promise<Ticked>;
   /**
    * The run after a wake-up: `run` less what the wake-up already did (its
    * tick, when `ticked`) and less maintenance, which a full run does at
@@ -173,6 +174,9 @@ export const FULL_RUN_MS = 1_000;
  */
 export const loopTuning: { fullRunMs: number } = { fullRunMs: FULL_RUN_MS };
 
+/** The pause before a tick is tried again after another session held the ticker. */
+const BUSY_TICK_MS = 2;
+
 /** Why an idle wait ended: the worker ticked itself, heard another's tick, or neither (time out, abort). */
 type Woke = false | "ticked" | "tick";
 
@@ -192,7 +196,11 @@ async function idleWait(s: BatchSettings, waker: Waker, hooks: WorkHooks, total:
     try {
       total.statements++;
       total.roundTrips = total.statements;
-      if ((await hooks.tick()) !== null) return "ticked";
+      const t = await hooks.tick();
+      if (t.tick !== null) return "ticked";
+      // Another session was writing a tick whose snapshot may not hold the commits heard: the waker keeps
+      // them uncovered, so the next wait ticks again, once that tick's short transaction had time to end.
+      if (t.busy) await sleep(BUSY_TICK_MS, s.signal);
     } catch {
       return "tick"; // the run meets the fault and reports it
     }

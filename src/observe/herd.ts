@@ -46,8 +46,13 @@ export interface Member {
   busy(): void;
   /** A notification's payload (already known to be this queue's), with its kind and id. */
   heard(kind: "tick" | "sent", id: string | null): void;
-  /** A tick statement is about to be sent; the function it returns takes that tick's id (null: none written). */
-  ticking(): (id: string | null) => void;
+  /**
+   * A tick statement is about to be sent; the function it returns takes that
+   * tick's id (null: none written) and whether another session held the
+   * ticker: then the commits heard are not covered (that session's snapshot
+   * may predate them) and the next worker to wait ticks again.
+   */
+  ticking(): (id: string | null, busy: boolean) => void;
   /** A batch of this worker received events: another idle worker of its consumer may look too (true when one was called). */
   more(): boolean;
   /** A run starts: the ticks heard so far are read by it. */
@@ -194,10 +199,11 @@ export function join(channel: string, queue: string, consumer: string): Member {
       const g = me.group;
       g.inflight++;
       let once = false;
-      return (id) => {
+      return (id, busy) => {
         if (once) return;
         once = true;
-        queue_.covered = Math.max(queue_.covered, covers);
+        if (id === null && busy) queue_.claimed = Math.min(queue_.claimed, queue_.covered);
+        else queue_.covered = Math.max(queue_.covered, covers);
         settle(queue_, g, id);
       };
     },

@@ -43,11 +43,12 @@ export interface Waker {
   /**
    * A tick statement is about to be sent (a run's start, or a tick after
    * commits were heard); call the function it returns with the id of the
-   * tick written, or null. The tick covers the commits heard before it, its
-   * notification wakes nobody of this worker's consumer, and the other
-   * consumers of the queue in this process are woken at once.
+   * tick written (or null) and whether another session held the ticker. A
+   * tick statement covers the commits heard before it, unless it was busy;
+   * its tick's notification wakes nobody of this worker's consumer, and the
+   * other consumers of the queue in this process are woken at once.
    */
-  ticking(): (id: string | null) => void;
+  ticking(): (id: string | null, busy: boolean) => void;
   /** This worker's batch received events: one more idle worker of its consumer may look (true when one was called). */
   more(): boolean;
   /** Stops listening. */

@@ -1446,8 +1446,9 @@ begin
   end if;
   t := :KEYQ_SCHEMA.tick(queue);
   perform :KEYQ_SCHEMA.recut_chunks(c);
+  -- "busy": another session was writing a tick (its snapshot may predate commits this caller heard of).
   return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size) + :KEYQ_SCHEMA.split_chunks(c, chunk_size),
-                            'buckets', :KEYQ_SCHEMA.consumer_buckets(c)) || coalesce(pending, '{}');
+                            'buckets', :KEYQ_SCHEMA.consumer_buckets(c), 'busy', coalesce(t->>'reason' = 'busy', false)) || coalesce(pending, '{}');
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.prune_ticks(qid integer)
  RETURNS integer
@@ -2392,7 +2393,8 @@ begin
   if kind = 'exclusive' then
     t := :KEYQ_SCHEMA.prepare_exclusive(queue, consumer, chunk_size, grow_from, index_inline);
   else
-    t := jsonb_build_object('tick', :KEYQ_SCHEMA.tick(queue)->'tick');
+    t := :KEYQ_SCHEMA.tick(queue);
+    t := jsonb_build_object('tick', t->'tick', 'busy', coalesce(t->>'reason' = 'busy', false));
   end if;
   return t || jsonb_build_object('subscribe', sub, 'maintain', :KEYQ_SCHEMA.maintain(queue));
 end $function$;

@@ -130,7 +130,7 @@ test("waker: the probe decides; a notification for the queue ends a wait, one fo
   assert.equal(await w.wait(10), false, "the worker called to tick for them has claimed them");
   d.notify("jobs:sent:3");
   assert.equal(await w.wait(60_000), "sent");
-  w.ticking()(null); // a tick statement sent now covers them (whether or not it wrote a tick)
+  w.ticking()(null, false); // a tick statement sent now covers them (whether or not it wrote a tick)
   assert.equal(await w.wait(10), false);
   d.notify("jobs:sent:2");
   assert.equal(await w.wait(10), false, "the same transaction heard again is not a new commit");
@@ -141,7 +141,7 @@ test("waker: the probe decides; a notification for the queue ends a wait, one fo
   assert.equal(await w.wait(10), false);
   d.notify("jobs"); // an older engine's payload, without a transaction id
   assert.equal(await w.wait(60_000), "sent");
-  w.ticking()(null);
+  w.ticking()(null, false);
   await w.close();
 
   const silent: string[] = [];
@@ -163,7 +163,7 @@ test("waker: the notification of a tick the worker's consumer wrote wakes none o
   const w = waker(d, "keyq", "jobs", "c1", () => {}, 200);
   await w.wait(30); // the probe
   assert.equal(w.mode, "listen");
-  w.ticking()("7"); // ticked 7 itself, before its notification arrived
+  w.ticking()("7", false); // ticked 7 itself, before its notification arrived
   d.notify("jobs:tick:7");
   assert.equal(await w.wait(20), false, "its own tick's notification is not a reason to look again");
   d.notify("jobs:tick:9");
@@ -195,7 +195,7 @@ test("herd: one notification wakes one worker; a tick wakes one worker of each c
   // It ticks: the other consumer's idle worker is woken at once; its own consumer's are not.
   woke.length = 0;
   waits = [watch("a2", a2), watch("b1", b1)];
-  a1.ticking()("41");
+  a1.ticking()("41", false);
   d.notify("jobs:tick:41"); // the tick's notification, heard by every listener, wakes nobody more
   await Promise.all(waits);
   assert.deepEqual(woke, ["b1:tick"]);
@@ -215,7 +215,15 @@ test("herd: one notification wakes one worker; a tick wakes one worker of each c
   // A commit heard while no worker waits is taken by the next one to wait, once a tick has not covered it.
   d.notify("jobs:sent:101");
   assert.equal(await b1.wait(10), "sent");
-  b1.ticking()(null);
+  b1.ticking()(null, false);
   assert.equal(await a1.wait(10), false, "covered by b1's tick statement");
+  // A tick statement that found another session writing a tick covers nothing: the next worker to wait ticks again.
+  d.notify("jobs:sent:102");
+  assert.equal(await a2.wait(10), "sent");
+  a2.ticking()(null, true);
+  assert.equal(await b1.wait(10), "sent", "still uncovered after a busy tick");
+  b1.ticking()("43", false);
+  assert.equal(await a1.wait(10), "tick", "b1's tick calls the other consumer's idle worker");
+  assert.equal(await a2.wait(10), false);
   await Promise.all([a1.close(), a2.close(), b1.close()]);
 });

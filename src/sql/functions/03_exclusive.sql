@@ -163,8 +163,9 @@ begin
   end if;
   t := :KEYQ_SCHEMA.tick(queue);
   perform :KEYQ_SCHEMA.recut_chunks(c);
+  -- "busy": another session was writing a tick (its snapshot may predate commits this caller heard of).
   return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size) + :KEYQ_SCHEMA.split_chunks(c, chunk_size),
-                            'buckets', :KEYQ_SCHEMA.consumer_buckets(c)) || coalesce(pending, '{}');
+                            'buckets', :KEYQ_SCHEMA.consumer_buckets(c), 'busy', coalesce(t->>'reason' = 'busy', false)) || coalesce(pending, '{}');
 end $$;
 
 -- The seed of key lock i (i < perKey) of exclusive consumer c: the 64-bit

@@ -36,7 +36,8 @@ begin
   if kind = 'exclusive' then
     t := :KEYQ_SCHEMA.prepare_exclusive(queue, consumer, chunk_size, grow_from, index_inline);
   else
-    t := jsonb_build_object('tick', :KEYQ_SCHEMA.tick(queue)->'tick');
+    t := :KEYQ_SCHEMA.tick(queue);
+    t := jsonb_build_object('tick', t->'tick', 'busy', coalesce(t->>'reason' = 'busy', false));
   end if;
   return t || jsonb_build_object('subscribe', sub, 'maintain', :KEYQ_SCHEMA.maintain(queue));
 end $$;
