@@ -97,6 +97,8 @@ interface Queue {
   sent: number;
   claimed: number;
   covered: number;
+  /** Tick statements of this process's workers in flight: while one is, commits heard wait for the next. */
+  ticking: number;
   commits: ReturnType<typeof recent>;
 }
 
@@ -156,14 +158,17 @@ function settle(q: Queue, g: Group, id: string | null): void {
 export function join(channel: string, queue: string, consumer: string): Member {
   const qk = `${channel}\u0000${queue}`;
   let q = queues.get(qk);
-  if (!q) queues.set(qk, q = { groups: new Map(), sent: 0, claimed: 0, covered: 0, commits: recent(1024) });
+  if (!q) queues.set(qk, q = { groups: new Map(), sent: 0, claimed: 0, covered: 0, ticking: 0, commits: recent(1024) });
   const queue_ = q;
   let g = q.groups.get(consumer);
   if (!g) q.groups.set(consumer, g = { workers: new Set(), tickPending: false, ticks: recent(256), inflight: 0, deferred: [] });
   const me: Worker = { wake: undefined, group: g };
   g.workers.add(me);
   // One worker ticks for the commits heard so far: the others need not (its tick's own wake-up follows).
+  // While a tick statement of the process is in flight, the commits heard wait for it to end: then one
+  // worker ticks for all of them (under a steady stream, ticks follow the ticker's pace, not each commit).
   const anyIdle = (): void => {
+    if (queue_.ticking > 0) return;
     for (const x of queue_.groups.values()) {
       if (wakeOne(x, "sent", me)) return void (queue_.claimed = queue_.sent);
     }
@@ -174,7 +179,7 @@ export function join(channel: string, queue: string, consumer: string): Member {
         me.group.tickPending = false;
         return "tick";
       }
-      if (queue_.sent <= Math.max(queue_.covered, queue_.claimed)) return false;
+      if (queue_.ticking > 0 || queue_.sent <= Math.max(queue_.covered, queue_.claimed)) return false;
       queue_.claimed = queue_.sent;
       return "sent";
     },
@@ -198,13 +203,17 @@ export function join(channel: string, queue: string, consumer: string): Member {
       const covers = queue_.sent;
       const g = me.group;
       g.inflight++;
+      queue_.ticking++;
       let once = false;
       return (id, busy) => {
         if (once) return;
         once = true;
+        queue_.ticking--;
         if (id === null && busy) queue_.claimed = Math.min(queue_.claimed, queue_.covered);
         else queue_.covered = Math.max(queue_.covered, covers);
         settle(queue_, g, id);
+        // Commits heard while it ran: one idle worker ticks for them (after a busy tick, this worker tries again itself).
+        if (!busy && queue_.sent > Math.max(queue_.covered, queue_.claimed)) anyIdle();
       };
     },
     more() {
