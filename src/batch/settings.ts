@@ -78,12 +78,10 @@ const ONLY: Record<string, string> = {
   retryBackoff: "work()",
 };
 
-/**
- * Validates batch/run/work options and applies defaults; `what` is "batch
- * options", "run options"…; `defaultMaxEvents` is the kind's own default.
- */
-export function batchSettings(options: unknown, what: string, defaultMaxEvents: number = 100): BatchSettings {
-  const o = parse(batchSchema, options, what);
+type Parsed = v.InferOutput<typeof batchSchema>;
+
+/** Refuses options that do not go together (or not with this call): nothing is written before. */
+function refuseCombinations(o: Parsed, what: string): void {
   const call = `${what.split(" ")[0]}()`;
   for (const [key, where] of Object.entries(ONLY)) {
     if ((o as Record<string, unknown>)[key] !== undefined && !where.includes(call)) {
@@ -91,14 +89,6 @@ export function batchSettings(options: unknown, what: string, defaultMaxEvents: 
         field: key,
       });
     }
-  }
-  // Durations: milliseconds or text ("10s"), like every duration keyq takes.
-  const minPollMs = durationMs("minPollMs", o.minPollMs, 1, 3_600_000);
-  const maxPollMs = durationMs("maxPollMs", o.maxPollMs, 1, 3_600_000);
-  if (minPollMs !== undefined && maxPollMs !== undefined && minPollMs > maxPollMs) {
-    throw new KeyqError("INVALID_INPUT", `Option "minPollMs" (${minPollMs} ms) is above "maxPollMs" (${maxPollMs} ms); give minPollMs <= maxPollMs.`, {
-      field: "minPollMs",
-    });
   }
   if ((o.handler === undefined) === (o.handleBatch === undefined)) {
     throw new KeyqError("INVALID_INPUT", `Give ${what} exactly one of "handler" (per event) or "handleBatch" (per batch).`, {
@@ -112,6 +102,10 @@ export function batchSettings(options: unknown, what: string, defaultMaxEvents: 
       { field: "worker" },
     );
   }
+}
+
+/** The batch's timeouts (milliseconds or text, like every duration keyq takes), each honoured or refused, never changed. */
+function timeouts(o: Parsed): { batchTimeoutMs: number; idleTimeoutMs: number; statementTimeoutMs: number | undefined } {
   const batchTimeoutMs = durationMs("batchTimeout", o.batchTimeout, 1, MAX_TIMEOUT_MS) ?? 60_000;
   const idleTimeoutMs = durationMs("idleTimeout", o.idleTimeout, 1, MAX_TIMEOUT_MS) ?? 0;
   if (idleTimeoutMs > 0 && idleTimeoutMs < batchTimeoutMs) {
@@ -131,6 +125,24 @@ export function batchSettings(options: unknown, what: string, defaultMaxEvents: 
       { field: "statementTimeout", value: o.statementTimeout },
     );
   }
+  return { batchTimeoutMs, idleTimeoutMs, statementTimeoutMs };
+}
+
+/**
+ * Validates batch/run/work options and applies defaults; `what` is "batch
+ * options", "run options"…; `defaultMaxEvents` is the kind's own default.
+ */
+export function batchSettings(options: unknown, what: string, defaultMaxEvents: number = 100): BatchSettings {
+  const o = parse(batchSchema, options, what);
+  refuseCombinations(o, what);
+  const minPollMs = durationMs("minPollMs", o.minPollMs, 1, 3_600_000);
+  const maxPollMs = durationMs("maxPollMs", o.maxPollMs, 1, 3_600_000);
+  if (minPollMs !== undefined && maxPollMs !== undefined && minPollMs > maxPollMs) {
+    throw new KeyqError("INVALID_INPUT", `Option "minPollMs" (${minPollMs} ms) is above "maxPollMs" (${maxPollMs} ms); give minPollMs <= maxPollMs.`, {
+      field: "minPollMs",
+    });
+  }
+  const { batchTimeoutMs, idleTimeoutMs, statementTimeoutMs } = timeouts(o);
   return {
     handler: o.handler as BatchSettings["handler"],
     handleBatch: o.handleBatch as BatchSettings["handleBatch"],
