@@ -25,7 +25,6 @@ import { type Driver, type Executor, transactional, type TxDriver } from "./driv
 import { KeyqError } from "./errors.ts";
 import { exclusiveKind, orderedKind, plainKind } from "./kinds/kinds.ts";
 import { migrate, migrationSql } from "./engine/migrate.ts";
-import { engine } from "./engine/calls.ts";
 import type { PayloadSchema, SchemaFor } from "./payload.ts";
 import { dispatching, schemaFor } from "./events/dispatch.ts";
 import type { EventMap, EventTypes, SendArg, TypedConsumer, TypedOrderedConsumer, TypedQueue, TypedStrictOrderedConsumer } from "./events/types.ts";
@@ -242,10 +241,7 @@ function consumers(
     schema,
     queue,
     payloadSchema: schemaOf(queue),
-    tick: async (q) => {
-      const r = await engine(driver, schema).tick({ queue: q, force: false });
-      return { tick: r.tick, busy: r.reason === "busy" };
-    },
+    tick: (q) => a.ticked(q),
     maintain: (q) => a.maintainOne(q, false),
   });
   // Typed queues check types and payloads in the handler wrapper (events/dispatch.ts); `on:` works on every queue.

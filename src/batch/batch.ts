@@ -24,11 +24,8 @@ import { eventScope } from "./savepoint.ts";
 import { mapError } from "../engine/reply.ts";
 import type { BatchLimits, BatchReport } from "../types.ts";
 
-/** What a tick statement did: the id of the tick it wrote (or null), and whether another session held the ticker. */
-export interface Ticked {
-  tick: string | null;
-  busy: boolean;
-}
+import type { Ticked } from "../engine/declarations.ts";
+export type { Ticked };
 
 /** What a consumer needs from its client. */
 export interface ConsumerContext {
@@ -187,7 +184,7 @@ async function body(a: Attempt, tx: Executor): Promise<Ended> {
   const busy = received === BUSY || (a.hooks.afterReceive !== undefined && !(await a.hooks.afterReceive(received, hooked, life)));
   a.step({ on: "received", busy });
   if (received === BUSY || busy) return { busy: true };
-  if (received.events.length > 0) a.s.received?.(received.events.length, received.drained === true);
+  if (received.events.length > 0) a.s.received?.(received.drained === true);
   const out = await handleEvents(a, received, tx);
   if (life.dead()) throw life.error();
   await a.hooks.beforeCommit?.(hooked);

@@ -118,6 +118,12 @@ export interface SubscribeReply {
   position?: LogPosition;
 }
 
+/** What a tick statement did: the id of the tick it wrote (or null), and whether another session held the ticker. */
+export interface Ticked {
+  tick: string | null;
+  busy: boolean;
+}
+
 /** The engine's answer to prepare_exclusive: the tick, the consumer's bucket count, and slot-index work a growth waits for. */
 export interface PrepareReply {
   tick: string | null;

@@ -278,7 +278,7 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
       // it), unless it took the last free work (Tier A's drained). The woken run still looks once more after its COMMIT:
       // work that came meanwhile behind what it held (a chunk of the same bucket, its slot) is free only then, and the
       // worker that found it held has stopped.
-      const s: BatchSettings = k.readsAll ? settings : { ...settings, received: (_n, drained) => void (drained || w.more()) };
+      const s: BatchSettings = k.readsAll ? settings : { ...settings, received: (drained) => drained || w.more() };
       try {
         const report = await workLoop(s, () => run(s, false, w), {
           waker: w,

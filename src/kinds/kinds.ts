@@ -54,6 +54,9 @@ export interface Started {
 /** start_run's answer when subscribe needs index work outside a transaction first. */
 export const SUBSCRIBE = "subscribe" as const;
 
+/** True when a prepare (and its retry after an index build) wrote no tick because another session held the ticker. */
+const busyTick = (r: PrepareReply, g: { tick: string | null }): boolean => r.tick === null && g.tick === null && r.busy === true;
+
 /** The start_run call of `t` for a kind without bucket growth (plain, ordered). */
 function startRun(t: KindTarget, kind: "plain" | "ordered", slots: number): ConsumerKind["start"] {
   return async (s, subscribe) => {
@@ -266,7 +269,7 @@ function bucketGrowth(t: KindTarget): {
     async prepare(chunkSize) {
       const r = await call(chunkSize);
       const g = await grown(r, chunkSize);
-      return { tick: r.tick ?? g.tick, busy: r.tick === null && g.tick === null && r.busy === true };
+      return { tick: r.tick ?? g.tick, busy: busyTick(r, g) };
     },
     async start(chunkSize, subscribe) {
       const r = await engine(ctx.driver, ctx.schema).startRun({
@@ -285,7 +288,7 @@ function bucketGrowth(t: KindTarget): {
       return {
         ticked: r.tick !== null || g.tick !== null,
         tick: g.tick ?? r.tick,
-        busy: r.tick === null && g.tick === null && r.busy === true,
+        busy: busyTick(r, g),
         statements: 1 + g.statements,
       };
     },

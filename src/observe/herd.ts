@@ -53,8 +53,8 @@ export interface Member {
    * may predate them) and the next worker to wait ticks again.
    */
   ticking(): (id: string | null, busy: boolean) => void;
-  /** A batch of this worker received events: another idle worker of its consumer may look too (true when one was called). */
-  more(): boolean;
+  /** A batch of this worker received events: another idle worker of its consumer may look too. */
+  more(): void;
   /** A run starts: the ticks heard so far are read by it. */
   running(): void;
   /** Leaves the herd. */
@@ -217,7 +217,7 @@ export function join(channel: string, queue: string, consumer: string): Member {
       };
     },
     more() {
-      return wakeOne(me.group, "more");
+      wakeOne(me.group, "more");
     },
     running() {
       me.group.tickPending = false;

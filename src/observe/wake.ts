@@ -49,8 +49,8 @@ export interface Waker {
    * other consumers of the queue in this process are woken at once.
    */
   ticking(): (id: string | null, busy: boolean) => void;
-  /** This worker's batch received events: one more idle worker of its consumer may look (true when one was called). */
-  more(): boolean;
+  /** This worker's batch received events: one more idle worker of its consumer may look. */
+  more(): void;
   /** Stops listening. */
   close(): Promise<void>;
 }
@@ -62,7 +62,7 @@ export function pollWaker(): Waker {
     wait: (ms, signal) => sleep(ms, signal).then(() => false as const),
     running: () => {},
     ticking: () => () => {},
-    more: () => false,
+    more: () => {},
     close: async () => {},
   };
 }

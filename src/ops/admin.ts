@@ -8,6 +8,7 @@
 import * as v from "valibot";
 import type { Driver } from "../driver.ts";
 import { engine } from "../engine/calls.ts";
+import type { Ticked } from "../engine/declarations.ts";
 import { infoInMs, queueSettings, sameSettings } from "./queue-settings.ts";
 import type { MaintainReport, QueueInfo, QueueSettings, QueueStatus } from "../types.ts";
 import { checkName, parse } from "../validate.ts";
@@ -28,6 +29,8 @@ export interface Admin {
   status(options?: StatusOptions): Promise<QueueStatus[]>;
   /** Advances one queue's ticker; the new tick id or null. */
   tickOne(queue: string, force: boolean): Promise<string | null>;
+  /** A consumer's tick of one queue: its id (or null), and busy when another session held the ticker. */
+  ticked(queue: string): Promise<Ticked>;
   /** Maintains one queue. */
   maintainOne(queue: string, forceRotate: boolean): Promise<MaintainReport>;
 }
@@ -38,6 +41,10 @@ export function admin(driver: Driver, schema: string): Admin {
   const tickOne = async (queue: string, force: boolean): Promise<string | null> => {
     checkName("queue", queue);
     return (await db.tick({ queue, force })).tick;
+  };
+  const ticked = async (queue: string): Promise<Ticked> => {
+    const r = await db.tick({ queue, force: false });
+    return { tick: r.tick, busy: r.reason === "busy" };
   };
   const maintainOne = (queue: string, forceRotate: boolean): Promise<MaintainReport> => db.maintain({ queue, forceRotate });
   const listQueues = async (): Promise<QueueInfo[]> => (await db.listQueues({})).map(infoInMs);
@@ -68,6 +75,7 @@ export function admin(driver: Driver, schema: string): Admin {
     },
     status: (opts) => status(driver, schema, opts),
     tickOne,
+    ticked,
     maintainOne,
   };
 }
