@@ -2601,7 +2601,12 @@ begin
     raise exception 'The ticker must run in a READ COMMITTED transaction, not %.', current_setting('transaction_isolation')
       using errcode = 'KQ010', hint = 'KEYQ:WRONG_ISOLATION';
   end if;
-  if not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('tick', q.queue_id)) then
+  -- A forced tick waits for a concurrent ticker (a short transaction) instead
+  -- of giving up: that ticker's snapshot may predate commits the caller has
+  -- seen, and "force" promises a tick that covers them.
+  if force then
+    perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('tick', q.queue_id));
+  elsif not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('tick', q.queue_id)) then
     return jsonb_build_object('tick', null, 'reason', 'busy');
   end if;
   select * into last from :KEYQ_SCHEMA.tick where queue_id = q.queue_id order by tick_id desc limit 1;
@@ -5083,7 +5088,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "e6ebacd6d4f9fb5af403f69893239839de1cb608fc8dc0f422a860714312bcc6";
+export const functionsHash: string = "95ccfb1da209a284a5e9c3f0fc9e0b070358c6203c6ed9fcb5a38906eab657c5";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5093,4 +5098,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 24;
+export const functionsSerial: number = 25;

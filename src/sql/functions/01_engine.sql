@@ -476,7 +476,12 @@ begin
     raise exception 'The ticker must run in a READ COMMITTED transaction, not %.', current_setting('transaction_isolation')
       using errcode = 'KQ010', hint = 'KEYQ:WRONG_ISOLATION';
   end if;
-  if not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('tick', q.queue_id)) then
+  -- A forced tick waits for a concurrent ticker (a short transaction) instead
+  -- of giving up: that ticker's snapshot may predate commits the caller has
+  -- seen, and "force" promises a tick that covers them.
+  if force then
+    perform pg_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('tick', q.queue_id));
+  elsif not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('tick', q.queue_id)) then
     return jsonb_build_object('tick', null, 'reason', 'busy');
   end if;
   select * into last from :KEYQ_SCHEMA.tick where queue_id = q.queue_id order by tick_id desc limit 1;
