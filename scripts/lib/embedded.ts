@@ -61,12 +61,14 @@ interface EmbeddedPostgres {
 function letPostgresReach(binary: string): { restore(): void } {
   const changed: Array<[string, number]> = [];
   if (process.getuid?.() !== 0) return { restore() {} };
-  for (let dir = dirname(binary); ; dir = dirname(dir)) {
+  for (let dir = dirname(binary);; dir = dirname(dir)) {
     const mode = statSync(dir).mode & 0o7777;
     if ((mode & 0o001) === 0) {
       chmodSync(dir, mode | 0o001);
       changed.push([dir, mode]);
-      console.error(`embedded PostgreSQL: gave others search permission on ${dir} (mode ${mode.toString(8)}) so the postgres user can run ${binary}; undone when it stops`);
+      console.error(
+        `embedded PostgreSQL: gave others search permission on ${dir} (mode ${mode.toString(8)}) so the postgres user can run ${binary}; undone when it stops`,
+      );
     }
     if (dirname(dir) === dir) break;
   }
