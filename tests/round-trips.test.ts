@@ -94,27 +94,29 @@ const RUN: Record<string, number> = {
  * Round trips of a cold run() on a server that trusts the client (see
  * `authTurns`), measured: connection start, the run's start (subscribe,
  * tick and maintenance in one statement, start_run), the batches (Tier B
- * with 4 slots: one a slot, 2 round trips each) and the empty look (2).
+ * with 4 slots: one a slot, 2 round trips each) and, for Tier B only, the
+ * empty look that ends the run. A plain batch that is not full read
+ * everything ticked (window_take goes on into newer windows), and a Tier A
+ * batch that found no free chunk says `drained`: run() ends there.
  * Before: postgres.js 18/17/26 and pg and Neon 10/10/16 (main of
- * 2026-12-01); postgres.js 13/13/17, pg and Neon 8/8/12 and Bun.SQL
- * 14/14/20 with subscribe, tick and maintain sent one by one (2026-12-02).
- * Now: connection start (1), start_run (1), BEGIN + the first receive (1),
- * each further batch with the previous COMMIT (1; Tier B 4 slots: 3 more),
- * the last COMMIT (1): pg and Neon 5/5/7. Above that, measured per turn
- * (the wire proxy's turns()): postgres.js has no chain (a reserved
- * connection kept between batches crashed postgres.js 3.4 in nextWrite
- * under pg_ctl stop -m immediate in 1 of 2 runs of tests/faults.test.ts),
- * so each batch pays its COMMIT: 1 + 2 + 2 (4 slots: 1 + 2 + 4 × 2); it
+ * 2026-12-01); postgres.js 9/9/13, pg and Neon 5/5/7 and Bun.SQL 10/10/16
+ * with the empty look (stop 28). Now: connection start (1), start_run (1),
+ * BEGIN + the first receive (1), each further batch with the previous
+ * COMMIT (1; Tier B 4 slots: 3 more), the last COMMIT (1): pg and Neon
+ * 4/4/7. Above that, measured per turn (the wire proxy's turns()):
+ * postgres.js has no chain (a reserved connection kept between batches
+ * crashed postgres.js 3.4 in nextWrite under pg_ctl stop -m immediate in 1
+ * of 2 runs of tests/faults.test.ts), so each batch pays its COMMIT; it
  * also pays a type query when it connects (its fetch_types option, the
  * user's client) and, for each of the two statements with values
  * (start_run, the receive), a Parse/Describe/Flush turn before
  * Bind/Execute/Sync on their first use on the connection: postgres.js 3.4
  * describes every statement with parameters that is not yet prepared
  * first (connection.js: describeFirst = parameters.length && !prepared,
- * whatever `prepare` and the types passed): 9/9/13. Bun.SQL (1.4.5)
+ * whatever `prepare` and the types passed): 7/7/13. Bun.SQL (1.4.5)
  * prepares the same two with a Parse/Describe/Sync turn of their own and
  * sends BEGIN and COMMIT alone (simple protocol, each waited for):
- * 10/10/16. Sending start_run or the receive by the simple protocol would
+ * 7/7/16. Sending start_run or the receive by the simple protocol would
  * save their describe turns, but only with values spliced into the SQL
  * text; keyq keeps every value a bind parameter.
  */
@@ -134,11 +136,11 @@ async function authTurns(proxy: WireProxy): Promise<number> {
 }
 
 const COLD: Record<string, Record<(typeof kinds)[number], number>> = {
-  "postgres.js": { plain: 9, exclusive: 9, ordered: 13 },
-  "pg Pool": { plain: 5, exclusive: 5, ordered: 7 },
-  "pg Pool, pipeline: true": { plain: 5, exclusive: 5, ordered: 7 },
-  "Neon Pool (WebSocket)": { plain: 5, exclusive: 5, ordered: 7 },
-  "Bun.SQL": { plain: 10, exclusive: 10, ordered: 16 },
+  "postgres.js": { plain: 7, exclusive: 7, ordered: 13 },
+  "pg Pool": { plain: 4, exclusive: 4, ordered: 7 },
+  "pg Pool, pipeline: true": { plain: 4, exclusive: 4, ordered: 7 },
+  "Neon Pool (WebSocket)": { plain: 4, exclusive: 4, ordered: 7 },
+  "Bun.SQL": { plain: 7, exclusive: 7, ordered: 16 },
 };
 type Kind = (typeof kinds)[number];
 

@@ -184,7 +184,7 @@ async function body(a: Attempt, tx: Executor): Promise<Ended> {
   const busy = received === BUSY || (a.hooks.afterReceive !== undefined && !(await a.hooks.afterReceive(received, hooked, life)));
   a.step({ on: "received", busy });
   if (received === BUSY || busy) return { busy: true };
-  if (received.events.length > 0) a.s.received?.(received.drained === true);
+  if (received.events.length > 0) a.s.received?.(received.drained === true, received.events.length);
   const out = await handleEvents(a, received, tx);
   if (life.dead()) throw life.error();
   await a.hooks.beforeCommit?.(hooked);

@@ -64,8 +64,8 @@ export interface BatchSettings {
   maxPollMs: number;
   worker: number | undefined;
   workers: number | undefined;
-  /** work()'s hook: a batch received events, before any handler ran; `drained` as Received says. */
-  received?: (drained: boolean) => void;
+  /** A batch received `events` (at least one), before any handler ran; `drained` as Received says. */
+  received?: (drained: boolean, events: number) => void;
 }
 
 /** Options that only some calls use; elsewhere they would be ignored without a word. */

@@ -3014,7 +3014,11 @@ $$;
 -- The next events of cursor (c, s) after its durable position, at most max_rows
 -- (only the slot's own events for an ordered consumer), in (txid, id) order;
 -- opens a window up to the newest tick when none is open and moves the
--- position (or closes the window) in the caller's transaction.
+-- position (or closes the window) in the caller's transaction. A window
+-- read to its end with room left goes on into the next one (up to the
+-- newest tick, in log order): a batch that is not full has read everything
+-- ticked, so a run may end on it without another look (an open window
+-- ends at the tick it was opened with, which may be older than the newest).
 create function :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int)
 returns :KEYQ_SCHEMA.event[]
 language plpgsql
@@ -3024,8 +3028,10 @@ as $$
 declare
   s1 pg_snapshot;
   s2 pg_snapshot;
-  evs :KEYQ_SCHEMA.event[];
+  part :KEYQ_SCHEMA.event[];
+  evs :KEYQ_SCHEMA.event[] := '{}';
   n int;
+  room int := max_rows;
   last :KEYQ_SCHEMA.event;
 begin
   if max_rows <= 0 then return '{}'; end if;
@@ -3038,27 +3044,41 @@ begin
     end if;
   end if;
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
-  select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
-  if c.kind = 'ordered' then
-    select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events_slot(
-      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), max_rows + 1, c.slots, cur.slot) w;
-  else
-    select array_agg(w order by w.ev_txid, w.ev_id) into evs from :KEYQ_SCHEMA.window_events(
-      c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), max_rows + 1) w;
-  end if;
-  n := coalesce(array_length(evs, 1), 0);
-  if n > max_rows then
-    last := evs[max_rows];
-    update :KEYQ_SCHEMA.cursor set end_tick_id = cur.end_tick_id, last_txid = last.ev_txid,
-           last_id = last.ev_id, polled_at = now(), batch_at = now()
-     where consumer_id = c.consumer_id and slot = cur.slot;
-    evs := evs[1:max_rows];
-  else
-    update :KEYQ_SCHEMA.cursor set tick_id = cur.end_tick_id, end_tick_id = null, last_txid = null,
-           last_id = null, polled_at = now(), batch_at = now()
-     where consumer_id = c.consumer_id and slot = cur.slot;
-  end if;
-  return coalesce(evs, '{}');
+  loop
+    select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
+    if c.kind = 'ordered' then
+      select array_agg(w order by w.ev_txid, w.ev_id) into part from :KEYQ_SCHEMA.window_events_slot(
+        c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1, c.slots, cur.slot) w;
+    else
+      select array_agg(w order by w.ev_txid, w.ev_id) into part from :KEYQ_SCHEMA.window_events(
+        c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1) w;
+    end if;
+    n := coalesce(array_length(part, 1), 0);
+    if n > room then
+      -- The window stays open at the last event taken.
+      last := part[room];
+      evs := evs || part[1:room];
+      cur.last_txid := last.ev_txid;
+      cur.last_id := last.ev_id;
+      exit;
+    end if;
+    -- Read to its end: the window closes at its end tick.
+    evs := evs || coalesce(part, '{}');
+    room := room - n;
+    cur.tick_id := cur.end_tick_id;
+    cur.end_tick_id := null;
+    cur.last_txid := null;
+    cur.last_id := null;
+    exit when room = 0;
+    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
+     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    exit when cur.end_tick_id is null;
+    s1 := s2;
+  end loop;
+  update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
+         last_id = cur.last_id, polled_at = now(), batch_at = now()
+   where consumer_id = c.consumer_id and slot = cur.slot;
+  return evs;
 end $$;
 
 -- window_take as the engine's JSON event objects (Tier B's receive).
@@ -5088,7 +5108,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "95ccfb1da209a284a5e9c3f0fc9e0b070358c6203c6ed9fcb5a38906eab657c5";
+export const functionsHash: string = "12159ef90f91cb87f81a06d662e30898738a1e1979b22742701edcc2f43207e1";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5098,4 +5118,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 25;
+export const functionsSerial: number = 26;

@@ -13,7 +13,7 @@ import { engine } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
 import { chainOf, transactional } from "../driver.ts";
 import { type ConsumerKind, type Started, SUBSCRIBE } from "./kinds.ts";
-import { consume, emptyReport, type LoopLink, runLoop, workLoop } from "./loop.ts";
+import { consume, emptyReport, type LoopLink, runLoop, short, workLoop } from "./loop.ts";
 import { observeBatch } from "../observe/batches.ts";
 import { type Hub, hub as newHub } from "../observe/observer.ts";
 import { pollWaker, type Waker, waker } from "../observe/wake.ts";
@@ -213,9 +213,18 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
     }
   };
   // The run's batches share one connection where the driver chains transactions (each COMMIT goes with the next receive).
+  // run() (bounded) ends on a batch that took the last of what was ticked: one not full of a kind that reads up to
+  // the newest tick, or Tier A's that found no free chunk left (drained), and that started (or dropped, or deferred)
+  // every event it received: events a batch gave back (an event timeout, a dead batch) come in the next batch. The
+  // empty look it saves costs a cron invocation one to three round trips; a chunk freed meanwhile by another batch's
+  // rollback, or a retry falling due, waits for the next run. work()'s runs still look again (its received hook).
   const run = async (s: BatchSettings, bounded: boolean, w?: Waker): Promise<RunReport> => {
     const chain = chainOf(ctx.driver);
-    return await runLoop(s, () => start(s, w), (until, link) => once(s, until, bounded, link && chain && { ...link, chain }), chain);
+    let drained = false;
+    let got = 0;
+    const s2: BatchSettings = bounded ? { ...s, received: (d, n) => void (drained = d, got = n) } : s;
+    const ends = bounded ? (b: BatchReport) => (k.readsAll ? short(b, s) : drained) && b.events + b.dropped + b.deferred >= got : undefined;
+    return await runLoop(s2, () => start(s2, w), (until, link) => once(s2, until, bounded, link && chain && { ...link, chain }), chain, ends);
   };
   // A tick (and plan) that tells the waker: it covers the commits heard before it, and wakes this process's other consumers.
   const tick = async (s: BatchSettings, w: Waker): Promise<Ticked> => {
@@ -241,7 +250,7 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
     }
     const chain = chainOf(ctx.driver);
     const batch = (until: number, link?: LoopLink) => once(s, until, false, link && chain && { ...link, chain });
-    return await consume(s, started, report, batch, k.readsAll === true, chain);
+    return await consume(s, started, report, batch, k.readsAll ? (b) => short(b, s) : undefined, chain);
   };
   const info = { queue, consumer: name, kind: k.kind };
   const once = (s: BatchSettings, until?: number, bounded?: boolean, link?: BatchLink) =>

@@ -48,6 +48,9 @@ function count(report: RunReport, b: BatchReport): void {
   } else addUp(report, b);
 }
 
+/** True for a batch that was not full: of a kind whose batch reads up to the newest tick (window_take), it read all there was. */
+export const short = (b: BatchReport, s: BatchSettings): boolean => b.events + b.dropped + b.deferred < s.maxEvents;
+
 /** True when a batch's report ends the run (busy, or nothing to do). */
 const last = (b: BatchReport): boolean => b.busy || b.events + b.dropped + b.deferred + b.retried + b.deadLettered === 0;
 
@@ -83,6 +86,7 @@ export async function runLoop(
   start: () => Promise<{ ticked: boolean; statements: number }>,
   batch: (until: number, link?: LoopLink) => Promise<BatchReport>,
   chain?: { end(): Promise<void> },
+  ends?: (b: BatchReport) => boolean,
 ): Promise<RunReport> {
   const started = Date.now();
   const report = emptyReport();
@@ -90,20 +94,21 @@ export async function runLoop(
   report.ticked = st.ticked;
   report.statements += st.statements;
   report.roundTrips = report.statements;
-  return await consume(s, started, report, batch, false, chain);
+  return await consume(s, started, report, batch, ends, chain);
 }
 
 /**
  * Batches until the budget (from `started`), the batch limit, the signal,
- * or a batch that finds nothing to do (with `shortEnds`, one that is not
- * full), added to `report`; chained as runLoop says when `chain` is given.
+ * or a batch that finds nothing to do (or one that `ends` says took the
+ * last of what there was), added to `report`; chained as runLoop says when
+ * `chain` is given.
  */
 export async function consume(
   s: BatchSettings,
   started: number,
   report: RunReport,
   batch: (until: number, link?: LoopLink) => Promise<BatchReport>,
-  shortEnds = false,
+  ends: ((b: BatchReport) => boolean) | undefined,
   chain?: { end(): Promise<void> },
 ): Promise<RunReport> {
   const until = started + s.budgetMs;
@@ -125,8 +130,7 @@ export async function consume(
       committing = b.committed ? undefined : b.done;
       if (b.committed) count(report, b.b);
       if (last(b.b)) break;
-      // A batch that was not full read all there was, when `shortEnds`.
-      if (shortEnds && b.b.events + b.b.dropped + b.b.deferred < s.maxEvents) break;
+      if (ends?.(b.b)) break;
     }
   } finally {
     if (committing) await chain?.end().catch(() => {});
