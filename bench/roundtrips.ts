@@ -11,7 +11,7 @@
 
 import net from "node:net";
 import pg from "pg";
-import { keyq } from "../mod.ts";
+import { keyq, type TxDriver } from "../mod.ts";
 import { fromPg } from "../src/drivers/pg.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { APP, connect, DATABASE_URL, dropSchema, freshSchema, type Sql } from "./db.ts";
@@ -77,6 +77,22 @@ export interface RoundTrips {
   perSend: number;
   /** One batch of a plain consumer's `run()` (maxEvents 10, no-op handler; the run's start_run and its empty look included). */
   perBatch: number;
+  /**
+   * One cold invocation per kind: a fresh connection (its start included)
+   * and a fresh client run() a consumer with 10 waiting events (Tier B over
+   * 4 slots), the user's driver defaults.
+   */
+  cold: { plain: number; exclusive: number; ordered: number };
+}
+
+/** A fresh connection of `driver` (nothing sent yet) through `url`, with the driver's defaults. */
+function fresh(driver: "postgres-js" | "pg", url: string): { driver: TxDriver; close(): Promise<void> } {
+  if (driver === "postgres-js") {
+    const sql = connect(`${APP}-rt-cold`, { url });
+    return { driver: fromPostgresJs(sql), close: () => sql.end({ timeout: 5 }) };
+  }
+  const pool = new pg.Pool({ connectionString: url, application_name: `${APP}-rt-cold`, max: 1 });
+  return { driver: fromPg(pool), close: () => pool.end() };
 }
 
 /**
@@ -117,7 +133,25 @@ export async function roundTrips(admin: Sql, sizes: Sizes, driver: "postgres-js"
       batches += r.batches;
       if (r.batches === 0) throw new Error(`round trips (${driver}): run() found nothing with ${handled}/${n + 5} handled`);
     }
-    return { perStatement, perSend, perBatch: (proxy.turns() - t) / batches };
+    const perBatch = (proxy.turns() - t) / batches;
+    const cold = { plain: 0, exclusive: 0, ordered: 0 };
+    for (const kind of ["plain", "exclusive", "ordered"] as const) {
+      const make = (k: typeof q) =>
+        kind === "plain" ? k.consumer("files", "cold") : kind === "exclusive" ? k.exclusive("files", "cold") : k.ordered("files", "cold", { slots: 4 });
+      await make(q).subscribe();
+      await q.sendBatch("files", events.slice(0, 10).map((e, i) => ({ ...e, key: `c${i}` })));
+      const opened = fresh(driver, proxy.url);
+      try {
+        t = proxy.turns();
+        const r = await make(keyq(opened.driver, { schema })).run({ handler: () => {} });
+        cold[kind] = proxy.turns() - t;
+        if (r.events !== 10) throw new Error(`round trips (${driver}): a cold ${kind} run() delivered ${r.events} events, not 10`);
+      } finally {
+        await opened.close();
+      }
+      await make(q).unsubscribe();
+    }
+    return { perStatement, perSend, perBatch, cold };
   } finally {
     await sqlJs?.end({ timeout: 5 });
     await pgPool?.end();

@@ -82,6 +82,9 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
         ["rt-statement", "network round trips per statement, postgres.js adapter", "", "pg adapter", false, atMost(1)],
         ["rt-send", "network round trips per send, postgres.js adapter", "", "pg adapter", false],
         ["rt-batch", "network round trips per plain batch (10 events, no-op; run's tick included), postgres.js adapter", "", "pg adapter", false, atMost(3)],
+        ["rt-cold-plain", "network round trips of a cold run() (fresh connection, 10 events), plain, postgres.js", "", "pg adapter", false, atMost(8)],
+        ["rt-cold-exclusive", "the same, Tier A, postgres.js", "", "pg adapter", false, atMost(8)],
+        ["rt-cold-ordered", "the same, Tier B over 4 slots, postgres.js", "", "pg adapter", false, atMost(8)],
       ];
     case "ordered":
       return [
@@ -252,10 +255,13 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
       put(book, "rt-statement", js?.perStatement, pg?.perStatement);
       put(book, "rt-send", js?.perSend, pg?.perSend);
       put(book, "rt-batch", js?.perBatch, pg?.perBatch);
+      for (const kind of ["plain", "exclusive", "ordered"] as const) put(book, `rt-cold-${kind}`, js?.cold[kind], pg?.cold[kind]);
       return `per statement: postgres.js ${fmt(js?.perStatement)}, pg ${fmt(pg?.perStatement)} · per send: postgres.js ${fmt(js?.perSend)}, pg ${
         fmt(pg?.perSend)
       } · ` +
-        `per batch: postgres.js ${fmt(js?.perBatch)}, pg ${fmt(pg?.perBatch)}`;
+        `per batch: postgres.js ${fmt(js?.perBatch)}, pg ${fmt(pg?.perBatch)} · cold plain/Tier A/Tier B: postgres.js ${
+          js ? Object.values(js.cold).join("/") : "?"
+        }, pg ${pg ? Object.values(pg.cold).join("/") : "?"}`;
     }
     case "produce-send":
     case "produce-batch": {
