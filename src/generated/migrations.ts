@@ -1889,14 +1889,17 @@ export const functions: readonly FunctionFile[] = [
 
 -- The role calling the engine.
 create function :KEYQ_SCHEMA.caller() returns oid
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select r.oid from pg_catalog.pg_roles r
-   where r.rolname = case pg_catalog.current_setting('role')
-                       when 'none' then pg_catalog.session_user()::text
-                       else pg_catalog.current_setting('role') end
-$$;
+#variable_conflict use_column
+begin
+  return (
+    select r.oid from pg_catalog.pg_roles r
+     where r.rolname = case pg_catalog.current_setting('role')
+                         when 'none' then pg_catalog.session_user()::text
+                         else pg_catalog.current_setting('role') end);
+end $$;
 
 -- Which entry function each grant reaches (operate reaches all of them; the
 -- owner-only grant_access/revoke_access are in no list). The body of each
@@ -2140,9 +2143,12 @@ end $$;
 -- Helpers ---------------------------------------------------------------------
 
 create function :KEYQ_SCHEMA.lock_key(scope text, id bigint) returns bigint
-language sql immutable parallel safe
+language plpgsql immutable parallel safe
 set search_path = pg_catalog, pg_temp
-as $$ select hashtextextended(:KEYQ_SCHEMA_NAME || ':' || scope || ':' || id::text, 0) $$;
+as $$
+begin
+  return hashtextextended(:KEYQ_SCHEMA_NAME || ':' || scope || ':' || id::text, 0);
+end $$;
 
 create function :KEYQ_SCHEMA.get_queue(queue text) returns :KEYQ_SCHEMA.queue
 language plpgsql stable
@@ -2710,13 +2716,14 @@ begin
 end $$;
 
 create function :KEYQ_SCHEMA.event_json(e :KEYQ_SCHEMA.event, retry int default 0) returns jsonb
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select jsonb_build_object('id', e.ev_id::text, 'txid', e.ev_txid::text, 'type', e.ev_type,
-                            'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry,
-                            'trace', e.ev_trace)
-$$;
+begin
+  return jsonb_build_object('id', e.ev_id::text, 'txid', e.ev_txid::text, 'type', e.ev_type,
+                              'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry,
+                              'trace', e.ev_trace);
+end $$;
 
 -- Consumers -------------------------------------------------------------------
 
@@ -2989,27 +2996,33 @@ $$;
 -- Exponential backoff with "equal jitter": half of the delay is fixed and half
 -- random, so delays never shrink from one failure to the next.
 create function :KEYQ_SCHEMA.backoff(base float8, cap float8, failures int) returns interval
-language sql volatile
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
-as $$ select make_interval(secs => least(cap, base * 2 ^ least(failures - 1, 60)) * (0.5 + random() / 2)) $$;
+as $$
+begin
+  return make_interval(secs => least(cap, base * 2 ^ least(failures - 1, 60)) * (0.5 + random() / 2));
+end $$;
 
 -- Due retries of one consumer slot, oldest due first, then original order;
 -- row-locked for the batch (other workers skip them).
 create function :KEYQ_SCHEMA.take_retries(cid int, slot int, max_rows int) returns jsonb
-language sql volatile
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
-  select coalesce(jsonb_agg(jsonb_build_object(
-           'id', r.ev_id::text, 'txid', r.ev_txid::text, 'type', r.ev_type, 'key', r.ev_key,
-           'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true,
-           'trace', r.ev_trace)
-           order by r.due_at, r.ev_txid, r.ev_id), '[]')
-  from (select * from :KEYQ_SCHEMA.retry
-         where consumer_id = cid and slot = take_retries.slot and due_at <= clock_timestamp()
-         order by due_at, ev_txid, ev_id
-         limit max_rows
-         for update skip locked) r
-$$;
+#variable_conflict use_column
+begin
+  return (
+    select coalesce(jsonb_agg(jsonb_build_object(
+             'id', r.ev_id::text, 'txid', r.ev_txid::text, 'type', r.ev_type, 'key', r.ev_key,
+             'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true,
+             'trace', r.ev_trace)
+             order by r.due_at, r.ev_txid, r.ev_id), '[]')
+    from (select * from :KEYQ_SCHEMA.retry
+           where consumer_id = cid and slot = take_retries.slot and due_at <= clock_timestamp()
+           order by due_at, ev_txid, ev_id
+           limit max_rows
+           for update skip locked) r);
+end $$;
 
 -- The next events of cursor (c, s) after its durable position, at most max_rows
 -- (only the slot's own events for an ordered consumer), in (txid, id) order;
@@ -3128,13 +3141,16 @@ end $$;
 -- one aggregate (no function call per event). The payload is its JSON text
 -- as a json string: the client parses it only when a handler reads it.
 create function :KEYQ_SCHEMA.wire_rows(evs :KEYQ_SCHEMA.event[]) returns text
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select coalesce(json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data::text, e.ev_trace)
-                           order by e.i)::text, '[]')
-    from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i)
-$$;
+#variable_conflict use_column
+begin
+  return (
+    select coalesce(json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data::text, e.ev_trace)
+                             order by e.i)::text, '[]')
+      from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i));
+end $$;
 
 -- One batch of a plain consumer in the compact wire form (src/engine/wire.ts):
 -- {"busy": b, "retries": [event objects], "rows": wire_rows}, built as json
@@ -3501,26 +3517,35 @@ end $$;
 -- one window (one worker per bucket at a time) and the N of the slot index
 -- it reads through (shared with Tier B consumers of N = 16).
 create function :KEYQ_SCHEMA.xbuckets() returns int
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
-as $$ select 16 $$;
+as $$
+begin
+  return 16;
+end $$;
 
 -- The key bucket count of exclusive consumer c for windows planned now: the
 -- one set when it was created ("buckets" in its settings, a power of two
 -- from 16 to 256, never changed), else the count it grew to (consumer.buckets,
 -- 09_growth.sql), else 16.
 create function :KEYQ_SCHEMA.consumer_buckets(c :KEYQ_SCHEMA.consumer) returns int
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
-as $$ select coalesce((c.settings->>'buckets')::int, c.buckets, :KEYQ_SCHEMA.xbuckets()) $$;
+as $$
+begin
+  return coalesce((c.settings->>'buckets')::int, c.buckets, :KEYQ_SCHEMA.xbuckets());
+end $$;
 
 -- Whether chunks a and b hold events of a common key bucket (of one window
 -- or not): their buckets agree modulo the smaller count (counts are powers
 -- of two).
 create function :KEYQ_SCHEMA.chunk_overlaps(a_bucket int, a_n int, b_bucket int, b_n int) returns boolean
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
-as $$ select a_bucket % least(a_n, b_n) = b_bucket % least(a_n, b_n) $$;
+as $$
+begin
+  return a_bucket % least(a_n, b_n) = b_bucket % least(a_n, b_n);
+end $$;
 
 -- Gives the window range after the consumer's planned frontier one chunk
 -- per bucket, without reading an event: a bucket whose newest chunk is
@@ -3633,13 +3658,14 @@ end $$;
 -- workers still exclude newer ones) or the consumer's lockScope name, which
 -- consumers of one queue or several share.
 create function :KEYQ_SCHEMA.key_seed(c :KEYQ_SCHEMA.consumer, i int) returns bigint
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-  select case when c.settings ? 'lockScope' then :KEYQ_SCHEMA.lock_key('xscope:' || (c.settings->>'lockScope'), i)
-              when i = 0 then :KEYQ_SCHEMA.lock_key('xkey', c.consumer_id)
-              else :KEYQ_SCHEMA.lock_key('xkey' || i, c.consumer_id) end
-$$;
+begin
+  return case when c.settings ? 'lockScope' then :KEYQ_SCHEMA.lock_key('xscope:' || (c.settings->>'lockScope'), i)
+                when i = 0 then :KEYQ_SCHEMA.lock_key('xkey', c.consumer_id)
+                else :KEYQ_SCHEMA.lock_key('xkey' || i, c.consumer_id) end;
+end $$;
 
 -- Adds "locked" to each event: true when this transaction now holds one of
 -- the key's perKey locks (or the event has no key). Each distinct key is
@@ -3648,21 +3674,24 @@ $$;
 -- Events already marked locked (a second look) keep their lock: their key
 -- is not tried again. One statement for the whole batch.
 create function :KEYQ_SCHEMA.lock_keys(c :KEYQ_SCHEMA.consumer, events jsonb) returns jsonb
-language sql volatile
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
-  with ev as (
-    select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord)
-  ), keys as materialized (
-    select k.key, case when k.held then true
-                       else exists (select 1 from generate_series(0, coalesce((c.settings->>'perKey')::int, 1) - 1) i
-                                     where pg_try_advisory_xact_lock(hashtextextended(k.key, :KEYQ_SCHEMA.key_seed(c, i)))) end as ok
-      from (select e->>'key' as key, bool_or(coalesce((e->>'locked')::boolean, false)) as held
-              from ev where e->>'key' is not null group by e->>'key') k
-  )
-  select coalesce(jsonb_agg(ev.e || jsonb_build_object('locked', ev.e->>'key' is null or keys.ok) order by ev.ord), '[]')
-    from ev left join keys on keys.key = ev.e->>'key'
-$$;
+#variable_conflict use_column
+begin
+  return (
+    with ev as (
+      select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord)
+    ), keys as materialized (
+      select k.key, case when k.held then true
+                         else exists (select 1 from generate_series(0, coalesce((c.settings->>'perKey')::int, 1) - 1) i
+                                       where pg_try_advisory_xact_lock(hashtextextended(k.key, :KEYQ_SCHEMA.key_seed(c, i)))) end as ok
+        from (select e->>'key' as key, bool_or(coalesce((e->>'locked')::boolean, false)) as held
+                from ev where e->>'key' is not null group by e->>'key') k
+    )
+    select coalesce(jsonb_agg(ev.e || jsonb_build_object('locked', ev.e->>'key' is null or keys.ok) order by ev.ord), '[]')
+      from ev left join keys on keys.key = ev.e->>'key');
+end $$;
 
 -- Distinct keys one batch may lock. Advisory locks live in the server's
 -- shared lock table (max_locks_per_transaction * (max_connections +
@@ -3671,28 +3700,32 @@ $$;
 -- seen by every session). A batch takes at most a sixteenth of the table,
 -- and never less than one transaction's own share.
 create function :KEYQ_SCHEMA.key_budget() returns int
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select greatest(current_setting('max_locks_per_transaction')::int,
-                  current_setting('max_locks_per_transaction')::int
-                  * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int) / 16)
-$$;
+begin
+  return greatest(current_setting('max_locks_per_transaction')::int,
+                    current_setting('max_locks_per_transaction')::int
+                    * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int) / 16);
+end $$;
 
 -- How many leading events of evs hold at most budget distinct keys (null
 -- keys take no lock). The rest stays in the chunk for a later batch: nothing
 -- is skipped, reordered or charged a retry.
 create function :KEYQ_SCHEMA.keys_prefix(evs :KEYQ_SCHEMA.event[], budget int) returns int
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-  select coalesce(max(i), 0)::int
-    from (select i, sum(fresh::int) over (order by i) as keys
-            from (select i, (evs[i]).ev_key is not null
-                         and row_number() over (partition by (evs[i]).ev_key order by i) = 1 as fresh
-                    from generate_subscripts(evs, 1) i) f) k
-   where keys <= budget
-$$;
+#variable_conflict use_column
+begin
+  return (
+    select coalesce(max(i), 0)::int
+      from (select i, sum(fresh::int) over (order by i) as keys
+              from (select i, (evs[i]).ev_key is not null
+                           and row_number() over (partition by (evs[i]).ev_key order by i) = 1 as fresh
+                      from generate_subscripts(evs, 1) i) f) k
+     where keys <= budget);
+end $$;
 
 -- The events of chunk ch after its position (and up to its end position,
 -- for a piece cut by split_chunks), at most lim, in log order.
@@ -3716,17 +3749,21 @@ end $$;
 -- windows; taken only when nothing else is free, so no chunk waits on a
 -- stuck batch. Chunks in skip (given back by this batch) are not claimed.
 create function :KEYQ_SCHEMA.claim_chunk(c :KEYQ_SCHEMA.consumer, skip bigint[]) returns :KEYQ_SCHEMA.chunk
-language sql volatile
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
-  select * from :KEYQ_SCHEMA.chunk k
+#variable_conflict use_column
+declare ch :KEYQ_SCHEMA.chunk;
+begin
+  select * into ch from :KEYQ_SCHEMA.chunk k
    where k.consumer_id = c.consumer_id and k.chunk_id <> all (skip)
    order by exists (select 1 from :KEYQ_SCHEMA.chunk o
                      where o.consumer_id = k.consumer_id and o.chunk_id < k.chunk_id
                        and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets)),
             k.chunk_id
-   limit 1 for update skip locked
-$$;
+   limit 1 for update skip locked;
+  return ch;  -- all null when none is free
+end $$;
 
 -- Reads claimed chunk ch in part (at most take events and keys_left keys),
 -- advancing its position, or deleting it when read to its end.
@@ -4831,16 +4868,19 @@ end $$;
 -- The positions i (1-based, before the last) of evs after which a cut is
 -- key-safe within evs: no key of events 1..i has an event after i.
 create function :KEYQ_SCHEMA.key_safe_cuts(evs :KEYQ_SCHEMA.event[]) returns int[]
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-  select coalesce(array_agg(i order by i), '{}')
-    from (select i, max(reach) over (order by i) as reach
-            from (select i, case when (evs[i]).ev_key is null then i
-                                 else max(i) over (partition by (evs[i]).ev_key) end as reach
-                    from generate_subscripts(evs, 1) i) l) r
-   where reach = i and i < cardinality(evs)
-$$;
+#variable_conflict use_column
+begin
+  return (
+    select coalesce(array_agg(i order by i), '{}')
+      from (select i, max(reach) over (order by i) as reach
+              from (select i, case when (evs[i]).ev_key is null then i
+                                   else max(i) over (partition by (evs[i]).ev_key) end as reach
+                      from generate_subscripts(evs, 1) i) l) r
+     where reach = i and i < cardinality(evs));
+end $$;
 
 -- Cuts each free chunk of c that is alone in its bucket and holds more
 -- events than one batch (size events) into pieces, so that whatever a batch
@@ -4975,9 +5015,12 @@ end $$;
 -- consumer holds while it has work (the second is the consumer's id): how
 -- starved() counts the batches in flight, in pg_locks.
 create function :KEYQ_SCHEMA.batch_lock_class() returns int
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
-as $$ select hashtext(:KEYQ_SCHEMA_NAME || ':xbatch') $$;
+as $$
+begin
+  return hashtext(:KEYQ_SCHEMA_NAME || ':xbatch');
+end $$;
 
 -- Whether a batch of c that found no chunk free starves for buckets: c may
 -- grow, and at least as many other batches of c are in flight as c has
@@ -4985,16 +5028,19 @@ as $$ select hashtext(:KEYQ_SCHEMA_NAME || ':xbatch') $$;
 -- empty chunks of sparse windows hold many chunk rows but are few: they do
 -- not count as starvation, since more buckets would not help them.
 create function :KEYQ_SCHEMA.starved(c :KEYQ_SCHEMA.consumer) returns boolean
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select not (c.settings ? 'buckets') and :KEYQ_SCHEMA.consumer_buckets(c) < 256
-     and (select count(*) from pg_locks l
-           where l.locktype = 'advisory' and l.granted and l.objsubid = 2
-             and l.database = (select oid from pg_database where datname = current_database())
-             and l.classid = :KEYQ_SCHEMA.batch_lock_class()::oid and l.objid = c.consumer_id::oid)
-         >= :KEYQ_SCHEMA.consumer_buckets(c)
-$$;
+#variable_conflict use_column
+begin
+  return (
+    select not (c.settings ? 'buckets') and :KEYQ_SCHEMA.consumer_buckets(c) < 256
+       and (select count(*) from pg_locks l
+             where l.locktype = 'advisory' and l.granted and l.objsubid = 2
+               and l.database = (select oid from pg_database where datname = current_database())
+               and l.classid = :KEYQ_SCHEMA.batch_lock_class()::oid and l.objid = c.consumer_id::oid)
+           >= :KEYQ_SCHEMA.consumer_buckets(c));
+end $$;
 
 -- Doubles c's bucket count when it is still grow_from (a worker saw its
 -- batches starve at that count; a second worker's report of the same
@@ -5108,7 +5154,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "12159ef90f91cb87f81a06d662e30898738a1e1979b22742701edcc2f43207e1";
+export const functionsHash: string = "d7cb1c24cdf52b25999298d8addf4a509e73b6831bfca7d30bef9b74a8d94464";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5118,4 +5164,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 26;
+export const functionsSerial: number = 27;

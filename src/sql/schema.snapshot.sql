@@ -367,15 +367,21 @@ begin
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.backoff(base double precision, cap double precision, failures integer)
  RETURNS interval
- LANGUAGE sql
+ LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select make_interval(secs => least(cap, base * 2 ^ least(failures - 1, 60)) * (0.5 + random() / 2)) $function$;
+AS $function$
+begin
+  return make_interval(secs => least(cap, base * 2 ^ least(failures - 1, 60)) * (0.5 + random() / 2));
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.batch_lock_class()
  RETURNS integer
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select hashtext(:KEYQ_SCHEMA_NAME || ':xbatch') $function$;
+AS $function$
+begin
+  return hashtext(:KEYQ_SCHEMA_NAME || ':xbatch');
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.block_key(c :KEYQ_SCHEMA.consumer, slot integer, key text, head bigint)
  RETURNS void
  LANGUAGE sql
@@ -405,15 +411,18 @@ AS $function$
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.caller()
  RETURNS oid
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select r.oid from pg_catalog.pg_roles r
-   where r.rolname = case pg_catalog.current_setting('role')
-                       when 'none' then pg_catalog.session_user()::text
-                       else pg_catalog.current_setting('role') end
-$function$;
+#variable_conflict use_column
+begin
+  return (
+    select r.oid from pg_catalog.pg_roles r
+     where r.rolname = case pg_catalog.current_setting('role')
+                         when 'none' then pg_catalog.session_user()::text
+                         else pg_catalog.current_setting('role') end);
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.check_slots(c :KEYQ_SCHEMA.consumer, queue text, slot_count integer)
  RETURNS void
  LANGUAGE plpgsql
@@ -441,23 +450,30 @@ begin
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.chunk_overlaps(a_bucket integer, a_n integer, b_bucket integer, b_n integer)
  RETURNS boolean
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select a_bucket % least(a_n, b_n) = b_bucket % least(a_n, b_n) $function$;
+AS $function$
+begin
+  return a_bucket % least(a_n, b_n) = b_bucket % least(a_n, b_n);
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.claim_chunk(c :KEYQ_SCHEMA.consumer, skip bigint[])
  RETURNS :KEYQ_SCHEMA.chunk
- LANGUAGE sql
+ LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select * from :KEYQ_SCHEMA.chunk k
+#variable_conflict use_column
+declare ch :KEYQ_SCHEMA.chunk;
+begin
+  select * into ch from :KEYQ_SCHEMA.chunk k
    where k.consumer_id = c.consumer_id and k.chunk_id <> all (skip)
    order by exists (select 1 from :KEYQ_SCHEMA.chunk o
                      where o.consumer_id = k.consumer_id and o.chunk_id < k.chunk_id
                        and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets)),
             k.chunk_id
-   limit 1 for update skip locked
-$function$;
+   limit 1 for update skip locked;
+  return ch;  -- all null when none is free
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.claim_dedup(q :KEYQ_SCHEMA.queue, k text, ttl double precision, new_id bigint DEFAULT NULL::bigint, OUT id bigint, OUT deduped boolean)
  RETURNS record
  LANGUAGE plpgsql
@@ -520,10 +536,13 @@ begin
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.consumer_buckets(c :KEYQ_SCHEMA.consumer)
  RETURNS integer
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select coalesce((c.settings->>'buckets')::int, c.buckets, :KEYQ_SCHEMA.xbuckets()) $function$;
+AS $function$
+begin
+  return coalesce((c.settings->>'buckets')::int, c.buckets, :KEYQ_SCHEMA.xbuckets());
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.consumer_slot_of(queue text, consumer text, key text, slot_count integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -825,14 +844,15 @@ AS $function$
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.event_json(e :KEYQ_SCHEMA.event, retry integer DEFAULT 0)
  RETURNS jsonb
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select jsonb_build_object('id', e.ev_id::text, 'txid', e.ev_txid::text, 'type', e.ev_type,
-                            'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry,
-                            'trace', e.ev_trace)
-$function$;
+begin
+  return jsonb_build_object('id', e.ev_id::text, 'txid', e.ev_txid::text, 'type', e.ev_type,
+                              'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry,
+                              'trace', e.ev_trace);
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.event_row(qid integer, txid xid8, id bigint)
  RETURNS :KEYQ_SCHEMA.event
  LANGUAGE plpgsql
@@ -1017,14 +1037,15 @@ begin
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_budget()
  RETURNS integer
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select greatest(current_setting('max_locks_per_transaction')::int,
-                  current_setting('max_locks_per_transaction')::int
-                  * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int) / 16)
-$function$;
+begin
+  return greatest(current_setting('max_locks_per_transaction')::int,
+                    current_setting('max_locks_per_transaction')::int
+                    * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int) / 16);
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_events(q :KEYQ_SCHEMA.queue, key text, start jsonb, after text, max_rows integer)
  RETURNS TABLE(w bigint, e :KEYQ_SCHEMA.event)
  LANGUAGE plpgsql
@@ -1091,40 +1112,47 @@ AS $function$
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_safe_cuts(evs :KEYQ_SCHEMA.event[])
  RETURNS integer[]
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select coalesce(array_agg(i order by i), '{}')
-    from (select i, max(reach) over (order by i) as reach
-            from (select i, case when (evs[i]).ev_key is null then i
-                                 else max(i) over (partition by (evs[i]).ev_key) end as reach
-                    from generate_subscripts(evs, 1) i) l) r
-   where reach = i and i < cardinality(evs)
-$function$;
+#variable_conflict use_column
+begin
+  return (
+    select coalesce(array_agg(i order by i), '{}')
+      from (select i, max(reach) over (order by i) as reach
+              from (select i, case when (evs[i]).ev_key is null then i
+                                   else max(i) over (partition by (evs[i]).ev_key) end as reach
+                      from generate_subscripts(evs, 1) i) l) r
+     where reach = i and i < cardinality(evs));
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_seed(c :KEYQ_SCHEMA.consumer, i integer)
  RETURNS bigint
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select case when c.settings ? 'lockScope' then :KEYQ_SCHEMA.lock_key('xscope:' || (c.settings->>'lockScope'), i)
-              when i = 0 then :KEYQ_SCHEMA.lock_key('xkey', c.consumer_id)
-              else :KEYQ_SCHEMA.lock_key('xkey' || i, c.consumer_id) end
-$function$;
+begin
+  return case when c.settings ? 'lockScope' then :KEYQ_SCHEMA.lock_key('xscope:' || (c.settings->>'lockScope'), i)
+                when i = 0 then :KEYQ_SCHEMA.lock_key('xkey', c.consumer_id)
+                else :KEYQ_SCHEMA.lock_key('xkey' || i, c.consumer_id) end;
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.keys_prefix(evs :KEYQ_SCHEMA.event[], budget integer)
  RETURNS integer
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select coalesce(max(i), 0)::int
-    from (select i, sum(fresh::int) over (order by i) as keys
-            from (select i, (evs[i]).ev_key is not null
-                         and row_number() over (partition by (evs[i]).ev_key order by i) = 1 as fresh
-                    from generate_subscripts(evs, 1) i) f) k
-   where keys <= budget
-$function$;
+#variable_conflict use_column
+begin
+  return (
+    select coalesce(max(i), 0)::int
+      from (select i, sum(fresh::int) over (order by i) as keys
+              from (select i, (evs[i]).ev_key is not null
+                           and row_number() over (partition by (evs[i]).ev_key order by i) = 1 as fresh
+                      from generate_subscripts(evs, 1) i) f) k
+     where keys <= budget);
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.list_grants()
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1149,27 +1177,33 @@ AS $function$
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.lock_key(scope text, id bigint)
  RETURNS bigint
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE PARALLEL SAFE
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select hashtextextended(:KEYQ_SCHEMA_NAME || ':' || scope || ':' || id::text, 0) $function$;
+AS $function$
+begin
+  return hashtextextended(:KEYQ_SCHEMA_NAME || ':' || scope || ':' || id::text, 0);
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.lock_keys(c :KEYQ_SCHEMA.consumer, events jsonb)
  RETURNS jsonb
- LANGUAGE sql
+ LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  with ev as (
-    select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord)
-  ), keys as materialized (
-    select k.key, case when k.held then true
-                       else exists (select 1 from generate_series(0, coalesce((c.settings->>'perKey')::int, 1) - 1) i
-                                     where pg_try_advisory_xact_lock(hashtextextended(k.key, :KEYQ_SCHEMA.key_seed(c, i)))) end as ok
-      from (select e->>'key' as key, bool_or(coalesce((e->>'locked')::boolean, false)) as held
-              from ev where e->>'key' is not null group by e->>'key') k
-  )
-  select coalesce(jsonb_agg(ev.e || jsonb_build_object('locked', ev.e->>'key' is null or keys.ok) order by ev.ord), '[]')
-    from ev left join keys on keys.key = ev.e->>'key'
-$function$;
+#variable_conflict use_column
+begin
+  return (
+    with ev as (
+      select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord)
+    ), keys as materialized (
+      select k.key, case when k.held then true
+                         else exists (select 1 from generate_series(0, coalesce((c.settings->>'perKey')::int, 1) - 1) i
+                                       where pg_try_advisory_xact_lock(hashtextextended(k.key, :KEYQ_SCHEMA.key_seed(c, i)))) end as ok
+        from (select e->>'key' as key, bool_or(coalesce((e->>'locked')::boolean, false)) as held
+                from ev where e->>'key' is not null group by e->>'key') k
+    )
+    select coalesce(jsonb_agg(ev.e || jsonb_build_object('locked', ev.e->>'key' is null or keys.ok) order by ev.ord), '[]')
+      from ev left join keys on keys.key = ev.e->>'key');
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.maintain(queue text, force_rotate boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2400,17 +2434,20 @@ begin
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.starved(c :KEYQ_SCHEMA.consumer)
  RETURNS boolean
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select not (c.settings ? 'buckets') and :KEYQ_SCHEMA.consumer_buckets(c) < 256
-     and (select count(*) from pg_locks l
-           where l.locktype = 'advisory' and l.granted and l.objsubid = 2
-             and l.database = (select oid from pg_database where datname = current_database())
-             and l.classid = :KEYQ_SCHEMA.batch_lock_class()::oid and l.objid = c.consumer_id::oid)
-         >= :KEYQ_SCHEMA.consumer_buckets(c)
-$function$;
+#variable_conflict use_column
+begin
+  return (
+    select not (c.settings ? 'buckets') and :KEYQ_SCHEMA.consumer_buckets(c) < 256
+       and (select count(*) from pg_locks l
+             where l.locktype = 'advisory' and l.granted and l.objsubid = 2
+               and l.database = (select oid from pg_database where datname = current_database())
+               and l.classid = :KEYQ_SCHEMA.batch_lock_class()::oid and l.objid = c.consumer_id::oid)
+           >= :KEYQ_SCHEMA.consumer_buckets(c));
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.status(queue text DEFAULT NULL::text, stale_after double precision DEFAULT 300, after_queue text DEFAULT NULL::text, max_queues integer DEFAULT NULL::integer)
  RETURNS jsonb
  LANGUAGE sql
@@ -2578,20 +2615,23 @@ begin
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.take_retries(cid integer, slot integer, max_rows integer)
  RETURNS jsonb
- LANGUAGE sql
+ LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select coalesce(jsonb_agg(jsonb_build_object(
-           'id', r.ev_id::text, 'txid', r.ev_txid::text, 'type', r.ev_type, 'key', r.ev_key,
-           'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true,
-           'trace', r.ev_trace)
-           order by r.due_at, r.ev_txid, r.ev_id), '[]')
-  from (select * from :KEYQ_SCHEMA.retry
-         where consumer_id = cid and slot = take_retries.slot and due_at <= clock_timestamp()
-         order by due_at, ev_txid, ev_id
-         limit max_rows
-         for update skip locked) r
-$function$;
+#variable_conflict use_column
+begin
+  return (
+    select coalesce(jsonb_agg(jsonb_build_object(
+             'id', r.ev_id::text, 'txid', r.ev_txid::text, 'type', r.ev_type, 'key', r.ev_key,
+             'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true,
+             'trace', r.ev_trace)
+             order by r.due_at, r.ev_txid, r.ev_id), '[]')
+    from (select * from :KEYQ_SCHEMA.retry
+           where consumer_id = cid and slot = take_retries.slot and due_at <= clock_timestamp()
+           order by due_at, ev_txid, ev_id
+           limit max_rows
+           for update skip locked) r);
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.tick(queue text, force boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2882,20 +2922,26 @@ begin
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.wire_rows(evs :KEYQ_SCHEMA.event[])
  RETURNS text
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select coalesce(json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data::text, e.ev_trace)
-                           order by e.i)::text, '[]')
-    from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i)
-$function$;
+#variable_conflict use_column
+begin
+  return (
+    select coalesce(json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data::text, e.ev_trace)
+                             order by e.i)::text, '[]')
+      from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i));
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.xbuckets()
  RETURNS integer
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select 16 $function$;
+AS $function$
+begin
+  return 16;
+end $function$;
 
 -- triggers --------------------------------------------------------------------
 

@@ -19,14 +19,17 @@
 
 -- The role calling the engine.
 create function :KEYQ_SCHEMA.caller() returns oid
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select r.oid from pg_catalog.pg_roles r
-   where r.rolname = case pg_catalog.current_setting('role')
-                       when 'none' then pg_catalog.session_user()::text
-                       else pg_catalog.current_setting('role') end
-$$;
+#variable_conflict use_column
+begin
+  return (
+    select r.oid from pg_catalog.pg_roles r
+     where r.rolname = case pg_catalog.current_setting('role')
+                         when 'none' then pg_catalog.session_user()::text
+                         else pg_catalog.current_setting('role') end);
+end $$;
 
 -- Which entry function each grant reaches (operate reaches all of them; the
 -- owner-only grant_access/revoke_access are in no list). The body of each

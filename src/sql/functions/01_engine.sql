@@ -15,9 +15,12 @@
 -- Helpers ---------------------------------------------------------------------
 
 create function :KEYQ_SCHEMA.lock_key(scope text, id bigint) returns bigint
-language sql immutable parallel safe
+language plpgsql immutable parallel safe
 set search_path = pg_catalog, pg_temp
-as $$ select hashtextextended(:KEYQ_SCHEMA_NAME || ':' || scope || ':' || id::text, 0) $$;
+as $$
+begin
+  return hashtextextended(:KEYQ_SCHEMA_NAME || ':' || scope || ':' || id::text, 0);
+end $$;
 
 create function :KEYQ_SCHEMA.get_queue(queue text) returns :KEYQ_SCHEMA.queue
 language plpgsql stable
@@ -585,13 +588,14 @@ begin
 end $$;
 
 create function :KEYQ_SCHEMA.event_json(e :KEYQ_SCHEMA.event, retry int default 0) returns jsonb
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select jsonb_build_object('id', e.ev_id::text, 'txid', e.ev_txid::text, 'type', e.ev_type,
-                            'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry,
-                            'trace', e.ev_trace)
-$$;
+begin
+  return jsonb_build_object('id', e.ev_id::text, 'txid', e.ev_txid::text, 'type', e.ev_type,
+                              'key', e.ev_key, 'payload', e.ev_data, 'time', e.ev_time, 'retry', retry,
+                              'trace', e.ev_trace);
+end $$;
 
 -- Consumers -------------------------------------------------------------------
 

@@ -18,27 +18,33 @@ $$;
 -- Exponential backoff with "equal jitter": half of the delay is fixed and half
 -- random, so delays never shrink from one failure to the next.
 create function :KEYQ_SCHEMA.backoff(base float8, cap float8, failures int) returns interval
-language sql volatile
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
-as $$ select make_interval(secs => least(cap, base * 2 ^ least(failures - 1, 60)) * (0.5 + random() / 2)) $$;
+as $$
+begin
+  return make_interval(secs => least(cap, base * 2 ^ least(failures - 1, 60)) * (0.5 + random() / 2));
+end $$;
 
 -- Due retries of one consumer slot, oldest due first, then original order;
 -- row-locked for the batch (other workers skip them).
 create function :KEYQ_SCHEMA.take_retries(cid int, slot int, max_rows int) returns jsonb
-language sql volatile
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
-  select coalesce(jsonb_agg(jsonb_build_object(
-           'id', r.ev_id::text, 'txid', r.ev_txid::text, 'type', r.ev_type, 'key', r.ev_key,
-           'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true,
-           'trace', r.ev_trace)
-           order by r.due_at, r.ev_txid, r.ev_id), '[]')
-  from (select * from :KEYQ_SCHEMA.retry
-         where consumer_id = cid and slot = take_retries.slot and due_at <= clock_timestamp()
-         order by due_at, ev_txid, ev_id
-         limit max_rows
-         for update skip locked) r
-$$;
+#variable_conflict use_column
+begin
+  return (
+    select coalesce(jsonb_agg(jsonb_build_object(
+             'id', r.ev_id::text, 'txid', r.ev_txid::text, 'type', r.ev_type, 'key', r.ev_key,
+             'payload', r.ev_data, 'time', r.ev_time, 'retry', r.retry, 'redelivered', true,
+             'trace', r.ev_trace)
+             order by r.due_at, r.ev_txid, r.ev_id), '[]')
+    from (select * from :KEYQ_SCHEMA.retry
+           where consumer_id = cid and slot = take_retries.slot and due_at <= clock_timestamp()
+           order by due_at, ev_txid, ev_id
+           limit max_rows
+           for update skip locked) r);
+end $$;
 
 -- The next events of cursor (c, s) after its durable position, at most max_rows
 -- (only the slot's own events for an ordered consumer), in (txid, id) order;
@@ -157,13 +163,16 @@ end $$;
 -- one aggregate (no function call per event). The payload is its JSON text
 -- as a json string: the client parses it only when a handler reads it.
 create function :KEYQ_SCHEMA.wire_rows(evs :KEYQ_SCHEMA.event[]) returns text
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select coalesce(json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data::text, e.ev_trace)
-                           order by e.i)::text, '[]')
-    from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i)
-$$;
+#variable_conflict use_column
+begin
+  return (
+    select coalesce(json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data::text, e.ev_trace)
+                             order by e.i)::text, '[]')
+      from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i));
+end $$;
 
 -- One batch of a plain consumer in the compact wire form (src/engine/wire.ts):
 -- {"busy": b, "retries": [event objects], "rows": wire_rows}, built as json

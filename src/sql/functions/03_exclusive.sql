@@ -42,26 +42,35 @@
 -- one window (one worker per bucket at a time) and the N of the slot index
 -- it reads through (shared with Tier B consumers of N = 16).
 create function :KEYQ_SCHEMA.xbuckets() returns int
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
-as $$ select 16 $$;
+as $$
+begin
+  return 16;
+end $$;
 
 -- The key bucket count of exclusive consumer c for windows planned now: the
 -- one set when it was created ("buckets" in its settings, a power of two
 -- from 16 to 256, never changed), else the count it grew to (consumer.buckets,
 -- 09_growth.sql), else 16.
 create function :KEYQ_SCHEMA.consumer_buckets(c :KEYQ_SCHEMA.consumer) returns int
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
-as $$ select coalesce((c.settings->>'buckets')::int, c.buckets, :KEYQ_SCHEMA.xbuckets()) $$;
+as $$
+begin
+  return coalesce((c.settings->>'buckets')::int, c.buckets, :KEYQ_SCHEMA.xbuckets());
+end $$;
 
 -- Whether chunks a and b hold events of a common key bucket (of one window
 -- or not): their buckets agree modulo the smaller count (counts are powers
 -- of two).
 create function :KEYQ_SCHEMA.chunk_overlaps(a_bucket int, a_n int, b_bucket int, b_n int) returns boolean
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
-as $$ select a_bucket % least(a_n, b_n) = b_bucket % least(a_n, b_n) $$;
+as $$
+begin
+  return a_bucket % least(a_n, b_n) = b_bucket % least(a_n, b_n);
+end $$;
 
 -- Gives the window range after the consumer's planned frontier one chunk
 -- per bucket, without reading an event: a bucket whose newest chunk is
@@ -174,13 +183,14 @@ end $$;
 -- workers still exclude newer ones) or the consumer's lockScope name, which
 -- consumers of one queue or several share.
 create function :KEYQ_SCHEMA.key_seed(c :KEYQ_SCHEMA.consumer, i int) returns bigint
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-  select case when c.settings ? 'lockScope' then :KEYQ_SCHEMA.lock_key('xscope:' || (c.settings->>'lockScope'), i)
-              when i = 0 then :KEYQ_SCHEMA.lock_key('xkey', c.consumer_id)
-              else :KEYQ_SCHEMA.lock_key('xkey' || i, c.consumer_id) end
-$$;
+begin
+  return case when c.settings ? 'lockScope' then :KEYQ_SCHEMA.lock_key('xscope:' || (c.settings->>'lockScope'), i)
+                when i = 0 then :KEYQ_SCHEMA.lock_key('xkey', c.consumer_id)
+                else :KEYQ_SCHEMA.lock_key('xkey' || i, c.consumer_id) end;
+end $$;
 
 -- Adds "locked" to each event: true when this transaction now holds one of
 -- the key's perKey locks (or the event has no key). Each distinct key is
@@ -189,21 +199,24 @@ $$;
 -- Events already marked locked (a second look) keep their lock: their key
 -- is not tried again. One statement for the whole batch.
 create function :KEYQ_SCHEMA.lock_keys(c :KEYQ_SCHEMA.consumer, events jsonb) returns jsonb
-language sql volatile
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
-  with ev as (
-    select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord)
-  ), keys as materialized (
-    select k.key, case when k.held then true
-                       else exists (select 1 from generate_series(0, coalesce((c.settings->>'perKey')::int, 1) - 1) i
-                                     where pg_try_advisory_xact_lock(hashtextextended(k.key, :KEYQ_SCHEMA.key_seed(c, i)))) end as ok
-      from (select e->>'key' as key, bool_or(coalesce((e->>'locked')::boolean, false)) as held
-              from ev where e->>'key' is not null group by e->>'key') k
-  )
-  select coalesce(jsonb_agg(ev.e || jsonb_build_object('locked', ev.e->>'key' is null or keys.ok) order by ev.ord), '[]')
-    from ev left join keys on keys.key = ev.e->>'key'
-$$;
+#variable_conflict use_column
+begin
+  return (
+    with ev as (
+      select e, ord from jsonb_array_elements(events) with ordinality as t(e, ord)
+    ), keys as materialized (
+      select k.key, case when k.held then true
+                         else exists (select 1 from generate_series(0, coalesce((c.settings->>'perKey')::int, 1) - 1) i
+                                       where pg_try_advisory_xact_lock(hashtextextended(k.key, :KEYQ_SCHEMA.key_seed(c, i)))) end as ok
+        from (select e->>'key' as key, bool_or(coalesce((e->>'locked')::boolean, false)) as held
+                from ev where e->>'key' is not null group by e->>'key') k
+    )
+    select coalesce(jsonb_agg(ev.e || jsonb_build_object('locked', ev.e->>'key' is null or keys.ok) order by ev.ord), '[]')
+      from ev left join keys on keys.key = ev.e->>'key');
+end $$;
 
 -- Distinct keys one batch may lock. Advisory locks live in the server's
 -- shared lock table (max_locks_per_transaction * (max_connections +
@@ -212,28 +225,32 @@ $$;
 -- seen by every session). A batch takes at most a sixteenth of the table,
 -- and never less than one transaction's own share.
 create function :KEYQ_SCHEMA.key_budget() returns int
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select greatest(current_setting('max_locks_per_transaction')::int,
-                  current_setting('max_locks_per_transaction')::int
-                  * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int) / 16)
-$$;
+begin
+  return greatest(current_setting('max_locks_per_transaction')::int,
+                    current_setting('max_locks_per_transaction')::int
+                    * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int) / 16);
+end $$;
 
 -- How many leading events of evs hold at most budget distinct keys (null
 -- keys take no lock). The rest stays in the chunk for a later batch: nothing
 -- is skipped, reordered or charged a retry.
 create function :KEYQ_SCHEMA.keys_prefix(evs :KEYQ_SCHEMA.event[], budget int) returns int
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-  select coalesce(max(i), 0)::int
-    from (select i, sum(fresh::int) over (order by i) as keys
-            from (select i, (evs[i]).ev_key is not null
-                         and row_number() over (partition by (evs[i]).ev_key order by i) = 1 as fresh
-                    from generate_subscripts(evs, 1) i) f) k
-   where keys <= budget
-$$;
+#variable_conflict use_column
+begin
+  return (
+    select coalesce(max(i), 0)::int
+      from (select i, sum(fresh::int) over (order by i) as keys
+              from (select i, (evs[i]).ev_key is not null
+                           and row_number() over (partition by (evs[i]).ev_key order by i) = 1 as fresh
+                      from generate_subscripts(evs, 1) i) f) k
+     where keys <= budget);
+end $$;
 
 -- The events of chunk ch after its position (and up to its end position,
 -- for a piece cut by split_chunks), at most lim, in log order.
@@ -257,17 +274,21 @@ end $$;
 -- windows; taken only when nothing else is free, so no chunk waits on a
 -- stuck batch. Chunks in skip (given back by this batch) are not claimed.
 create function :KEYQ_SCHEMA.claim_chunk(c :KEYQ_SCHEMA.consumer, skip bigint[]) returns :KEYQ_SCHEMA.chunk
-language sql volatile
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
-  select * from :KEYQ_SCHEMA.chunk k
+#variable_conflict use_column
+declare ch :KEYQ_SCHEMA.chunk;
+begin
+  select * into ch from :KEYQ_SCHEMA.chunk k
    where k.consumer_id = c.consumer_id and k.chunk_id <> all (skip)
    order by exists (select 1 from :KEYQ_SCHEMA.chunk o
                      where o.consumer_id = k.consumer_id and o.chunk_id < k.chunk_id
                        and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets)),
             k.chunk_id
-   limit 1 for update skip locked
-$$;
+   limit 1 for update skip locked;
+  return ch;  -- all null when none is free
+end $$;
 
 -- Reads claimed chunk ch in part (at most take events and keys_left keys),
 -- advancing its position, or deleting it when read to its end.

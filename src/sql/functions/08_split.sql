@@ -5,16 +5,19 @@
 -- The positions i (1-based, before the last) of evs after which a cut is
 -- key-safe within evs: no key of events 1..i has an event after i.
 create function :KEYQ_SCHEMA.key_safe_cuts(evs :KEYQ_SCHEMA.event[]) returns int[]
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-  select coalesce(array_agg(i order by i), '{}')
-    from (select i, max(reach) over (order by i) as reach
-            from (select i, case when (evs[i]).ev_key is null then i
-                                 else max(i) over (partition by (evs[i]).ev_key) end as reach
-                    from generate_subscripts(evs, 1) i) l) r
-   where reach = i and i < cardinality(evs)
-$$;
+#variable_conflict use_column
+begin
+  return (
+    select coalesce(array_agg(i order by i), '{}')
+      from (select i, max(reach) over (order by i) as reach
+              from (select i, case when (evs[i]).ev_key is null then i
+                                   else max(i) over (partition by (evs[i]).ev_key) end as reach
+                      from generate_subscripts(evs, 1) i) l) r
+     where reach = i and i < cardinality(evs));
+end $$;
 
 -- Cuts each free chunk of c that is alone in its bucket and holds more
 -- events than one batch (size events) into pieces, so that whatever a batch

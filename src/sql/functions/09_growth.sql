@@ -17,9 +17,12 @@
 -- consumer holds while it has work (the second is the consumer's id): how
 -- starved() counts the batches in flight, in pg_locks.
 create function :KEYQ_SCHEMA.batch_lock_class() returns int
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
-as $$ select hashtext(:KEYQ_SCHEMA_NAME || ':xbatch') $$;
+as $$
+begin
+  return hashtext(:KEYQ_SCHEMA_NAME || ':xbatch');
+end $$;
 
 -- Whether a batch of c that found no chunk free starves for buckets: c may
 -- grow, and at least as many other batches of c are in flight as c has
@@ -27,16 +30,19 @@ as $$ select hashtext(:KEYQ_SCHEMA_NAME || ':xbatch') $$;
 -- empty chunks of sparse windows hold many chunk rows but are few: they do
 -- not count as starvation, since more buckets would not help them.
 create function :KEYQ_SCHEMA.starved(c :KEYQ_SCHEMA.consumer) returns boolean
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
-  select not (c.settings ? 'buckets') and :KEYQ_SCHEMA.consumer_buckets(c) < 256
-     and (select count(*) from pg_locks l
-           where l.locktype = 'advisory' and l.granted and l.objsubid = 2
-             and l.database = (select oid from pg_database where datname = current_database())
-             and l.classid = :KEYQ_SCHEMA.batch_lock_class()::oid and l.objid = c.consumer_id::oid)
-         >= :KEYQ_SCHEMA.consumer_buckets(c)
-$$;
+#variable_conflict use_column
+begin
+  return (
+    select not (c.settings ? 'buckets') and :KEYQ_SCHEMA.consumer_buckets(c) < 256
+       and (select count(*) from pg_locks l
+             where l.locktype = 'advisory' and l.granted and l.objsubid = 2
+               and l.database = (select oid from pg_database where datname = current_database())
+               and l.classid = :KEYQ_SCHEMA.batch_lock_class()::oid and l.objid = c.consumer_id::oid)
+           >= :KEYQ_SCHEMA.consumer_buckets(c));
+end $$;
 
 -- Doubles c's bucket count when it is still grow_from (a worker saw its
 -- batches starve at that count; a second worker's report of the same
