@@ -488,6 +488,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "lock_keys",
   "park_events",
   "plan_chunks",
+  "prepared_call",
   "prune_ticks",
   "read_chunk_part",
   "recut_chunks",

@@ -2562,15 +2562,43 @@ end $$;
 
 -- Ticker ----------------------------------------------------------------------
 
+-- "execute <name>(<args>)" for this session's prepared statement of query
+-- (its parameters typed by types), prepared first when missing. The reads
+-- of one queue's partitions address them by name (see has_pending), so
+-- they are dynamic SQL, which plans every call (~0.2 ms each, 2 to 4 a
+-- batch; execution is often less); a prepared statement keeps its generic
+-- plan (the callers force it: their plans do not depend on the values). The
+-- name is a hash of the text, which holds the schema and the queue's table,
+-- so one session serves several schemas. A server session keeps at most
+-- 256 of them: the oldest is deallocated first. Arguments are keyq's own
+-- snapshots, positions and counts, written as literals (EXECUTE takes no
+-- bind parameters); never a key or a payload.
+create function :KEYQ_SCHEMA.prepared_call(query text, types text, args text[]) returns text
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare n text := 'keyq_' || md5(types || ':' || query);
+begin
+  if not exists (select 1 from pg_prepared_statements p where p.name = n) then
+    if (select count(*) from pg_prepared_statements p where p.name like 'keyq\\_%') >= 256 then
+      execute format('deallocate %I', (select p.name from pg_prepared_statements p where p.name like 'keyq\\_%'
+                                         order by p.prepare_time limit 1));
+    end if;
+    execute format('prepare %I(%s) as %s', n, types, query);
+  end if;
+  return format('execute %I(%s)', n, (select string_agg(quote_nullable(a), ', ' order by i) from unnest(args) with ordinality as u(a, i)));
+end $$;
+
 -- True when an event committed that the last tick does not cover. Only the
 -- txids the snapshot could not see are probed (>= its xmax, or in its xip),
 -- so a long transaction holding xmin back does not widen the scan. Sequential
 -- scans are off: with no statistics yet the planner may otherwise read the
 -- whole table to prove that nothing is pending, on every run.
 create function :KEYQ_SCHEMA.has_pending(qid int, snap pg_snapshot) returns boolean
-language plpgsql stable
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 set enable_seqscan = off
+set plan_cache_mode = force_generic_plan
 as $$
 declare found_one boolean;
 begin
@@ -2578,11 +2606,11 @@ begin
   -- statement on the parent with the queue id as a parameter plans, opens
   -- and locks every queue's partitions, so its cost grew with the number of
   -- queues (and its locks filled the shared lock table).
-  execute format($q$
+  execute :KEYQ_SCHEMA.prepared_call(format($q$
     select exists (select 1 from %1$I.%2$I where ev_txid >= pg_catalog.pg_snapshot_xmax($1))
         or exists (select 1 from %1$I.%2$I where ev_txid = any (array(select pg_catalog.pg_snapshot_xip($1)))) $q$,
-    :KEYQ_SCHEMA_NAME, 'event_' || qid)
-    into found_one using snap;
+    :KEYQ_SCHEMA_NAME, 'event_' || qid), 'pg_snapshot', array[snap::text])
+    into found_one;
   return found_one;
 end $$;
 
@@ -2649,15 +2677,16 @@ end $$;
 create function :KEYQ_SCHEMA.window_events(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int
 ) returns setof :KEYQ_SCHEMA.event
-language plpgsql stable
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 set enable_sort = off
 set enable_seqscan = off
 set jit = off
+set plan_cache_mode = force_generic_plan
 as $$
 begin
-  -- The queue's own partition by name (see has_pending).
-  return query execute format($q$
+  -- The queue's own partition by name (see has_pending), prepared once a session (prepared_call).
+  return query execute :KEYQ_SCHEMA.prepared_call(format($q$
   select w.* from (
     (select e.* from %1$I.%2$I e
       where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
@@ -2671,8 +2700,8 @@ begin
       order by e.ev_txid, e.ev_id limit $5)
   ) w
   order by w.ev_txid, w.ev_id
-  limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
-  using s1, s2, a_txid, a_id, max_rows;
+  limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
+  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text]);
 end $$;
 
 -- How many events window (s1, s2] holds, counting at most max_rows (null: all):
@@ -2681,15 +2710,16 @@ end $$;
 -- as window_events, without the rows.
 create function :KEYQ_SCHEMA.window_count(qid int, s1 pg_snapshot, s2 pg_snapshot, max_rows bigint default null)
 returns bigint
-language plpgsql stable
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 set enable_seqscan = off
 set jit = off
+set plan_cache_mode = force_generic_plan
 as $$
 declare n bigint;
 begin
   -- The queue's own partition by name (see has_pending).
-  execute format($q$
+  execute :KEYQ_SCHEMA.prepared_call(format($q$
   select pg_catalog.count(*) from (
     (select 1 from %1$I.%2$I e
       where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2))))
@@ -2697,8 +2727,9 @@ begin
     (select 1 from %1$I.%2$I e
       where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
         and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2))
-    limit $3) w $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
-    into n using s1, s2, max_rows;
+    limit $3) w $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
+    'pg_snapshot, pg_snapshot, bigint', array[s1::text, s2::text, max_rows::text])
+    into n;
   return n;
 end $$;
 
@@ -3565,6 +3596,7 @@ declare
   n int := 0;
   oldest bigint;
   present int[];
+  small bigint;
   plan_read constant int := 64;  -- events a planner reads at most (then: every bucket)
 begin
   -- With a tick to plan, wait for a concurrent planner (a short transaction,
@@ -3590,8 +3622,9 @@ begin
     -- up to a chunk per bucket first. A window's events are fixed once its
     -- end tick committed. A large one gets a chunk per bucket, unread.
     select case when count(*) > plan_read then null
-                else coalesce(array_agg(distinct :KEYQ_SCHEMA.slot_of(w.ev_key, :KEYQ_SCHEMA.consumer_buckets(c))), '{}') end
-      into present
+                else coalesce(array_agg(distinct :KEYQ_SCHEMA.slot_of(w.ev_key, :KEYQ_SCHEMA.consumer_buckets(c))), '{}') end,
+           count(*)
+      into present, small
       from :KEYQ_SCHEMA.window_events(c.queue_id,
              (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = frontier),
              (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = latest),
@@ -3607,9 +3640,11 @@ begin
        where k.consumer_id = c.consumer_id and k.chunk_id = open.chunk_id
       returning k.bucket
     )
-    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets)
+    -- A new chunk of a window that holds at most chunk_size events (counted
+    -- just now) needs no cut: split_chunks need not count the window again.
+    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets, cut_seen_tick)
     select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b,
-           :KEYQ_SCHEMA.consumer_buckets(c)
+           :KEYQ_SCHEMA.consumer_buckets(c), case when present is not null and small <= chunk_size then latest end
       from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b
      where b not in (select bucket from grown)
        and (present is null or b = any (present))
@@ -4038,11 +4073,12 @@ end $$;
 create function :KEYQ_SCHEMA.window_events_slot(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int, slot_count int, slot int
 ) returns setof :KEYQ_SCHEMA.event
-language plpgsql stable
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 set enable_sort = off
 set enable_seqscan = off
 set jit = off
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_variable
 declare
@@ -4057,6 +4093,8 @@ declare
   range_sql text;
   late :KEYQ_SCHEMA.event[];
   ranged :KEYQ_SCHEMA.event[];
+  range_types constant text := 'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint';
+  range_args text[];
 begin
   if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
     lo_txid := pg_snapshot_xmax(s1);
@@ -4068,23 +4106,27 @@ begin
           and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
           and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
         order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
+  -- Prepared once a session (prepared_call in 01_engine.sql).
+  range_args := array[qid::text, s1::text, s2::text, a_txid::text, a_id::text, max_rows::text, slot::text, lo_txid::text, lo_id::text];
   if cardinality(strag) = 0 then
-    return query execute range_sql using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
+    return query execute :KEYQ_SCHEMA.prepared_call(range_sql, range_types, range_args);
     return;
   end if;
-  execute format($q$
+  execute :KEYQ_SCHEMA.prepared_call(format($q$
     select pg_catalog.array_agg(e) from (
       select e.* from %1$I.%3$I e
         where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
           and (e.ev_txid, e.ev_id) > ($2, $3)
-        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
-    into late using qid, a_txid, a_id, slot, max_rows, slot_count, strag;
+        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid),
+    'int, xid8, bigint, int, int, int, xid8[]',
+    array[qid::text, a_txid::text, a_id::text, slot::text, max_rows::text, slot_count::text, strag::text])
+    into late;
   if late is null then
-    return query execute range_sql using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
+    return query execute :KEYQ_SCHEMA.prepared_call(range_sql, range_types, range_args);
     return;
   end if;
-  execute format('select pg_catalog.array_agg(e) from (%s) e', range_sql)
-    into ranged using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
+  execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.array_agg(e) from (%s) e', range_sql), range_types, range_args)
+    into ranged;
   -- Both lists are short and sorted; this sort never sees the window.
   perform set_config('enable_sort', 'on', true);
   return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows;
@@ -5154,7 +5196,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "d7cb1c24cdf52b25999298d8addf4a509e73b6831bfca7d30bef9b74a8d94464";
+export const functionsHash: string = "c97fb86dedb55d4e27ff405fda7fa032da51600221d628910ad109b4eca70a6b";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5164,4 +5206,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 27;
+export const functionsSerial: number = 29;

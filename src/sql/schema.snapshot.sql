@@ -1018,9 +1018,9 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.has_pending(qid integer, snap pg_snapshot)
  RETURNS boolean
  LANGUAGE plpgsql
- STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
  SET enable_seqscan TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 declare found_one boolean;
 begin
@@ -1028,11 +1028,11 @@ begin
   -- statement on the parent with the queue id as a parameter plans, opens
   -- and locks every queue's partitions, so its cost grew with the number of
   -- queues (and its locks filled the shared lock table).
-  execute format($q$
+  execute :KEYQ_SCHEMA.prepared_call(format($q$
     select exists (select 1 from %1$I.%2$I where ev_txid >= pg_catalog.pg_snapshot_xmax($1))
         or exists (select 1 from %1$I.%2$I where ev_txid = any (array(select pg_catalog.pg_snapshot_xip($1)))) $q$,
-    :KEYQ_SCHEMA_NAME, 'event_' || qid)
-    into found_one using snap;
+    :KEYQ_SCHEMA_NAME, 'event_' || qid), 'pg_snapshot', array[snap::text])
+    into found_one;
   return found_one;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.key_budget()
@@ -1394,6 +1394,7 @@ declare
   n int := 0;
   oldest bigint;
   present int[];
+  small bigint;
   plan_read constant int := 64;  -- events a planner reads at most (then: every bucket)
 begin
   -- With a tick to plan, wait for a concurrent planner (a short transaction,
@@ -1419,8 +1420,9 @@ begin
     -- up to a chunk per bucket first. A window's events are fixed once its
     -- end tick committed. A large one gets a chunk per bucket, unread.
     select case when count(*) > plan_read then null
-                else coalesce(array_agg(distinct :KEYQ_SCHEMA.slot_of(w.ev_key, :KEYQ_SCHEMA.consumer_buckets(c))), '{}') end
-      into present
+                else coalesce(array_agg(distinct :KEYQ_SCHEMA.slot_of(w.ev_key, :KEYQ_SCHEMA.consumer_buckets(c))), '{}') end,
+           count(*)
+      into present, small
       from :KEYQ_SCHEMA.window_events(c.queue_id,
              (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = frontier),
              (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = latest),
@@ -1436,9 +1438,11 @@ begin
        where k.consumer_id = c.consumer_id and k.chunk_id = open.chunk_id
       returning k.bucket
     )
-    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets)
+    -- A new chunk of a window that holds at most chunk_size events (counted
+    -- just now) needs no cut: split_chunks need not count the window again.
+    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets, cut_seen_tick)
     select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b,
-           :KEYQ_SCHEMA.consumer_buckets(c)
+           :KEYQ_SCHEMA.consumer_buckets(c), case when present is not null and small <= chunk_size then latest end
       from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b
      where b not in (select bucket from grown)
        and (present is null or b = any (present))
@@ -1483,6 +1487,22 @@ begin
   -- "busy": another session was writing a tick (its snapshot may predate commits this caller heard of).
   return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size) + :KEYQ_SCHEMA.split_chunks(c, chunk_size),
                             'buckets', :KEYQ_SCHEMA.consumer_buckets(c), 'busy', coalesce(t->>'reason' = 'busy', false)) || coalesce(pending, '{}');
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.prepared_call(query text, types text, args text[])
+ RETURNS text
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare n text := 'keyq_' || md5(types || ':' || query);
+begin
+  if not exists (select 1 from pg_prepared_statements p where p.name = n) then
+    if (select count(*) from pg_prepared_statements p where p.name like 'keyq\_%') >= 256 then
+      execute format('deallocate %I', (select p.name from pg_prepared_statements p where p.name like 'keyq\_%'
+                                         order by p.prepare_time limit 1));
+    end if;
+    execute format('prepare %I(%s) as %s', n, types, query);
+  end if;
+  return format('execute %I(%s)', n, (select string_agg(quote_nullable(a), ', ' order by i) from unnest(args) with ordinality as u(a, i)));
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.prune_ticks(qid integer)
  RETURNS integer
@@ -2757,15 +2777,15 @@ end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_count(qid integer, s1 pg_snapshot, s2 pg_snapshot, max_rows bigint DEFAULT NULL::bigint)
  RETURNS bigint
  LANGUAGE plpgsql
- STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
  SET enable_seqscan TO 'off'
  SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 declare n bigint;
 begin
   -- The queue's own partition by name (see has_pending).
-  execute format($q$
+  execute :KEYQ_SCHEMA.prepared_call(format($q$
   select pg_catalog.count(*) from (
     (select 1 from %1$I.%2$I e
       where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2))))
@@ -2773,22 +2793,23 @@ begin
     (select 1 from %1$I.%2$I e
       where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
         and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2))
-    limit $3) w $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
-    into n using s1, s2, max_rows;
+    limit $3) w $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
+    'pg_snapshot, pg_snapshot, bigint', array[s1::text, s2::text, max_rows::text])
+    into n;
   return n;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer)
  RETURNS SETOF :KEYQ_SCHEMA.event
  LANGUAGE plpgsql
- STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
  SET enable_sort TO 'off'
  SET enable_seqscan TO 'off'
  SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 begin
-  -- The queue's own partition by name (see has_pending).
-  return query execute format($q$
+  -- The queue's own partition by name (see has_pending), prepared once a session (prepared_call).
+  return query execute :KEYQ_SCHEMA.prepared_call(format($q$
   select w.* from (
     (select e.* from %1$I.%2$I e
       where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
@@ -2802,17 +2823,17 @@ begin
       order by e.ev_txid, e.ev_id limit $5)
   ) w
   order by w.ev_txid, w.ev_id
-  limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
-  using s1, s2, a_txid, a_id, max_rows;
+  limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
+  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text]);
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events_slot(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, slot_count integer, slot integer)
  RETURNS SETOF :KEYQ_SCHEMA.event
  LANGUAGE plpgsql
- STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
  SET enable_sort TO 'off'
  SET enable_seqscan TO 'off'
  SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 #variable_conflict use_variable
 declare
@@ -2827,6 +2848,8 @@ declare
   range_sql text;
   late :KEYQ_SCHEMA.event[];
   ranged :KEYQ_SCHEMA.event[];
+  range_types constant text := 'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint';
+  range_args text[];
 begin
   if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
     lo_txid := pg_snapshot_xmax(s1);
@@ -2838,23 +2861,27 @@ begin
           and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
           and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
         order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
+  -- Prepared once a session (prepared_call in 01_engine.sql).
+  range_args := array[qid::text, s1::text, s2::text, a_txid::text, a_id::text, max_rows::text, slot::text, lo_txid::text, lo_id::text];
   if cardinality(strag) = 0 then
-    return query execute range_sql using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
+    return query execute :KEYQ_SCHEMA.prepared_call(range_sql, range_types, range_args);
     return;
   end if;
-  execute format($q$
+  execute :KEYQ_SCHEMA.prepared_call(format($q$
     select pg_catalog.array_agg(e) from (
       select e.* from %1$I.%3$I e
         where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
           and (e.ev_txid, e.ev_id) > ($2, $3)
-        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
-    into late using qid, a_txid, a_id, slot, max_rows, slot_count, strag;
+        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid),
+    'int, xid8, bigint, int, int, int, xid8[]',
+    array[qid::text, a_txid::text, a_id::text, slot::text, max_rows::text, slot_count::text, strag::text])
+    into late;
   if late is null then
-    return query execute range_sql using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
+    return query execute :KEYQ_SCHEMA.prepared_call(range_sql, range_types, range_args);
     return;
   end if;
-  execute format('select pg_catalog.array_agg(e) from (%s) e', range_sql)
-    into ranged using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
+  execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.array_agg(e) from (%s) e', range_sql), range_types, range_args)
+    into ranged;
   -- Both lists are short and sorted; this sort never sees the window.
   perform set_config('enable_sort', 'on', true);
   return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows;

@@ -434,15 +434,43 @@ end $$;
 
 -- Ticker ----------------------------------------------------------------------
 
+-- "execute <name>(<args>)" for this session's prepared statement of query
+-- (its parameters typed by types), prepared first when missing. The reads
+-- of one queue's partitions address them by name (see has_pending), so
+-- they are dynamic SQL, which plans every call (~0.2 ms each, 2 to 4 a
+-- batch; execution is often less); a prepared statement keeps its generic
+-- plan (the callers force it: their plans do not depend on the values). The
+-- name is a hash of the text, which holds the schema and the queue's table,
+-- so one session serves several schemas. A server session keeps at most
+-- 256 of them: the oldest is deallocated first. Arguments are keyq's own
+-- snapshots, positions and counts, written as literals (EXECUTE takes no
+-- bind parameters); never a key or a payload.
+create function :KEYQ_SCHEMA.prepared_call(query text, types text, args text[]) returns text
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare n text := 'keyq_' || md5(types || ':' || query);
+begin
+  if not exists (select 1 from pg_prepared_statements p where p.name = n) then
+    if (select count(*) from pg_prepared_statements p where p.name like 'keyq\_%') >= 256 then
+      execute format('deallocate %I', (select p.name from pg_prepared_statements p where p.name like 'keyq\_%'
+                                         order by p.prepare_time limit 1));
+    end if;
+    execute format('prepare %I(%s) as %s', n, types, query);
+  end if;
+  return format('execute %I(%s)', n, (select string_agg(quote_nullable(a), ', ' order by i) from unnest(args) with ordinality as u(a, i)));
+end $$;
+
 -- True when an event committed that the last tick does not cover. Only the
 -- txids the snapshot could not see are probed (>= its xmax, or in its xip),
 -- so a long transaction holding xmin back does not widen the scan. Sequential
 -- scans are off: with no statistics yet the planner may otherwise read the
 -- whole table to prove that nothing is pending, on every run.
 create function :KEYQ_SCHEMA.has_pending(qid int, snap pg_snapshot) returns boolean
-language plpgsql stable
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 set enable_seqscan = off
+set plan_cache_mode = force_generic_plan
 as $$
 declare found_one boolean;
 begin
@@ -450,11 +478,11 @@ begin
   -- statement on the parent with the queue id as a parameter plans, opens
   -- and locks every queue's partitions, so its cost grew with the number of
   -- queues (and its locks filled the shared lock table).
-  execute format($q$
+  execute :KEYQ_SCHEMA.prepared_call(format($q$
     select exists (select 1 from %1$I.%2$I where ev_txid >= pg_catalog.pg_snapshot_xmax($1))
         or exists (select 1 from %1$I.%2$I where ev_txid = any (array(select pg_catalog.pg_snapshot_xip($1)))) $q$,
-    :KEYQ_SCHEMA_NAME, 'event_' || qid)
-    into found_one using snap;
+    :KEYQ_SCHEMA_NAME, 'event_' || qid), 'pg_snapshot', array[snap::text])
+    into found_one;
   return found_one;
 end $$;
 
@@ -521,15 +549,16 @@ end $$;
 create function :KEYQ_SCHEMA.window_events(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int
 ) returns setof :KEYQ_SCHEMA.event
-language plpgsql stable
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 set enable_sort = off
 set enable_seqscan = off
 set jit = off
+set plan_cache_mode = force_generic_plan
 as $$
 begin
-  -- The queue's own partition by name (see has_pending).
-  return query execute format($q$
+  -- The queue's own partition by name (see has_pending), prepared once a session (prepared_call).
+  return query execute :KEYQ_SCHEMA.prepared_call(format($q$
   select w.* from (
     (select e.* from %1$I.%2$I e
       where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
@@ -543,8 +572,8 @@ begin
       order by e.ev_txid, e.ev_id limit $5)
   ) w
   order by w.ev_txid, w.ev_id
-  limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
-  using s1, s2, a_txid, a_id, max_rows;
+  limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
+  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text]);
 end $$;
 
 -- How many events window (s1, s2] holds, counting at most max_rows (null: all):
@@ -553,15 +582,16 @@ end $$;
 -- as window_events, without the rows.
 create function :KEYQ_SCHEMA.window_count(qid int, s1 pg_snapshot, s2 pg_snapshot, max_rows bigint default null)
 returns bigint
-language plpgsql stable
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 set enable_seqscan = off
 set jit = off
+set plan_cache_mode = force_generic_plan
 as $$
 declare n bigint;
 begin
   -- The queue's own partition by name (see has_pending).
-  execute format($q$
+  execute :KEYQ_SCHEMA.prepared_call(format($q$
   select pg_catalog.count(*) from (
     (select 1 from %1$I.%2$I e
       where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2))))
@@ -569,8 +599,9 @@ begin
     (select 1 from %1$I.%2$I e
       where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
         and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2))
-    limit $3) w $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
-    into n using s1, s2, max_rows;
+    limit $3) w $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
+    'pg_snapshot, pg_snapshot, bigint', array[s1::text, s2::text, max_rows::text])
+    into n;
   return n;
 end $$;
 

@@ -90,6 +90,7 @@ declare
   n int := 0;
   oldest bigint;
   present int[];
+  small bigint;
   plan_read constant int := 64;  -- events a planner reads at most (then: every bucket)
 begin
   -- With a tick to plan, wait for a concurrent planner (a short transaction,
@@ -115,8 +116,9 @@ begin
     -- up to a chunk per bucket first. A window's events are fixed once its
     -- end tick committed. A large one gets a chunk per bucket, unread.
     select case when count(*) > plan_read then null
-                else coalesce(array_agg(distinct :KEYQ_SCHEMA.slot_of(w.ev_key, :KEYQ_SCHEMA.consumer_buckets(c))), '{}') end
-      into present
+                else coalesce(array_agg(distinct :KEYQ_SCHEMA.slot_of(w.ev_key, :KEYQ_SCHEMA.consumer_buckets(c))), '{}') end,
+           count(*)
+      into present, small
       from :KEYQ_SCHEMA.window_events(c.queue_id,
              (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = frontier),
              (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = latest),
@@ -132,9 +134,11 @@ begin
        where k.consumer_id = c.consumer_id and k.chunk_id = open.chunk_id
       returning k.bucket
     )
-    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets)
+    -- A new chunk of a window that holds at most chunk_size events (counted
+    -- just now) needs no cut: split_chunks need not count the window again.
+    insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets, cut_seen_tick)
     select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b,
-           :KEYQ_SCHEMA.consumer_buckets(c)
+           :KEYQ_SCHEMA.consumer_buckets(c), case when present is not null and small <= chunk_size then latest end
       from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b
      where b not in (select bucket from grown)
        and (present is null or b = any (present))

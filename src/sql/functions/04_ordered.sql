@@ -120,11 +120,12 @@ end $$;
 create function :KEYQ_SCHEMA.window_events_slot(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int, slot_count int, slot int
 ) returns setof :KEYQ_SCHEMA.event
-language plpgsql stable
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 set enable_sort = off
 set enable_seqscan = off
 set jit = off
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_variable
 declare
@@ -139,6 +140,8 @@ declare
   range_sql text;
   late :KEYQ_SCHEMA.event[];
   ranged :KEYQ_SCHEMA.event[];
+  range_types constant text := 'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint';
+  range_args text[];
 begin
   if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
     lo_txid := pg_snapshot_xmax(s1);
@@ -150,23 +153,27 @@ begin
           and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
           and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
         order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
+  -- Prepared once a session (prepared_call in 01_engine.sql).
+  range_args := array[qid::text, s1::text, s2::text, a_txid::text, a_id::text, max_rows::text, slot::text, lo_txid::text, lo_id::text];
   if cardinality(strag) = 0 then
-    return query execute range_sql using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
+    return query execute :KEYQ_SCHEMA.prepared_call(range_sql, range_types, range_args);
     return;
   end if;
-  execute format($q$
+  execute :KEYQ_SCHEMA.prepared_call(format($q$
     select pg_catalog.array_agg(e) from (
       select e.* from %1$I.%3$I e
         where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
           and (e.ev_txid, e.ev_id) > ($2, $3)
-        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
-    into late using qid, a_txid, a_id, slot, max_rows, slot_count, strag;
+        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid),
+    'int, xid8, bigint, int, int, int, xid8[]',
+    array[qid::text, a_txid::text, a_id::text, slot::text, max_rows::text, slot_count::text, strag::text])
+    into late;
   if late is null then
-    return query execute range_sql using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
+    return query execute :KEYQ_SCHEMA.prepared_call(range_sql, range_types, range_args);
     return;
   end if;
-  execute format('select pg_catalog.array_agg(e) from (%s) e', range_sql)
-    into ranged using qid, s1, s2, a_txid, a_id, max_rows, slot, lo_txid, lo_id;
+  execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.array_agg(e) from (%s) e', range_sql), range_types, range_args)
+    into ranged;
   -- Both lists are short and sorted; this sort never sees the window.
   perform set_config('enable_sort', 'on', true);
   return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows;
