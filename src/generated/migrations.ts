@@ -2562,31 +2562,43 @@ end $$;
 
 -- Ticker ----------------------------------------------------------------------
 
--- "execute <name>(<args>)" for this session's prepared statement of query
--- (its parameters typed by types), prepared first when missing. The reads
--- of one queue's partitions address them by name (see has_pending), so
--- they are dynamic SQL, which plans every call (~0.2 ms each, 2 to 4 a
--- batch; execution is often less); a prepared statement keeps its generic
--- plan (the callers force it: their plans do not depend on the values). The
--- name is a hash of the text, which holds the schema and the queue's table,
--- so one session serves several schemas. A server session keeps at most
--- 256 of them: the oldest is deallocated first. Arguments are keyq's own
--- snapshots, positions and counts, written as literals (EXECUTE takes no
--- bind parameters); never a key or a payload.
-create function :KEYQ_SCHEMA.prepared_call(query text, types text, args text[]) returns text
+-- The command that runs query (its parameters $1..$n typed by types, at
+-- most 9) with args: "execute <name>(<args>)" for this session's prepared
+-- statement of query, prepared first when missing. The reads of one queue's
+-- partitions address them by name (see has_pending), so they are dynamic
+-- SQL, which plans every call (~0.2 ms each, 2 to 4 a batch, often longer
+-- than the execution); a prepared statement keeps its generic plan (the
+-- callers force it: their plans do not depend on the values). The name is a
+-- hash of the text, which holds the schema and the queue's table, so one
+-- session serves several schemas. A server session keeps at most 256 of
+-- them, first come; past that, and when the caller says not to (status()
+-- over every queue, whose statements would fill the 256 for one use each),
+-- the command is the query itself, planned for this call.
+-- Arguments are keyq's own snapshots, positions and counts, written as
+-- typed literals (EXECUTE takes no bind parameters); never a key or a payload.
+create function :KEYQ_SCHEMA.prepared_call(query text, types text, args text[], prepare boolean default true) returns text
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
-declare n text := 'keyq_' || md5(types || ':' || query);
+declare
+  n text := 'keyq_' || md5(types || ':' || query);
+  t text[] := string_to_array(types, ', ');
+  q text := query;
 begin
-  if not exists (select 1 from pg_prepared_statements p where p.name = n) then
-    if (select count(*) from pg_prepared_statements p where p.name like 'keyq\\_%') >= 256 then
-      execute format('deallocate %I', (select p.name from pg_prepared_statements p where p.name like 'keyq\\_%'
-                                         order by p.prepare_time limit 1));
+  if prepare then
+    if not exists (select 1 from pg_prepared_statements p where p.name = n)
+       and (select count(*) from pg_prepared_statements p where p.name like 'keyq\\_%') < 256 then
+      execute format('prepare %I(%s) as %s', n, types, query);
     end if;
-    execute format('prepare %I(%s) as %s', n, types, query);
+    if exists (select 1 from pg_prepared_statements p where p.name = n) then
+      return format('execute %I(%s)', n,
+                    (select string_agg(quote_nullable(a) || '::' || t[i], ', ' order by i) from unnest(args) with ordinality as u(a, i)));
+    end if;
   end if;
-  return format('execute %I(%s)', n, (select string_agg(quote_nullable(a), ', ' order by i) from unnest(args) with ordinality as u(a, i)));
+  for i in reverse cardinality(args)..1 loop
+    q := replace(q, '$' || i, '(' || quote_nullable(args[i]) || '::' || t[i] || ')');
+  end loop;
+  return q;
 end $$;
 
 -- True when an event committed that the last tick does not cover. Only the
@@ -2675,7 +2687,7 @@ end $$;
 -- the same way, so the union is a merge, never a sort; jit is off as a
 -- backstop (a disabled sort is priced at 1e10, which would JIT every call).
 create function :KEYQ_SCHEMA.window_events(
-  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int
+  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int, prepare boolean default true
 ) returns setof :KEYQ_SCHEMA.event
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
@@ -2701,14 +2713,15 @@ begin
   ) w
   order by w.ev_txid, w.ev_id
   limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
-  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text]);
+  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text], prepare);
 end $$;
 
 -- How many events window (s1, s2] holds, counting at most max_rows (null: all):
 -- status() counts real events (sequence values also go to deduplicated and
 -- rolled-back sends). The same two range scans of the (ev_txid, ev_id) index
 -- as window_events, without the rows.
-create function :KEYQ_SCHEMA.window_count(qid int, s1 pg_snapshot, s2 pg_snapshot, max_rows bigint default null)
+create function :KEYQ_SCHEMA.window_count(qid int, s1 pg_snapshot, s2 pg_snapshot, max_rows bigint default null,
+                                          prepare boolean default true)
 returns bigint
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
@@ -2728,7 +2741,7 @@ begin
       where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
         and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2))
     limit $3) w $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
-    'pg_snapshot, pg_snapshot, bigint', array[s1::text, s2::text, max_rows::text])
+    'pg_snapshot, pg_snapshot, bigint', array[s1::text, s2::text, max_rows::text], prepare)
     into n;
   return n;
 end $$;
@@ -4365,13 +4378,13 @@ declare
   bytes bigint;
 begin
   select * into f from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id = :KEYQ_SCHEMA.floor_of(q);
-  select * into first from :KEYQ_SCHEMA.window_events(q.queue_id, f.tick_snapshot, pg_current_snapshot(), '0'::xid8, 0, 1);
+  select * into first from :KEYQ_SCHEMA.window_events(q.queue_id, f.tick_snapshot, pg_current_snapshot(), '0'::xid8, 0, 1, false);
   select sum(pg_total_relation_size(format('%I.%I', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || i)::regclass))
     into bytes from generate_series(0, q.ntables - 1) i;
   return jsonb_build_object(
     'fromTick', f.tick_id::text, 'since', f.tick_time,
     'oldestEventId', first.ev_id::text, 'oldestEventTime', first.ev_time,
-    'events', :KEYQ_SCHEMA.window_count(q.queue_id, f.tick_snapshot, pg_current_snapshot(), 100000),
+    'events', :KEYQ_SCHEMA.window_count(q.queue_id, f.tick_snapshot, pg_current_snapshot(), 100000, false),
     'bytes', bytes);
 end $$;
 
@@ -4383,7 +4396,7 @@ as $$
   select :KEYQ_SCHEMA.authorize('see', queue) where queue is not null;
   with qs as materialized (
     select q.*, lt.tick_id as last_tick, lt.tick_time as last_time,
-           :KEYQ_SCHEMA.window_count(q.queue_id, lt.tick_snapshot, pg_current_snapshot(), 100000) as pending
+           :KEYQ_SCHEMA.window_count(q.queue_id, lt.tick_snapshot, pg_current_snapshot(), 100000, false) as pending
       -- One queue by name, or a page in name order: both read the queue_name
       -- index, so a page costs its own queues, not the whole queue table.
       from (select * from :KEYQ_SCHEMA.queue q1
@@ -4402,7 +4415,7 @@ as $$
     -- (offset 0 keeps each lookup a parameterized scan of its own), so the
     -- work is the reported queues' rows, never every cursor of the schema.
     select d.queue_id, d.tick_id,
-           :KEYQ_SCHEMA.window_count(d.queue_id, t.tick_snapshot, pg_current_snapshot(), 100000) as n
+           :KEYQ_SCHEMA.window_count(d.queue_id, t.tick_snapshot, pg_current_snapshot(), 100000, false) as n
       from (select distinct qs.queue_id, cu.tick_id
               from qs
               cross join lateral (select k.consumer_id from :KEYQ_SCHEMA.consumer k where k.queue_id = qs.queue_id offset 0) c
@@ -5196,7 +5209,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "c97fb86dedb55d4e27ff405fda7fa032da51600221d628910ad109b4eca70a6b";
+export const functionsHash: string = "23ce9ba8a240e4595f3730b39c5e2a6c7c6adae5093835cedaf179faf4d5c13c";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5206,4 +5219,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 29;
+export const functionsSerial: number = 31;

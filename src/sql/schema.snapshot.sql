@@ -1488,21 +1488,30 @@ begin
   return jsonb_build_object('tick', t->'tick', 'chunks', :KEYQ_SCHEMA.plan_chunks(c, chunk_size) + :KEYQ_SCHEMA.split_chunks(c, chunk_size),
                             'buckets', :KEYQ_SCHEMA.consumer_buckets(c), 'busy', coalesce(t->>'reason' = 'busy', false)) || coalesce(pending, '{}');
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.prepared_call(query text, types text, args text[])
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.prepared_call(query text, types text, args text[], prepare boolean DEFAULT true)
  RETURNS text
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-declare n text := 'keyq_' || md5(types || ':' || query);
+declare
+  n text := 'keyq_' || md5(types || ':' || query);
+  t text[] := string_to_array(types, ', ');
+  q text := query;
 begin
-  if not exists (select 1 from pg_prepared_statements p where p.name = n) then
-    if (select count(*) from pg_prepared_statements p where p.name like 'keyq\_%') >= 256 then
-      execute format('deallocate %I', (select p.name from pg_prepared_statements p where p.name like 'keyq\_%'
-                                         order by p.prepare_time limit 1));
+  if prepare then
+    if not exists (select 1 from pg_prepared_statements p where p.name = n)
+       and (select count(*) from pg_prepared_statements p where p.name like 'keyq\_%') < 256 then
+      execute format('prepare %I(%s) as %s', n, types, query);
     end if;
-    execute format('prepare %I(%s) as %s', n, types, query);
+    if exists (select 1 from pg_prepared_statements p where p.name = n) then
+      return format('execute %I(%s)', n,
+                    (select string_agg(quote_nullable(a) || '::' || t[i], ', ' order by i) from unnest(args) with ordinality as u(a, i)));
+    end if;
   end if;
-  return format('execute %I(%s)', n, (select string_agg(quote_nullable(a), ', ' order by i) from unnest(args) with ordinality as u(a, i)));
+  for i in reverse cardinality(args)..1 loop
+    q := replace(q, '$' || i, '(' || quote_nullable(args[i]) || '::' || t[i] || ')');
+  end loop;
+  return q;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.prune_ticks(qid integer)
  RETURNS integer
@@ -2006,13 +2015,13 @@ declare
   bytes bigint;
 begin
   select * into f from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id = :KEYQ_SCHEMA.floor_of(q);
-  select * into first from :KEYQ_SCHEMA.window_events(q.queue_id, f.tick_snapshot, pg_current_snapshot(), '0'::xid8, 0, 1);
+  select * into first from :KEYQ_SCHEMA.window_events(q.queue_id, f.tick_snapshot, pg_current_snapshot(), '0'::xid8, 0, 1, false);
   select sum(pg_total_relation_size(format('%I.%I', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || i)::regclass))
     into bytes from generate_series(0, q.ntables - 1) i;
   return jsonb_build_object(
     'fromTick', f.tick_id::text, 'since', f.tick_time,
     'oldestEventId', first.ev_id::text, 'oldestEventTime', first.ev_time,
-    'events', :KEYQ_SCHEMA.window_count(q.queue_id, f.tick_snapshot, pg_current_snapshot(), 100000),
+    'events', :KEYQ_SCHEMA.window_count(q.queue_id, f.tick_snapshot, pg_current_snapshot(), 100000, false),
     'bytes', bytes);
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.retry_policy(c :KEYQ_SCHEMA.consumer, OUT max_retries integer, OUT base double precision, OUT cap double precision)
@@ -2477,7 +2486,7 @@ AS $function$
   select :KEYQ_SCHEMA.authorize('see', queue) where queue is not null;
   with qs as materialized (
     select q.*, lt.tick_id as last_tick, lt.tick_time as last_time,
-           :KEYQ_SCHEMA.window_count(q.queue_id, lt.tick_snapshot, pg_current_snapshot(), 100000) as pending
+           :KEYQ_SCHEMA.window_count(q.queue_id, lt.tick_snapshot, pg_current_snapshot(), 100000, false) as pending
       -- One queue by name, or a page in name order: both read the queue_name
       -- index, so a page costs its own queues, not the whole queue table.
       from (select * from :KEYQ_SCHEMA.queue q1
@@ -2496,7 +2505,7 @@ AS $function$
     -- (offset 0 keeps each lookup a parameterized scan of its own), so the
     -- work is the reported queues' rows, never every cursor of the schema.
     select d.queue_id, d.tick_id,
-           :KEYQ_SCHEMA.window_count(d.queue_id, t.tick_snapshot, pg_current_snapshot(), 100000) as n
+           :KEYQ_SCHEMA.window_count(d.queue_id, t.tick_snapshot, pg_current_snapshot(), 100000, false) as n
       from (select distinct qs.queue_id, cu.tick_id
               from qs
               cross join lateral (select k.consumer_id from :KEYQ_SCHEMA.consumer k where k.queue_id = qs.queue_id offset 0) c
@@ -2774,7 +2783,7 @@ begin
   select * into q from :KEYQ_SCHEMA.queue where queue_id = q.queue_id;
   return :KEYQ_SCHEMA.queue_json(q);
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_count(qid integer, s1 pg_snapshot, s2 pg_snapshot, max_rows bigint DEFAULT NULL::bigint)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_count(qid integer, s1 pg_snapshot, s2 pg_snapshot, max_rows bigint DEFAULT NULL::bigint, prepare boolean DEFAULT true)
  RETURNS bigint
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2794,11 +2803,11 @@ begin
       where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
         and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2))
     limit $3) w $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
-    'pg_snapshot, pg_snapshot, bigint', array[s1::text, s2::text, max_rows::text])
+    'pg_snapshot, pg_snapshot, bigint', array[s1::text, s2::text, max_rows::text], prepare)
     into n;
   return n;
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, prepare boolean DEFAULT true)
  RETURNS SETOF :KEYQ_SCHEMA.event
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2824,7 +2833,7 @@ begin
   ) w
   order by w.ev_txid, w.ev_id
   limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
-  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text]);
+  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text], prepare);
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events_slot(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, slot_count integer, slot integer)
  RETURNS SETOF :KEYQ_SCHEMA.event

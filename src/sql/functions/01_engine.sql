@@ -434,31 +434,43 @@ end $$;
 
 -- Ticker ----------------------------------------------------------------------
 
--- "execute <name>(<args>)" for this session's prepared statement of query
--- (its parameters typed by types), prepared first when missing. The reads
--- of one queue's partitions address them by name (see has_pending), so
--- they are dynamic SQL, which plans every call (~0.2 ms each, 2 to 4 a
--- batch; execution is often less); a prepared statement keeps its generic
--- plan (the callers force it: their plans do not depend on the values). The
--- name is a hash of the text, which holds the schema and the queue's table,
--- so one session serves several schemas. A server session keeps at most
--- 256 of them: the oldest is deallocated first. Arguments are keyq's own
--- snapshots, positions and counts, written as literals (EXECUTE takes no
--- bind parameters); never a key or a payload.
-create function :KEYQ_SCHEMA.prepared_call(query text, types text, args text[]) returns text
+-- The command that runs query (its parameters $1..$n typed by types, at
+-- most 9) with args: "execute <name>(<args>)" for this session's prepared
+-- statement of query, prepared first when missing. The reads of one queue's
+-- partitions address them by name (see has_pending), so they are dynamic
+-- SQL, which plans every call (~0.2 ms each, 2 to 4 a batch, often longer
+-- than the execution); a prepared statement keeps its generic plan (the
+-- callers force it: their plans do not depend on the values). The name is a
+-- hash of the text, which holds the schema and the queue's table, so one
+-- session serves several schemas. A server session keeps at most 256 of
+-- them, first come; past that, and when the caller says not to (status()
+-- over every queue, whose statements would fill the 256 for one use each),
+-- the command is the query itself, planned for this call.
+-- Arguments are keyq's own snapshots, positions and counts, written as
+-- typed literals (EXECUTE takes no bind parameters); never a key or a payload.
+create function :KEYQ_SCHEMA.prepared_call(query text, types text, args text[], prepare boolean default true) returns text
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
-declare n text := 'keyq_' || md5(types || ':' || query);
+declare
+  n text := 'keyq_' || md5(types || ':' || query);
+  t text[] := string_to_array(types, ', ');
+  q text := query;
 begin
-  if not exists (select 1 from pg_prepared_statements p where p.name = n) then
-    if (select count(*) from pg_prepared_statements p where p.name like 'keyq\_%') >= 256 then
-      execute format('deallocate %I', (select p.name from pg_prepared_statements p where p.name like 'keyq\_%'
-                                         order by p.prepare_time limit 1));
+  if prepare then
+    if not exists (select 1 from pg_prepared_statements p where p.name = n)
+       and (select count(*) from pg_prepared_statements p where p.name like 'keyq\_%') < 256 then
+      execute format('prepare %I(%s) as %s', n, types, query);
     end if;
-    execute format('prepare %I(%s) as %s', n, types, query);
+    if exists (select 1 from pg_prepared_statements p where p.name = n) then
+      return format('execute %I(%s)', n,
+                    (select string_agg(quote_nullable(a) || '::' || t[i], ', ' order by i) from unnest(args) with ordinality as u(a, i)));
+    end if;
   end if;
-  return format('execute %I(%s)', n, (select string_agg(quote_nullable(a), ', ' order by i) from unnest(args) with ordinality as u(a, i)));
+  for i in reverse cardinality(args)..1 loop
+    q := replace(q, '$' || i, '(' || quote_nullable(args[i]) || '::' || t[i] || ')');
+  end loop;
+  return q;
 end $$;
 
 -- True when an event committed that the last tick does not cover. Only the
@@ -547,7 +559,7 @@ end $$;
 -- the same way, so the union is a merge, never a sort; jit is off as a
 -- backstop (a disabled sort is priced at 1e10, which would JIT every call).
 create function :KEYQ_SCHEMA.window_events(
-  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int
+  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int, prepare boolean default true
 ) returns setof :KEYQ_SCHEMA.event
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
@@ -573,14 +585,15 @@ begin
   ) w
   order by w.ev_txid, w.ev_id
   limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
-  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text]);
+  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text], prepare);
 end $$;
 
 -- How many events window (s1, s2] holds, counting at most max_rows (null: all):
 -- status() counts real events (sequence values also go to deduplicated and
 -- rolled-back sends). The same two range scans of the (ev_txid, ev_id) index
 -- as window_events, without the rows.
-create function :KEYQ_SCHEMA.window_count(qid int, s1 pg_snapshot, s2 pg_snapshot, max_rows bigint default null)
+create function :KEYQ_SCHEMA.window_count(qid int, s1 pg_snapshot, s2 pg_snapshot, max_rows bigint default null,
+                                          prepare boolean default true)
 returns bigint
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
@@ -600,7 +613,7 @@ begin
       where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
         and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2))
     limit $3) w $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
-    'pg_snapshot, pg_snapshot, bigint', array[s1::text, s2::text, max_rows::text])
+    'pg_snapshot, pg_snapshot, bigint', array[s1::text, s2::text, max_rows::text], prepare)
     into n;
   return n;
 end $$;

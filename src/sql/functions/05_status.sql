@@ -28,13 +28,13 @@ declare
   bytes bigint;
 begin
   select * into f from :KEYQ_SCHEMA.tick t where t.queue_id = q.queue_id and t.tick_id = :KEYQ_SCHEMA.floor_of(q);
-  select * into first from :KEYQ_SCHEMA.window_events(q.queue_id, f.tick_snapshot, pg_current_snapshot(), '0'::xid8, 0, 1);
+  select * into first from :KEYQ_SCHEMA.window_events(q.queue_id, f.tick_snapshot, pg_current_snapshot(), '0'::xid8, 0, 1, false);
   select sum(pg_total_relation_size(format('%I.%I', :KEYQ_SCHEMA_NAME, 'event_' || q.queue_id || '_' || i)::regclass))
     into bytes from generate_series(0, q.ntables - 1) i;
   return jsonb_build_object(
     'fromTick', f.tick_id::text, 'since', f.tick_time,
     'oldestEventId', first.ev_id::text, 'oldestEventTime', first.ev_time,
-    'events', :KEYQ_SCHEMA.window_count(q.queue_id, f.tick_snapshot, pg_current_snapshot(), 100000),
+    'events', :KEYQ_SCHEMA.window_count(q.queue_id, f.tick_snapshot, pg_current_snapshot(), 100000, false),
     'bytes', bytes);
 end $$;
 
@@ -46,7 +46,7 @@ as $$
   select :KEYQ_SCHEMA.authorize('see', queue) where queue is not null;
   with qs as materialized (
     select q.*, lt.tick_id as last_tick, lt.tick_time as last_time,
-           :KEYQ_SCHEMA.window_count(q.queue_id, lt.tick_snapshot, pg_current_snapshot(), 100000) as pending
+           :KEYQ_SCHEMA.window_count(q.queue_id, lt.tick_snapshot, pg_current_snapshot(), 100000, false) as pending
       -- One queue by name, or a page in name order: both read the queue_name
       -- index, so a page costs its own queues, not the whole queue table.
       from (select * from :KEYQ_SCHEMA.queue q1
@@ -65,7 +65,7 @@ as $$
     -- (offset 0 keeps each lookup a parameterized scan of its own), so the
     -- work is the reported queues' rows, never every cursor of the schema.
     select d.queue_id, d.tick_id,
-           :KEYQ_SCHEMA.window_count(d.queue_id, t.tick_snapshot, pg_current_snapshot(), 100000) as n
+           :KEYQ_SCHEMA.window_count(d.queue_id, t.tick_snapshot, pg_current_snapshot(), 100000, false) as n
       from (select distinct qs.queue_id, cu.tick_id
               from qs
               cross join lateral (select k.consumer_id from :KEYQ_SCHEMA.consumer k where k.queue_id = qs.queue_id offset 0) c
