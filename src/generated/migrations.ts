@@ -2584,13 +2584,16 @@ declare
   n text := 'keyq_' || md5(types || ':' || query);
   t text[] := string_to_array(types, ', ');
   q text := query;
+  ready boolean;
 begin
   if prepare then
-    if not exists (select 1 from pg_prepared_statements p where p.name = n)
-       and (select count(*) from pg_prepared_statements p where p.name like 'keyq\\_%') < 256 then
+    -- One look at the session's statements when it is there (every call but the first).
+    ready := exists (select 1 from pg_prepared_statements p where p.name = n);
+    if not ready and (select count(*) from pg_prepared_statements p where p.name like 'keyq\\_%') < 256 then
       execute format('prepare %I(%s) as %s', n, types, query);
+      ready := true;
     end if;
-    if exists (select 1 from pg_prepared_statements p where p.name = n) then
+    if ready then
       return format('execute %I(%s)', n,
                     (select string_agg(quote_nullable(a) || '::' || t[i], ', ' order by i) from unnest(args) with ordinality as u(a, i)));
     end if;
@@ -5209,7 +5212,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "23ce9ba8a240e4595f3730b39c5e2a6c7c6adae5093835cedaf179faf4d5c13c";
+export const functionsHash: string = "6b0b48afe7202d57a9ec10a6c981c55b8cf77ec5800855a82da530cf6d23aa7f";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5219,4 +5222,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 31;
+export const functionsSerial: number = 32;

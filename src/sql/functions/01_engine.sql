@@ -456,13 +456,16 @@ declare
   n text := 'keyq_' || md5(types || ':' || query);
   t text[] := string_to_array(types, ', ');
   q text := query;
+  ready boolean;
 begin
   if prepare then
-    if not exists (select 1 from pg_prepared_statements p where p.name = n)
-       and (select count(*) from pg_prepared_statements p where p.name like 'keyq\_%') < 256 then
+    -- One look at the session's statements when it is there (every call but the first).
+    ready := exists (select 1 from pg_prepared_statements p where p.name = n);
+    if not ready and (select count(*) from pg_prepared_statements p where p.name like 'keyq\_%') < 256 then
       execute format('prepare %I(%s) as %s', n, types, query);
+      ready := true;
     end if;
-    if exists (select 1 from pg_prepared_statements p where p.name = n) then
+    if ready then
       return format('execute %I(%s)', n,
                     (select string_agg(quote_nullable(a) || '::' || t[i], ', ' order by i) from unnest(args) with ordinality as u(a, i)));
     end if;
