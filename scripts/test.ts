@@ -29,7 +29,7 @@ import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { installedNode, NODE_VERSIONS } from "./node-versions.ts";
 import { databaseUrl } from "./lib/db.ts";
-import { closingLines, counts, failedTest } from "./lib/test-output.ts";
+import { closingLines, counts, failureReader } from "./lib/test-output.ts";
 import { type Embedded, startEmbedded } from "./lib/embedded.ts";
 import postgres from "postgres";
 
@@ -53,7 +53,7 @@ interface Result {
   counts: string;
   /** The run's closing `# pass N` / `# fail N` lines (Node's TAP), when it printed them. */
   closing?: string[];
-  /** The names of the tests that failed, as the runner printed them (at most 20). */
+  /** The tests that failed, as the runner printed them, each with its error's first line (at most 20). */
   failed?: string[];
 }
 
@@ -63,20 +63,27 @@ function execute(run: Run): Promise<Result> {
     const child = spawn(run.cmd, run.args, { cwd: root, env: { ...process.env, ...run.env }, stdio: ["ignore", "pipe", "pipe"] });
     let tail = "";
     let partial = "";
-    const failed: string[] = [];
+    const reader = failureReader();
     const keep = (d: Buffer) => {
       tail = (tail + String(d)).slice(-20_000);
       const lines = (partial + String(d)).split("\n");
       partial = lines.pop() ?? "";
-      for (const line of lines) {
-        const name = failedTest(line);
-        if (name !== undefined && failed.length < 20 && !failed.includes(name)) failed.push(name);
-      }
+      for (const line of lines) reader.line(line);
     };
     child.stdout.on("data", (d: Buffer) => (process.stdout.write(d), keep(d)));
     child.stderr.on("data", (d: Buffer) => (process.stderr.write(d), keep(d)));
     child.on("error", (err) => done({ label: run.label, code: 127, counts: err.message }));
-    child.on("close", (code) => done({ label: run.label, code: code ?? 1, counts: counts(tail), closing: closingLines(tail), failed }));
+    child.on(
+      "close",
+      (code) =>
+        done({
+          label: run.label,
+          code: code ?? 1,
+          counts: counts(tail),
+          closing: closingLines(tail),
+          failed: reader.failures.map((f) => f.error ? `${f.name}\n       error: ${f.error}` : f.name),
+        }),
+    );
   });
 }
 
