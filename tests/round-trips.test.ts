@@ -102,8 +102,10 @@ const RUN: Record<string, number> = {
  * 2026-12-01); postgres.js 9/9/13, pg and Neon 5/5/7 and Bun.SQL 10/10/16
  * with the empty look (stop 28). Now: connection start (1), start_run (1),
  * BEGIN + the first receive (1), each further batch with the previous
- * COMMIT (1; Tier B 4 slots: 3 more), the last COMMIT (1): pg and Neon
- * 4/4/7. Above that, measured per turn (the wire proxy's turns()):
+ * COMMIT (1), the last COMMIT (1): pg and Neon 4/4/4. Tier B took a batch
+ * per slot (4 slots: 3 more, 7) until its batch went on to the next slots
+ * while it had room, and says `drained` when it read every free slot to
+ * its end. Above that, measured per turn (the wire proxy's turns()):
  * postgres.js has no chain (a reserved connection kept between batches
  * crashed postgres.js 3.4 in nextWrite under pg_ctl stop -m immediate in 1
  * of 2 runs of tests/faults.test.ts), so each batch pays its COMMIT; it
@@ -113,10 +115,11 @@ const RUN: Record<string, number> = {
  * Bind/Execute/Sync on their first use on the connection: postgres.js 3.4
  * describes every statement with parameters that is not yet prepared
  * first (connection.js: describeFirst = parameters.length && !prepared,
- * whatever `prepare` and the types passed): 7/7/13. Bun.SQL (1.4.5)
+ * whatever `prepare` and the types passed): 7/7/7 (Tier B 13 with a
+ * batch per slot). Bun.SQL (1.4.5)
  * prepares the same two with a Parse/Describe/Sync turn of their own and
  * sends BEGIN and COMMIT alone (simple protocol, each waited for):
- * 7/7/16. Sending start_run or the receive by the simple protocol would
+ * 7/7/7 (Tier B 16 with a batch per slot). Sending start_run or the receive by the simple protocol would
  * save their describe turns, but only with values spliced into the SQL
  * text; keyq keeps every value a bind parameter.
  */
@@ -136,11 +139,11 @@ async function authTurns(proxy: WireProxy): Promise<number> {
 }
 
 const COLD: Record<string, Record<(typeof kinds)[number], number>> = {
-  "postgres.js": { plain: 7, exclusive: 7, ordered: 13 },
-  "pg Pool": { plain: 4, exclusive: 4, ordered: 7 },
-  "pg Pool, pipeline: true": { plain: 4, exclusive: 4, ordered: 7 },
-  "Neon Pool (WebSocket)": { plain: 4, exclusive: 4, ordered: 7 },
-  "Bun.SQL": { plain: 7, exclusive: 7, ordered: 16 },
+  "postgres.js": { plain: 7, exclusive: 7, ordered: 7 },
+  "pg Pool": { plain: 4, exclusive: 4, ordered: 4 },
+  "pg Pool, pipeline: true": { plain: 4, exclusive: 4, ordered: 4 },
+  "Neon Pool (WebSocket)": { plain: 4, exclusive: 4, ordered: 4 },
+  "Bun.SQL": { plain: 7, exclusive: 7, ordered: 7 },
 };
 type Kind = (typeof kinds)[number];
 

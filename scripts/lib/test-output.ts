@@ -80,7 +80,7 @@ export function failureReader(limit = 20): { line(line: string): void; failures:
         const text = err[1]!.trim();
         if (text === "|-" || text === "|" || text === ">-") blockNext = true;
         else {
-          open.error = clip(text.replace(/^'(.*)'$/, "$1"));
+          open.error = clip(text.replace(/^'(.*)'$|^"(.*)"$/, "$1$2"));
           open = undefined;
         }
         return;

@@ -134,7 +134,8 @@ class RowEvent {
 }
 
 /** The event a handler gets: lazy for a wire row (RowEvent), plain for an event object of the engine. */
-function toEvent(w: WireEvent, slot: number | undefined): AnyEvent {
+function toEvent(w: WireEvent, batchSlot: number | undefined): AnyEvent {
+  const slot = w.slot ?? batchSlot;
   if (w.raw !== undefined) return new RowEvent(w, slot);
   const ev: AnyEvent = { id: w.id, type: w.type, key: w.key, payload: w.payload as never, time: new Date(w.time), retry: w.retry };
   if (slot !== undefined) ev.slot = slot;

@@ -215,8 +215,9 @@ export interface EngineCalls {
   /** An ordered batch as JSON objects (SQL callers and tests; the client reads receiveOrderedWire). */
   receiveOrdered: [QC & { slots: number[]; maxEvents: number; helpAfter: number | null; slotCount: number }, Received];
   /** Ordered batches in the compact wire form (wire.ts), with the slot read. */
-  receiveOrderedWire: [QC & { slots: number[]; maxEvents: number; helpAfter: number | null; slotCount: number }, PlainBatch];
-  ack: [QC & { slot: number; outcome: AckOutcome }, AckReply];
+  receiveOrderedWire: [QC & { slots: number[]; maxEvents: number; helpAfter: number | null; slotCount: number; multiSlot: boolean }, PlainBatch];
+  /** slot: null for a Tier B batch that read several slots (the engine takes each event's from its key). */
+  ack: [QC & { slot: number | null; outcome: AckOutcome }, AckReply];
   fence: [QC & { slot: number; keys: string[]; holder: string; ms: number }, string[]];
   unfence: [QC & { holder: string }, number];
   slotOf: [QC & { key: string | null; slotCount: number }, number];
@@ -401,6 +402,7 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
       ["maxEvents", "max_events", "int"],
       ["helpAfter", "help_after", "float8"],
       ["slotCount", "slot_count", "int"],
+      ["multiSlot", "multi_slot", "boolean"],
     ],
     isOrderedBatch,
     [{ sql: "skip_try_lock", type: "boolean" }],

@@ -29,17 +29,24 @@ export interface WireEvent {
   locked?: boolean;
   /** Set by a fenced batch: another batch's lease still fences the key (always deferred). */
   fenced?: boolean;
+  /** Tier B, a batch that read several slots: the slot that delivered it. */
+  slot?: number;
 }
 
 /** The engine's answer to a receive call. */
 export interface Received {
   busy: boolean;
   events: WireEvent[];
-  /** Tier B: the slot this batch read. */
+  /** Tier B: the slot this batch read (the first, when it read several). */
   slot?: number;
+  /** Tier B: every slot this batch read, when it read more than one (each event carries its own). */
+  slots?: number[];
   /** Tier A: nothing was free while other batches held every bucket; the bucket count seen. */
   starved?: number | null;
-  /** Tier A: no free chunk was left when the batch was read: another look finds nothing until a new tick is planned. */
+  /**
+   * Tier A: no free chunk was left when the batch was read; Tier B (several slots a batch): every free slot was read
+   * to its end. Either way another look finds nothing until a new tick.
+   */
   drained?: boolean;
 }
 
@@ -58,6 +65,10 @@ export interface PlainBatch {
   retries: WireEvent[];
   /** The window's events, in order. */
   rows: PlainRow[];
+  /** Ordered, read with multiSlot: [slot, retries, rows] per slot read, in the order of `retries` and `rows`. */
+  groups?: [slot: number, retries: number, rows: number][];
+  /** Ordered, read with multiSlot: the batch read every slot free to it to its end. */
+  drained?: boolean;
 }
 
 function isRow(x: unknown): x is PlainRow {
@@ -104,8 +115,18 @@ export function isPlainBatch(x: unknown): boolean {
  */
 export function isOrderedBatch(x: unknown): boolean {
   if (!isPlainBatch(x)) return false;
-  const slot = (x as { slot?: unknown }).slot;
-  return slot === null || (Number.isInteger(slot) && (slot as number) >= 0);
+  const b = x as { slot?: unknown; groups?: unknown; drained?: unknown; retries: unknown[]; rows: unknown[] };
+  const slot = b.slot;
+  if (b.drained !== undefined && b.drained !== true) return false;
+  if (!(slot === null || (Number.isInteger(slot) && (slot as number) >= 0))) return false;
+  if (b.groups === undefined) return true;
+  // Groups must account for every retry and row, each slot once, the first being "slot".
+  if (!Array.isArray(b.groups) || (b.groups.length > 0) !== (slot !== null)) return false;
+  const nat = (n: unknown) => Number.isInteger(n) && (n as number) >= 0;
+  if (!b.groups.every((g) => Array.isArray(g) && g.length === 3 && g.every(nat))) return false;
+  const gs = b.groups as number[][];
+  return (gs.length === 0 || gs[0]![0] === slot) && new Set(gs.map((g) => g[0])).size === gs.length &&
+    gs.reduce((n, g) => n + g[1]!, 0) === b.retries.length && gs.reduce((n, g) => n + g[2]!, 0) === b.rows.length;
 }
 
 /**
@@ -121,10 +142,22 @@ export function isOrderedBatch(x: unknown): boolean {
  */
 export function fromPlain(batch: PlainBatch): Received {
   const events: WireEvent[] = batch.retries;
+  const nRetries = events.length;
   for (const r of batch.rows) {
     events.push({ id: r[0], txid: r[1], type: r[2], key: r[3], time: r[4], payload: undefined, raw: r[5], retry: 0, trace: r[6] });
   }
   const out: Received = { busy: batch.busy, events };
   if (typeof batch.slot === "number") out.slot = batch.slot;
+  if (batch.drained === true) out.drained = true;
+  if (batch.groups && batch.groups.length > 1) {
+    // Retries of every slot come first, then rows, each part in group order.
+    let ri = 0;
+    let wi = nRetries;
+    for (const [slot, retries, rows] of batch.groups) {
+      for (let i = 0; i < retries; i++) events[ri++]!.slot = slot;
+      for (let i = 0; i < rows; i++) events[wi++]!.slot = slot;
+    }
+    out.slots = batch.groups.map((g) => g[0]);
+  }
   return out;
 }

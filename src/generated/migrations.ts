@@ -3251,7 +3251,7 @@ end $$;
 
 -- Parks events (JSON with id, txid) of consumer slot s in the retry rows
 -- until \`due\`, without spending a retry: existing retry rows move, events
--- from the log are copied. Tier A defers a contended key's event a moment;
+-- from the log are copied (a null slot: each event's own, slot_of its key). Tier A defers a contended key's event a moment;
 -- Tier B's pause holds a blocked key's events until 'infinity' (released later).
 create function :KEYQ_SCHEMA.park_events(c :KEYQ_SCHEMA.consumer, slot int, events jsonb, due timestamptz) returns int
 language plpgsql
@@ -3268,7 +3268,7 @@ begin
       if e.ev_id is null then continue; end if;
       insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
                                       retry, due_at, last_error, ev_trace)
-      values (c.consumer_id, slot, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null, e.ev_trace)
+      values (c.consumer_id, coalesce(slot, :KEYQ_SCHEMA.slot_of(e.ev_key, c.slots)), e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null, e.ev_trace)
       on conflict (consumer_id, ev_id) do nothing;
     end if;
     n := n + 1;
@@ -3283,7 +3283,9 @@ end $$;
 --           "deferred": [{"id", "txid"}, …], "deferDelay": seconds,
 --           "pause": bool, "held": [{"id", "txid"}, …], "released": [{"id", "txid"}, …]}
 -- With pause, a failed keyed event blocks its key (it is the head) and an
--- acked or dead-lettered head releases the key's held events.
+-- acked or dead-lettered head releases the key's held events. A null slot:
+-- a Tier B batch that read several slots; each event's slot is slot_of its
+-- key, as the slot that delivered it.
 create function :KEYQ_SCHEMA.ack(queue text, consumer text, slot int, outcome jsonb) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -3307,7 +3309,7 @@ begin
     from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x;
   with gone as (
     delete from :KEYQ_SCHEMA.retry
-     where consumer_id = c.consumer_id and retry.slot = ack.slot
+     where consumer_id = c.consumer_id and (ack.slot is null or retry.slot = ack.slot)
        and ev_id in (select (jsonb_array_elements_text(coalesce(outcome->'retried', '[]')))::bigint)
        and ev_id <> all (failed_ids)
     returning ev_id
@@ -3327,7 +3329,7 @@ begin
     if not found then
       e := :KEYQ_SCHEMA.event_row(c.queue_id, (f->>'txid')::xid8, (f->>'id')::bigint);
       if e.ev_id is null then continue; end if;  -- rotated away meanwhile: nothing left to retry
-      r := row(c.consumer_id, slot, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null, e.ev_trace);
+      r := row(c.consumer_id, coalesce(slot, :KEYQ_SCHEMA.slot_of(e.ev_key, c.slots)), e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null, e.ev_trace);
     end if;
     if r.retry + 1 > p.max_retries then
       insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
@@ -4162,7 +4164,8 @@ as $$
 $$;
 
 -- Releases the keys whose head is one of ids (acked or dead-lettered): their
--- held rows become due now and go out in original (txid, id) order.
+-- held rows become due now and go out in original (txid, id) order. A null
+-- slot: the heads of any slot (a batch that read several).
 create function :KEYQ_SCHEMA.release_heads(c :KEYQ_SCHEMA.consumer, slot int, ids bigint[]) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -4172,12 +4175,12 @@ declare n int;
 begin
   with freed as (
     delete from :KEYQ_SCHEMA.blocked b
-     where b.consumer_id = c.consumer_id and b.slot = slot and b.head_id = any (ids)
-    returning b.ev_key
+     where b.consumer_id = c.consumer_id and (slot is null or b.slot = slot) and b.head_id = any (ids)
+    returning b.slot, b.ev_key
   )
   update :KEYQ_SCHEMA.retry r set due_at = now()
     from freed
-   where r.consumer_id = c.consumer_id and r.slot = slot and r.ev_key = freed.ev_key and r.due_at = 'infinity';
+   where r.consumer_id = c.consumer_id and r.slot = freed.slot and r.ev_key = freed.ev_key and r.due_at = 'infinity';
   get diagnostics n = row_count;
   return n;
 end $$;
@@ -4191,9 +4194,19 @@ end $$;
 -- first slot with events is returned (o_slot; null when none had any): its
 -- due retries (event objects) and its window's events; with pause, window
 -- events of blocked keys are held instead of returned (retries never are).
+-- With multi, a slot that filled less than the batch does not end it: the
+-- next slots fill the rest, each one's retries and events in order, and
+-- o_groups lists [slot, retries, events] per slot read, in the order of
+-- o_retries and o_evs. A sparse window then costs one batch, not one per
+-- slot (a cold run() of 10 events over 4 slots, or a wake-up's few events);
+-- a backlog fills each batch from its first slot as before. Only with the
+-- try-lock: two callers that block on cursor rows in different orders
+-- could deadlock. o_drained: multi read every slot of the list that was
+-- free to its end (another look finds nothing until a new tick).
 create function :KEYQ_SCHEMA.ordered_take(
-  c :KEYQ_SCHEMA.consumer, slots int[], max_events int, help_after float8, skip_try_lock boolean,
-  out o_busy boolean, out o_slot int, out o_retries jsonb, out o_evs :KEYQ_SCHEMA.event[]
+  c :KEYQ_SCHEMA.consumer, slots int[], max_events int, help_after float8, skip_try_lock boolean, multi boolean,
+  out o_busy boolean, out o_slot int, out o_retries jsonb, out o_evs :KEYQ_SCHEMA.event[], out o_groups jsonb,
+  out o_drained boolean
 )
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -4205,10 +4218,16 @@ declare
   todo int[];
   blocked_keys text[];
   tried int := 0;
+  retries jsonb;
+  evs :KEYQ_SCHEMA.event[];
+  room int := max_events;
 begin
   o_busy := false;
   o_retries := '[]';
   o_evs := '{}';
+  o_groups := '[]';
+  o_drained := false;
+  multi := multi and not skip_try_lock;
   todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);
   if help_after is not null then
     todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu
@@ -4223,25 +4242,33 @@ begin
     end if;
     tried := tried + 1;
     select * into cur from :KEYQ_SCHEMA.cursor cu where cu.consumer_id = c.consumer_id and cu.slot = k for update;
-    o_retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, max_events);
-    o_evs := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(o_retries));
-    if c.settings->>'onFailure' = 'pause' and cardinality(o_evs) > 0 then
+    retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, room);
+    evs := :KEYQ_SCHEMA.window_take(c, cur, room - jsonb_array_length(retries));
+    if c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
       blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
       if cardinality(blocked_keys) > 0 then
         perform :KEYQ_SCHEMA.park_events(c, k,
-          (select coalesce(jsonb_agg(jsonb_build_object('id', (o_evs[i]).ev_id::text, 'txid', (o_evs[i]).ev_txid::text) order by i), '[]')
-             from generate_subscripts(o_evs, 1) i where (o_evs[i]).ev_key = any (blocked_keys)),
+          (select coalesce(jsonb_agg(jsonb_build_object('id', (evs[i]).ev_id::text, 'txid', (evs[i]).ev_txid::text) order by i), '[]')
+             from generate_subscripts(evs, 1) i where (evs[i]).ev_key = any (blocked_keys)),
           'infinity');
-        o_evs := array(select o_evs[i] from generate_subscripts(o_evs, 1) i
-                        where (o_evs[i]).ev_key is null or not (o_evs[i]).ev_key = any (blocked_keys) order by i);
+        evs := array(select evs[i] from generate_subscripts(evs, 1) i
+                      where (evs[i]).ev_key is null or not (evs[i]).ev_key = any (blocked_keys) order by i);
       end if;
     end if;
-    if jsonb_array_length(o_retries) > 0 or cardinality(o_evs) > 0 then
-      o_slot := k;
-      return;
+    if jsonb_array_length(retries) > 0 or cardinality(evs) > 0 then
+      o_slot := coalesce(o_slot, k);
+      o_retries := o_retries || retries;
+      o_evs := o_evs || evs;
+      o_groups := o_groups || jsonb_build_array(jsonb_build_array(k, jsonb_array_length(retries), cardinality(evs)));
+      room := room - jsonb_array_length(retries) - cardinality(evs);
+      if not multi or room <= 0 then
+        return;
+      end if;
     end if;
   end loop;
-  o_busy := tried = 0 and cardinality(todo) > 0;
+  o_busy := o_slot is null and tried = 0 and cardinality(todo) > 0;
+  -- Every slot of the list was read to its end or is another worker's now.
+  o_drained := multi;
 end $$;
 
 -- The checks every receive of an ordered consumer makes first: the kind and
@@ -4283,7 +4310,7 @@ begin
   if c.consumer_id is null then
     return jsonb_build_object('busy', true, 'slot', null, 'events', '[]'::jsonb);
   end if;
-  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock);
+  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, false);
   if t.o_slot is null then
     return jsonb_build_object('busy', t.o_busy, 'slot', null, 'events', '[]'::jsonb);
   end if;
@@ -4295,11 +4322,14 @@ end $$;
 -- (src/engine/wire.ts): {"busy": b, "slot": k, "retries": [event objects],
 -- "rows": [[id, txid, type, key, time, payload as JSON text, trace], …]},
 -- as receive_plain: built as json text, no function call per event, each
--- payload a string the client parses only when a handler reads it.
+-- payload a string the client parses only when a handler reads it. With
+-- multi_slot (ordered_take's multi), "groups": [[slot, retries, rows], …]
+-- says which slot each retry and row came from; "slot" is the first; and
+-- "drained": true when the batch read every free slot to its end.
 create function :KEYQ_SCHEMA.receive_ordered_wire(
   queue text, consumer text, slots int[], max_events int,
   help_after float8 default null, skip_try_lock boolean default false,
-  slot_count int default null
+  slot_count int default null, multi_slot boolean default false
 ) returns text
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -4313,12 +4343,13 @@ begin
   if c.consumer_id is null then
     return '{"busy":true,"slot":null,"retries":[],"rows":[]}';
   end if;
-  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock);
+  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, multi_slot);
   if t.o_slot is null then
     return '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[],"rows":[]}';
   end if;
   return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":' ||
-    :KEYQ_SCHEMA.wire_rows(t.o_evs) || '}';
+    :KEYQ_SCHEMA.wire_rows(t.o_evs) || case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
+    case when t.o_drained then ',"drained":true' else '' end || '}';
 end $$;
 
 -- Releases key k of slot s outright (its head was dead-lettered, possibly in
@@ -5212,7 +5243,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "6b0b48afe7202d57a9ec10a6c981c55b8cf77ec5800855a82da530cf6d23aa7f";
+export const functionsHash: string = "ad792a2cc19bc6eb50b23b6096e7940fc0d776f05e2057fe6236a6f1f75165c4";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5222,4 +5253,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 32;
+export const functionsSerial: number = 34;

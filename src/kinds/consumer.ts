@@ -110,7 +110,7 @@ export interface OrderedHandle extends ConsumerHandle {
  * run and work also take the static assignment `worker`/`workers`.
  */
 export interface OrderedConsumer<P = unknown> extends Consumer<P>, OrderedHandle {
-  /** Consumes one batch (of one slot) in one transaction. */
+  /** Consumes one batch (of one slot, or several while it has room) in one transaction. */
   batch(options: BatchOptions<P> & SlotAssignment): Promise<BatchReport>;
   /** Ticks, maintains, then consumes batches until the budget or the backlog ends. */
   run(options: RunOptions<P> & SlotAssignment): Promise<RunReport>;
@@ -130,7 +130,7 @@ export interface PerEventOnly {
  * its key's later events back one by one.
  */
 export interface StrictOrderedConsumer<P = unknown> extends OrderedConsumer<P> {
-  /** Consumes one batch (of one slot) in one transaction. */
+  /** Consumes one batch (of one slot, or several while it has room) in one transaction. */
   batch(options: BatchOptions<P> & SlotAssignment & PerEventOnly): Promise<BatchReport>;
   /** Ticks, maintains, then consumes batches until the budget or the backlog ends. */
   run(options: RunOptions<P> & SlotAssignment & PerEventOnly): Promise<RunReport>;

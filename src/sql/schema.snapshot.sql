@@ -217,7 +217,7 @@ begin
     from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x;
   with gone as (
     delete from :KEYQ_SCHEMA.retry
-     where consumer_id = c.consumer_id and retry.slot = ack.slot
+     where consumer_id = c.consumer_id and (ack.slot is null or retry.slot = ack.slot)
        and ev_id in (select (jsonb_array_elements_text(coalesce(outcome->'retried', '[]')))::bigint)
        and ev_id <> all (failed_ids)
     returning ev_id
@@ -237,7 +237,7 @@ begin
     if not found then
       e := :KEYQ_SCHEMA.event_row(c.queue_id, (f->>'txid')::xid8, (f->>'id')::bigint);
       if e.ev_id is null then continue; end if;  -- rotated away meanwhile: nothing left to retry
-      r := row(c.consumer_id, slot, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null, e.ev_trace);
+      r := row(c.consumer_id, coalesce(slot, :KEYQ_SCHEMA.slot_of(e.ev_key, c.slots)), e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null, e.ev_trace);
     end if;
     if r.retry + 1 > p.max_retries then
       insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,
@@ -1240,7 +1240,7 @@ begin
   end if;
   return c;
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.ordered_take(c :KEYQ_SCHEMA.consumer, slots integer[], max_events integer, help_after double precision, skip_try_lock boolean, OUT o_busy boolean, OUT o_slot integer, OUT o_retries jsonb, OUT o_evs :KEYQ_SCHEMA.event[])
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.ordered_take(c :KEYQ_SCHEMA.consumer, slots integer[], max_events integer, help_after double precision, skip_try_lock boolean, multi boolean, OUT o_busy boolean, OUT o_slot integer, OUT o_retries jsonb, OUT o_evs :KEYQ_SCHEMA.event[], OUT o_groups jsonb, OUT o_drained boolean)
  RETURNS record
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1252,10 +1252,16 @@ declare
   todo int[];
   blocked_keys text[];
   tried int := 0;
+  retries jsonb;
+  evs :KEYQ_SCHEMA.event[];
+  room int := max_events;
 begin
   o_busy := false;
   o_retries := '[]';
   o_evs := '{}';
+  o_groups := '[]';
+  o_drained := false;
+  multi := multi and not skip_try_lock;
   todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);
   if help_after is not null then
     todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu
@@ -1270,25 +1276,33 @@ begin
     end if;
     tried := tried + 1;
     select * into cur from :KEYQ_SCHEMA.cursor cu where cu.consumer_id = c.consumer_id and cu.slot = k for update;
-    o_retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, max_events);
-    o_evs := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(o_retries));
-    if c.settings->>'onFailure' = 'pause' and cardinality(o_evs) > 0 then
+    retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, room);
+    evs := :KEYQ_SCHEMA.window_take(c, cur, room - jsonb_array_length(retries));
+    if c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
       blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
       if cardinality(blocked_keys) > 0 then
         perform :KEYQ_SCHEMA.park_events(c, k,
-          (select coalesce(jsonb_agg(jsonb_build_object('id', (o_evs[i]).ev_id::text, 'txid', (o_evs[i]).ev_txid::text) order by i), '[]')
-             from generate_subscripts(o_evs, 1) i where (o_evs[i]).ev_key = any (blocked_keys)),
+          (select coalesce(jsonb_agg(jsonb_build_object('id', (evs[i]).ev_id::text, 'txid', (evs[i]).ev_txid::text) order by i), '[]')
+             from generate_subscripts(evs, 1) i where (evs[i]).ev_key = any (blocked_keys)),
           'infinity');
-        o_evs := array(select o_evs[i] from generate_subscripts(o_evs, 1) i
-                        where (o_evs[i]).ev_key is null or not (o_evs[i]).ev_key = any (blocked_keys) order by i);
+        evs := array(select evs[i] from generate_subscripts(evs, 1) i
+                      where (evs[i]).ev_key is null or not (evs[i]).ev_key = any (blocked_keys) order by i);
       end if;
     end if;
-    if jsonb_array_length(o_retries) > 0 or cardinality(o_evs) > 0 then
-      o_slot := k;
-      return;
+    if jsonb_array_length(retries) > 0 or cardinality(evs) > 0 then
+      o_slot := coalesce(o_slot, k);
+      o_retries := o_retries || retries;
+      o_evs := o_evs || evs;
+      o_groups := o_groups || jsonb_build_array(jsonb_build_array(k, jsonb_array_length(retries), cardinality(evs)));
+      room := room - jsonb_array_length(retries) - cardinality(evs);
+      if not multi or room <= 0 then
+        return;
+      end if;
     end if;
   end loop;
-  o_busy := tried = 0 and cardinality(todo) > 0;
+  o_busy := o_slot is null and tried = 0 and cardinality(todo) > 0;
+  -- Every slot of the list was read to its end or is another worker's now.
+  o_drained := multi;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.out_of_range(q :KEYQ_SCHEMA.queue, what text)
  RETURNS void
@@ -1321,7 +1335,7 @@ begin
       if e.ev_id is null then continue; end if;
       insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
                                       retry, due_at, last_error, ev_trace)
-      values (c.consumer_id, slot, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null, e.ev_trace)
+      values (c.consumer_id, coalesce(slot, :KEYQ_SCHEMA.slot_of(e.ev_key, c.slots)), e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null, e.ev_trace)
       on conflict (consumer_id, ev_id) do nothing;
     end if;
     n := n + 1;
@@ -1746,14 +1760,14 @@ begin
   if c.consumer_id is null then
     return jsonb_build_object('busy', true, 'slot', null, 'events', '[]'::jsonb);
   end if;
-  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock);
+  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, false);
   if t.o_slot is null then
     return jsonb_build_object('busy', t.o_busy, 'slot', null, 'events', '[]'::jsonb);
   end if;
   return jsonb_build_object('busy', false, 'slot', t.o_slot, 'events', t.o_retries ||
     coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(t.o_evs[i]) order by i) from generate_subscripts(t.o_evs, 1) i), '[]'));
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_ordered_wire(queue text, consumer text, slots integer[], max_events integer, help_after double precision DEFAULT NULL::double precision, skip_try_lock boolean DEFAULT false, slot_count integer DEFAULT NULL::integer)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_ordered_wire(queue text, consumer text, slots integer[], max_events integer, help_after double precision DEFAULT NULL::double precision, skip_try_lock boolean DEFAULT false, slot_count integer DEFAULT NULL::integer, multi_slot boolean DEFAULT false)
  RETURNS text
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -1768,12 +1782,13 @@ begin
   if c.consumer_id is null then
     return '{"busy":true,"slot":null,"retries":[],"rows":[]}';
   end if;
-  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock);
+  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, multi_slot);
   if t.o_slot is null then
     return '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[],"rows":[]}';
   end if;
   return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":' ||
-    :KEYQ_SCHEMA.wire_rows(t.o_evs) || '}';
+    :KEYQ_SCHEMA.wire_rows(t.o_evs) || case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
+    case when t.o_drained then ',"drained":true' else '' end || '}';
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_plain(queue text, consumer text, max_events integer, wait_ms integer DEFAULT 0)
  RETURNS text
@@ -1853,12 +1868,12 @@ declare n int;
 begin
   with freed as (
     delete from :KEYQ_SCHEMA.blocked b
-     where b.consumer_id = c.consumer_id and b.slot = slot and b.head_id = any (ids)
-    returning b.ev_key
+     where b.consumer_id = c.consumer_id and (slot is null or b.slot = slot) and b.head_id = any (ids)
+    returning b.slot, b.ev_key
   )
   update :KEYQ_SCHEMA.retry r set due_at = now()
     from freed
-   where r.consumer_id = c.consumer_id and r.slot = slot and r.ev_key = freed.ev_key and r.due_at = 'infinity';
+   where r.consumer_id = c.consumer_id and r.slot = freed.slot and r.ev_key = freed.ev_key and r.due_at = 'infinity';
   get diagnostics n = row_count;
   return n;
 end $function$;

@@ -47,6 +47,10 @@ describe("test output (scripts/test.ts summary)", () => {
       "      ---",
       "      error: 'boom here'",
       "      ...",
+      "    not ok 4 - four throws",
+      "      ---",
+      "      error: \"Cannot read properties of undefined (reading 'key')\"",
+      "      ...",
       "not ok 1 - suite",
       "  ---",
       "  error: '2 subtests failed'",
@@ -54,6 +58,7 @@ describe("test output (scripts/test.ts summary)", () => {
     assert.deepEqual(read(node), [
       { name: "one fails", error: "only 31 of 32 workers" },
       { name: "three throws", error: "boom here" },
+      { name: "four throws", error: "Cannot read properties of undefined (reading 'key')" },
       { name: "suite", error: "2 subtests failed" },
     ]);
     const bun = [

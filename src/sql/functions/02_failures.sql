@@ -226,7 +226,7 @@ end $$;
 
 -- Parks events (JSON with id, txid) of consumer slot s in the retry rows
 -- until `due`, without spending a retry: existing retry rows move, events
--- from the log are copied. Tier A defers a contended key's event a moment;
+-- from the log are copied (a null slot: each event's own, slot_of its key). Tier A defers a contended key's event a moment;
 -- Tier B's pause holds a blocked key's events until 'infinity' (released later).
 create function :KEYQ_SCHEMA.park_events(c :KEYQ_SCHEMA.consumer, slot int, events jsonb, due timestamptz) returns int
 language plpgsql
@@ -243,7 +243,7 @@ begin
       if e.ev_id is null then continue; end if;
       insert into :KEYQ_SCHEMA.retry (consumer_id, slot, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data,
                                       retry, due_at, last_error, ev_trace)
-      values (c.consumer_id, slot, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null, e.ev_trace)
+      values (c.consumer_id, coalesce(slot, :KEYQ_SCHEMA.slot_of(e.ev_key, c.slots)), e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, due, null, e.ev_trace)
       on conflict (consumer_id, ev_id) do nothing;
     end if;
     n := n + 1;
@@ -258,7 +258,9 @@ end $$;
 --           "deferred": [{"id", "txid"}, …], "deferDelay": seconds,
 --           "pause": bool, "held": [{"id", "txid"}, …], "released": [{"id", "txid"}, …]}
 -- With pause, a failed keyed event blocks its key (it is the head) and an
--- acked or dead-lettered head releases the key's held events.
+-- acked or dead-lettered head releases the key's held events. A null slot:
+-- a Tier B batch that read several slots; each event's slot is slot_of its
+-- key, as the slot that delivered it.
 create function :KEYQ_SCHEMA.ack(queue text, consumer text, slot int, outcome jsonb) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -282,7 +284,7 @@ begin
     from jsonb_array_elements(coalesce(outcome->'failed', '[]')) x;
   with gone as (
     delete from :KEYQ_SCHEMA.retry
-     where consumer_id = c.consumer_id and retry.slot = ack.slot
+     where consumer_id = c.consumer_id and (ack.slot is null or retry.slot = ack.slot)
        and ev_id in (select (jsonb_array_elements_text(coalesce(outcome->'retried', '[]')))::bigint)
        and ev_id <> all (failed_ids)
     returning ev_id
@@ -302,7 +304,7 @@ begin
     if not found then
       e := :KEYQ_SCHEMA.event_row(c.queue_id, (f->>'txid')::xid8, (f->>'id')::bigint);
       if e.ev_id is null then continue; end if;  -- rotated away meanwhile: nothing left to retry
-      r := row(c.consumer_id, slot, e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null, e.ev_trace);
+      r := row(c.consumer_id, coalesce(slot, :KEYQ_SCHEMA.slot_of(e.ev_key, c.slots)), e.ev_id, e.ev_txid, e.ev_time, e.ev_type, e.ev_key, e.ev_data, 0, now(), null, e.ev_trace);
     end if;
     if r.retry + 1 > p.max_retries then
       insert into :KEYQ_SCHEMA.dead_letter (queue_id, consumer_id, slot, ev_id, ev_txid, ev_time, ev_type,

@@ -193,7 +193,8 @@ as $$
 $$;
 
 -- Releases the keys whose head is one of ids (acked or dead-lettered): their
--- held rows become due now and go out in original (txid, id) order.
+-- held rows become due now and go out in original (txid, id) order. A null
+-- slot: the heads of any slot (a batch that read several).
 create function :KEYQ_SCHEMA.release_heads(c :KEYQ_SCHEMA.consumer, slot int, ids bigint[]) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -203,12 +204,12 @@ declare n int;
 begin
   with freed as (
     delete from :KEYQ_SCHEMA.blocked b
-     where b.consumer_id = c.consumer_id and b.slot = slot and b.head_id = any (ids)
-    returning b.ev_key
+     where b.consumer_id = c.consumer_id and (slot is null or b.slot = slot) and b.head_id = any (ids)
+    returning b.slot, b.ev_key
   )
   update :KEYQ_SCHEMA.retry r set due_at = now()
     from freed
-   where r.consumer_id = c.consumer_id and r.slot = slot and r.ev_key = freed.ev_key and r.due_at = 'infinity';
+   where r.consumer_id = c.consumer_id and r.slot = freed.slot and r.ev_key = freed.ev_key and r.due_at = 'infinity';
   get diagnostics n = row_count;
   return n;
 end $$;
@@ -222,9 +223,19 @@ end $$;
 -- first slot with events is returned (o_slot; null when none had any): its
 -- due retries (event objects) and its window's events; with pause, window
 -- events of blocked keys are held instead of returned (retries never are).
+-- With multi, a slot that filled less than the batch does not end it: the
+-- next slots fill the rest, each one's retries and events in order, and
+-- o_groups lists [slot, retries, events] per slot read, in the order of
+-- o_retries and o_evs. A sparse window then costs one batch, not one per
+-- slot (a cold run() of 10 events over 4 slots, or a wake-up's few events);
+-- a backlog fills each batch from its first slot as before. Only with the
+-- try-lock: two callers that block on cursor rows in different orders
+-- could deadlock. o_drained: multi read every slot of the list that was
+-- free to its end (another look finds nothing until a new tick).
 create function :KEYQ_SCHEMA.ordered_take(
-  c :KEYQ_SCHEMA.consumer, slots int[], max_events int, help_after float8, skip_try_lock boolean,
-  out o_busy boolean, out o_slot int, out o_retries jsonb, out o_evs :KEYQ_SCHEMA.event[]
+  c :KEYQ_SCHEMA.consumer, slots int[], max_events int, help_after float8, skip_try_lock boolean, multi boolean,
+  out o_busy boolean, out o_slot int, out o_retries jsonb, out o_evs :KEYQ_SCHEMA.event[], out o_groups jsonb,
+  out o_drained boolean
 )
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -236,10 +247,16 @@ declare
   todo int[];
   blocked_keys text[];
   tried int := 0;
+  retries jsonb;
+  evs :KEYQ_SCHEMA.event[];
+  room int := max_events;
 begin
   o_busy := false;
   o_retries := '[]';
   o_evs := '{}';
+  o_groups := '[]';
+  o_drained := false;
+  multi := multi and not skip_try_lock;
   todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);
   if help_after is not null then
     todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu
@@ -254,25 +271,33 @@ begin
     end if;
     tried := tried + 1;
     select * into cur from :KEYQ_SCHEMA.cursor cu where cu.consumer_id = c.consumer_id and cu.slot = k for update;
-    o_retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, max_events);
-    o_evs := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(o_retries));
-    if c.settings->>'onFailure' = 'pause' and cardinality(o_evs) > 0 then
+    retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, room);
+    evs := :KEYQ_SCHEMA.window_take(c, cur, room - jsonb_array_length(retries));
+    if c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
       blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
       if cardinality(blocked_keys) > 0 then
         perform :KEYQ_SCHEMA.park_events(c, k,
-          (select coalesce(jsonb_agg(jsonb_build_object('id', (o_evs[i]).ev_id::text, 'txid', (o_evs[i]).ev_txid::text) order by i), '[]')
-             from generate_subscripts(o_evs, 1) i where (o_evs[i]).ev_key = any (blocked_keys)),
+          (select coalesce(jsonb_agg(jsonb_build_object('id', (evs[i]).ev_id::text, 'txid', (evs[i]).ev_txid::text) order by i), '[]')
+             from generate_subscripts(evs, 1) i where (evs[i]).ev_key = any (blocked_keys)),
           'infinity');
-        o_evs := array(select o_evs[i] from generate_subscripts(o_evs, 1) i
-                        where (o_evs[i]).ev_key is null or not (o_evs[i]).ev_key = any (blocked_keys) order by i);
+        evs := array(select evs[i] from generate_subscripts(evs, 1) i
+                      where (evs[i]).ev_key is null or not (evs[i]).ev_key = any (blocked_keys) order by i);
       end if;
     end if;
-    if jsonb_array_length(o_retries) > 0 or cardinality(o_evs) > 0 then
-      o_slot := k;
-      return;
+    if jsonb_array_length(retries) > 0 or cardinality(evs) > 0 then
+      o_slot := coalesce(o_slot, k);
+      o_retries := o_retries || retries;
+      o_evs := o_evs || evs;
+      o_groups := o_groups || jsonb_build_array(jsonb_build_array(k, jsonb_array_length(retries), cardinality(evs)));
+      room := room - jsonb_array_length(retries) - cardinality(evs);
+      if not multi or room <= 0 then
+        return;
+      end if;
     end if;
   end loop;
-  o_busy := tried = 0 and cardinality(todo) > 0;
+  o_busy := o_slot is null and tried = 0 and cardinality(todo) > 0;
+  -- Every slot of the list was read to its end or is another worker's now.
+  o_drained := multi;
 end $$;
 
 -- The checks every receive of an ordered consumer makes first: the kind and
@@ -314,7 +339,7 @@ begin
   if c.consumer_id is null then
     return jsonb_build_object('busy', true, 'slot', null, 'events', '[]'::jsonb);
   end if;
-  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock);
+  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, false);
   if t.o_slot is null then
     return jsonb_build_object('busy', t.o_busy, 'slot', null, 'events', '[]'::jsonb);
   end if;
@@ -326,11 +351,14 @@ end $$;
 -- (src/engine/wire.ts): {"busy": b, "slot": k, "retries": [event objects],
 -- "rows": [[id, txid, type, key, time, payload as JSON text, trace], …]},
 -- as receive_plain: built as json text, no function call per event, each
--- payload a string the client parses only when a handler reads it.
+-- payload a string the client parses only when a handler reads it. With
+-- multi_slot (ordered_take's multi), "groups": [[slot, retries, rows], …]
+-- says which slot each retry and row came from; "slot" is the first; and
+-- "drained": true when the batch read every free slot to its end.
 create function :KEYQ_SCHEMA.receive_ordered_wire(
   queue text, consumer text, slots int[], max_events int,
   help_after float8 default null, skip_try_lock boolean default false,
-  slot_count int default null
+  slot_count int default null, multi_slot boolean default false
 ) returns text
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -344,12 +372,13 @@ begin
   if c.consumer_id is null then
     return '{"busy":true,"slot":null,"retries":[],"rows":[]}';
   end if;
-  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock);
+  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, multi_slot);
   if t.o_slot is null then
     return '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[],"rows":[]}';
   end if;
   return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":' ||
-    :KEYQ_SCHEMA.wire_rows(t.o_evs) || '}';
+    :KEYQ_SCHEMA.wire_rows(t.o_evs) || case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
+    case when t.o_drained then ',"drained":true' else '' end || '}';
 end $$;
 
 -- Releases key k of slot s outright (its head was dead-lettered, possibly in
