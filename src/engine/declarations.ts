@@ -514,6 +514,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "window_count",
   "window_events",
   "window_events_slot",
+  "window_slots",
   "window_take",
   "wire_rows",
   "xbuckets",

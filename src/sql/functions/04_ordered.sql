@@ -214,6 +214,39 @@ begin
   return n;
 end $$;
 
+-- The slots of c with events in window (t1, t2] of its queue, or null when
+-- the window holds more than max_rows events (each slot then reads its own
+-- rows through the slot index). One read of a small window tells
+-- ordered_take which closed slots have nothing new: those close at t2
+-- without a read of their own (a wake-up's window of one event visited
+-- every slot, reading each through its own prepared statement).
+create function :KEYQ_SCHEMA.window_slots(c :KEYQ_SCHEMA.consumer, t1 bigint, t2 bigint, max_rows int) returns int[]
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare
+  s1 pg_snapshot;
+  s2 pg_snapshot;
+  seq1 bigint;
+  seq2 bigint;
+  keys text[];
+begin
+  select tick_snapshot, tick_event_seq into s1, seq1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = t1;
+  select tick_snapshot, tick_event_seq into s2, seq2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = t2;
+  -- Ids handed out between the ticks: far more than max_rows is a backlog,
+  -- not worth a read (stragglers can add a few; the read below is exact).
+  if s1 is null or s2 is null or seq2 - seq1 > 2 * max_rows then
+    return null;
+  end if;
+  select array_agg(w.ev_key) into keys
+    from :KEYQ_SCHEMA.window_events(c.queue_id, s1, s2, '0'::xid8, 0, max_rows + 1) w;
+  if coalesce(cardinality(keys), 0) > max_rows then
+    return null;
+  end if;
+  return array(select distinct :KEYQ_SCHEMA.slot_of(k, c.slots) from unnest(keys) k);
+end $$;
+
 -- One batch of an ordered consumer, as receive_ordered and
 -- receive_ordered_wire return it. Tries the slots in `slots` order (then,
 -- when help_after is given, any slot not polled for that many seconds):
@@ -250,6 +283,9 @@ declare
   retries jsonb;
   evs :KEYQ_SCHEMA.event[];
   room int := max_events;
+  newest bigint;
+  known_from bigint;
+  known int[];
 begin
   o_busy := false;
   o_retries := '[]';
@@ -272,7 +308,27 @@ begin
     tried := tried + 1;
     select * into cur from :KEYQ_SCHEMA.cursor cu where cu.consumer_id = c.consumer_id and cu.slot = k for update;
     retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, room);
-    evs := :KEYQ_SCHEMA.window_take(c, cur, room - jsonb_array_length(retries));
+    evs := null;
+    -- A closed slot behind the newest tick whose new window (one read for
+    -- every slot closed at the same tick) holds nothing of it: closed at
+    -- the newest tick, as window_take would after reading nothing.
+    if cur.end_tick_id is null and cur.last_txid is null and room > jsonb_array_length(retries) then
+      if newest is null then
+        select max(tick_id) into newest from :KEYQ_SCHEMA.tick where queue_id = c.queue_id;
+      end if;
+      if newest > cur.tick_id then
+        if known_from is distinct from cur.tick_id then
+          known_from := cur.tick_id;
+          known := :KEYQ_SCHEMA.window_slots(c, cur.tick_id, newest, 128);
+        end if;
+        if known is not null and not (k = any (known)) then
+          update :KEYQ_SCHEMA.cursor set tick_id = newest, polled_at = now(), batch_at = now()
+           where consumer_id = c.consumer_id and slot = k;
+          evs := '{}';
+        end if;
+      end if;
+    end if;
+    evs := coalesce(evs, :KEYQ_SCHEMA.window_take(c, cur, room - jsonb_array_length(retries)));
     if c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
       blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
       if cardinality(blocked_keys) > 0 then
