@@ -45,9 +45,21 @@ function tally() {
 /**
  * 32 workers drain `rounds` windows of 1,000 keys (two events each, spread
  * over the window, so no key-safe cut divides a bucket; sent and ticked
- * while they work), each handler taking 20 ms.
+ * while they work), each handler taking 20 ms. With `more`, each worker
+ * keeps running (finding nothing) while it says so: a worker whose batch
+ * starved grows the count in its next run's prepare, whose concurrent index
+ * build waits for every older transaction of the database (other test files
+ * included), so on a busy server the growth can finish after the last event.
  */
-async function drain(ws: { q: Keyq }[], f: PgFixture, name: string, opts: object, t: ReturnType<typeof tally>, rounds: number) {
+async function drain(
+  ws: { q: Keyq }[],
+  f: PgFixture,
+  name: string,
+  opts: object,
+  t: ReturnType<typeof tally>,
+  rounds: number,
+  more: () => boolean = () => false,
+) {
   const total = rounds * 2000;
   const pad = "x".repeat(300);
   const producing = (async () => {
@@ -60,7 +72,7 @@ async function drain(ws: { q: Keyq }[], f: PgFixture, name: string, opts: object
   const until = Date.now() + 90_000;
   await Promise.all(ws.map(async ({ q }) => {
     const c = q.exclusive("jobs", name, opts);
-    while (t.handled.size < total && Date.now() < until) {
+    while ((t.handled.size < total || more()) && Date.now() < until) {
       const r = await c.run({ maxEvents: 10, maxBatches: 3, handler: (e) => t.handle(e, 20) });
       if (r.events === 0) await sleep(50);
     }
@@ -157,9 +169,32 @@ describe("Tier A: the bucket count grows with the workload", () => {
       // Phase 1: two windows of 1,000 keys while 32 workers consume; the
       // same key lies in windows planned with different counts.
       const t = tally();
-      await drain(ws, f, "m", {}, t, 2);
+      // Until the count grew (checked every 200 ms), at most 60 s after the last event was handled.
+      let grownSeen = false;
+      let handledAt = 0;
+      const watching = (async () => {
+        while (!grownSeen && (handledAt === 0 || Date.now() - handledAt < 60_000)) {
+          if (t.handled.size >= 4000 && handledAt === 0) handledAt = Date.now();
+          grownSeen = (await buckets(f, "m")).grown !== null;
+          if (!grownSeen) await sleep(200);
+        }
+      })();
+      await drain(ws, f, "m", {}, t, 2, () => !grownSeen && (handledAt === 0 || Date.now() - handledAt < 60_000));
+      await watching;
       const grown = (await buckets(f, "m")).grown;
-      console.log(`phase 1: bucket count grew 16 -> ${grown}; most handlers of one key at once: ${t.maxPerKey}`);
+      const waited = handledAt === 0 ? 0 : Date.now() - handledAt;
+      console.log(`phase 1: bucket count grew 16 -> ${grown} (${waited} ms after the last event); most handlers of one key at once: ${t.maxPerKey}`);
+      if (grown === null) {
+        // What a failure needs to be understood: the slot indexes and any index build still running.
+        const idx = await f.sql.unsafe(
+          `select indexrelid::regclass::text as name, indisvalid as valid from pg_index where indexrelid::regclass::text like $1`,
+          [`%${f.schema}%_slots%`],
+        );
+        const builds = await f.sql.unsafe(
+          `select state, wait_event_type, wait_event, left(query, 80) as q from pg_stat_activity where query ilike '%create index%' and pid <> pg_backend_pid()`,
+        );
+        console.log(`not grown: slot indexes ${JSON.stringify(idx)}; index builds ${JSON.stringify(builds)}`);
+      }
       assert.ok(grown !== null && grown >= W && grown <= 256, `the count grew to at least ${W} (it is ${grown})`);
       assert.equal(t.maxPerKey, 1, "never two handlers of one key at once");
       assert.equal(t.handled.size, 4000, "every event handled");
