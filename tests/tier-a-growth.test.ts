@@ -172,14 +172,15 @@ describe("Tier A: the bucket count grows with the workload", () => {
       // Until the count grew (checked every 200 ms), at most 60 s after the last event was handled.
       let grownSeen = false;
       let handledAt = 0;
+      const waiting = () => !grownSeen && (handledAt === 0 || Date.now() - handledAt < 60_000);
       const watching = (async () => {
-        while (!grownSeen && (handledAt === 0 || Date.now() - handledAt < 60_000)) {
+        while (waiting()) {
           if (t.handled.size >= 4000 && handledAt === 0) handledAt = Date.now();
           grownSeen = (await buckets(f, "m")).grown !== null;
           if (!grownSeen) await sleep(200);
         }
       })();
-      await drain(ws, f, "m", {}, t, 2, () => !grownSeen && (handledAt === 0 || Date.now() - handledAt < 60_000));
+      await drain(ws, f, "m", {}, t, 2, waiting);
       await watching;
       const grown = (await buckets(f, "m")).grown;
       const waited = handledAt === 0 ? 0 : Date.now() - handledAt;

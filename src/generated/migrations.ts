@@ -4252,6 +4252,7 @@ declare
   blocked_keys text[];
   tried int := 0;
   retries jsonb;
+  nr int;
   evs :KEYQ_SCHEMA.event[];
   room int := max_events;
   newest bigint;
@@ -4279,11 +4280,12 @@ begin
     tried := tried + 1;
     select * into cur from :KEYQ_SCHEMA.cursor cu where cu.consumer_id = c.consumer_id and cu.slot = k for update;
     retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, room);
+    nr := jsonb_array_length(retries);
     evs := null;
     -- A closed slot behind the newest tick whose new window (one read for
     -- every slot closed at the same tick) holds nothing of it: closed at
     -- the newest tick, as window_take would after reading nothing.
-    if cur.end_tick_id is null and cur.last_txid is null and room > jsonb_array_length(retries) then
+    if cur.end_tick_id is null and cur.last_txid is null and room > nr then
       if newest is null then
         select max(tick_id) into newest from :KEYQ_SCHEMA.tick where queue_id = c.queue_id;
       end if;
@@ -4299,7 +4301,7 @@ begin
         end if;
       end if;
     end if;
-    evs := coalesce(evs, :KEYQ_SCHEMA.window_take(c, cur, room - jsonb_array_length(retries)));
+    evs := coalesce(evs, :KEYQ_SCHEMA.window_take(c, cur, room - nr));
     if c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
       blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
       if cardinality(blocked_keys) > 0 then
@@ -4311,12 +4313,12 @@ begin
                       where (evs[i]).ev_key is null or not (evs[i]).ev_key = any (blocked_keys) order by i);
       end if;
     end if;
-    if jsonb_array_length(retries) > 0 or cardinality(evs) > 0 then
+    if nr > 0 or cardinality(evs) > 0 then
       o_slot := coalesce(o_slot, k);
       o_retries := o_retries || retries;
       o_evs := o_evs || evs;
-      o_groups := o_groups || jsonb_build_array(jsonb_build_array(k, jsonb_array_length(retries), cardinality(evs)));
-      room := room - jsonb_array_length(retries) - cardinality(evs);
+      o_groups := o_groups || jsonb_build_array(jsonb_build_array(k, nr, cardinality(evs)));
+      room := room - nr - cardinality(evs);
       if not multi or room <= 0 then
         return;
       end if;
@@ -5299,7 +5301,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "2c3d99fce7b3de7795e11efcae1e46efe944bcf70372e53c1ffa217aac61cdba";
+export const functionsHash: string = "6587590303b826d151a4081645497b515d6ce1f02ada0c38cd939b54f0bf5b03";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5309,4 +5311,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 38;
+export const functionsSerial: number = 39;
