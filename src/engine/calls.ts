@@ -99,10 +99,23 @@ export interface Bound {
 }
 
 /**
+ * How a call that is a transaction of its own commits. `"async"` sets
+ * `synchronous_commit = off` for that transaction: keyq passes it only for
+ * the statements it sends alone on the pool to tick and plan (a worker's
+ * tick, `prepare_exclusive`, a `start_run` that does not subscribe). Their
+ * commit then does not wait for the WAL flush. Nothing is at risk: a crash
+ * can lose only such a transaction whose effects nobody acted on yet, since
+ * every batch that reads a tick or claims a chunk commits later,
+ * synchronously, and a WAL flush takes all earlier WAL with it. A lost tick
+ * or plan is as if it had not run; the next one covers its events.
+ */
+export type Commit = "async";
+
+/**
  * A bound call of one engine function. Call it as a method (`db.ack(…)`):
  * the compiler refuses a detached call (`this` is the binding).
  */
-export type Call<K extends Name> = (this: Bound, input: In<K>) => Promise<Out<K>>;
+export type Call<K extends Name> = (this: Bound, input: In<K>, commit?: Commit) => Promise<Out<K>>;
 
 /** A bound receive that also sets the batch's local timeouts (one round trip). */
 export type Receive<K extends Name> = (this: Bound, input: In<K>, local: LocalTimeouts) => Promise<Out<K>>;
@@ -115,16 +128,19 @@ export type Engine = Bound & { readonly [K in Name]: K extends Receiving ? Recei
  * from the binding it is called on, so a binding is one small object, not a
  * closure per function (a batch binds its own transaction).
  */
-const methods: Record<string, (this: Bound, input: unknown, local?: LocalTimeouts) => Promise<unknown>> = {};
+const methods: Record<string, (this: Bound, input: unknown, local?: LocalTimeouts | Commit) => Promise<unknown>> = {};
 for (const [k, f] of Object.entries(ENGINE) as [Name, EngineFn<unknown>][]) {
-  methods[k] = function (this: Bound, input: unknown, local?: LocalTimeouts): Promise<unknown> {
-    const settings: [string, string][] | undefined = local && [
+  methods[k] = function (this: Bound, input: unknown, local?: LocalTimeouts | Commit): Promise<unknown> {
+    const settings: [string, string][] | undefined = local === "async" ? ASYNC_COMMIT : local && [
       ["statement_timeout", local.statement],
       ["idle_in_transaction_session_timeout", local.idleInTransaction],
     ];
     return run(this.exec, this.schema, f, input, settings);
   };
 }
+
+/** The setting of a {@link Commit} `"async"` call. */
+const ASYNC_COMMIT: [string, string][] = [["synchronous_commit", "off"]];
 
 /** The last binding of each executor (an executor is used with one schema). */
 const bindings = new WeakMap<Executor, Engine>();

@@ -10,7 +10,7 @@
 import type { BatchSettings } from "../batch/settings.ts";
 import { type BatchKind, BUSY, type ConsumerContext, type Outcome, type Sorted, type Ticked } from "../batch/batch.ts";
 import type { Executor } from "../driver.ts";
-import { type AckReply, engine, type Received } from "../engine/calls.ts";
+import { type AckReply, type Commit, engine, type Received } from "../engine/calls.ts";
 import type { PrepareReply } from "../engine/declarations.ts";
 import { KeyqError } from "../errors.ts";
 import { fenceHooks } from "./fence.ts";
@@ -57,6 +57,13 @@ export const SUBSCRIBE = "subscribe" as const;
 /** True when a prepare (and its retry after an index build) wrote no tick because another session held the ticker. */
 const busyTick = (r: PrepareReply, g: { tick: string | null }): boolean => r.tick === null && g.tick === null && r.busy === true;
 
+/**
+ * A run's start commits without waiting for the WAL flush (engine Commit),
+ * except when it subscribes: a subscription must outlive a crash even when
+ * no batch commits after it.
+ */
+const commitOf = (subscribe: boolean): Commit | undefined => (subscribe ? undefined : "async");
+
 /** The start_run call of `t` for a kind without bucket growth (plain, ordered). */
 function startRun(t: KindTarget, kind: "plain" | "ordered", slots: number): ConsumerKind["start"] {
   return async (s, subscribe) => {
@@ -70,7 +77,7 @@ function startRun(t: KindTarget, kind: "plain" | "ordered", slots: number): Cons
       chunkSize: s.maxEvents,
       growFrom: null,
       indexInline: false,
-    });
+    }, commitOf(subscribe));
     if (r.subscribe?.build || r.subscribe?.wait) return SUBSCRIBE;
     return { ticked: r.tick !== null, tick: r.tick, busy: r.busy === true, statements: 1 };
   };
@@ -247,7 +254,8 @@ function bucketGrowth(t: KindTarget): {
   const { ctx, queue, name } = t;
   let growFrom: number | null = null;
   let inline = false;
-  const call = (chunkSize: number) => engine(ctx.driver, ctx.schema).prepareExclusive({ queue, consumer: name, chunkSize, growFrom, indexInline: inline });
+  const call = (chunkSize: number) =>
+    engine(ctx.driver, ctx.schema).prepareExclusive({ queue, consumer: name, chunkSize, growFrom, indexInline: inline }, "async");
   /** After a reply that asks for a slot index built concurrently: builds it, then prepares again (true when that ticked). */
   const grown = async (r: PrepareReply, chunkSize: number): Promise<{ tick: string | null; statements: number }> => {
     let tick: string | null = null;
@@ -282,7 +290,7 @@ function bucketGrowth(t: KindTarget): {
         chunkSize,
         growFrom,
         indexInline: inline,
-      });
+      }, commitOf(subscribe));
       if (r.subscribe?.build || r.subscribe?.wait) return SUBSCRIBE;
       const g = await grown(r, chunkSize);
       return {

@@ -42,8 +42,9 @@ export function admin(driver: Driver, schema: string): Admin {
     checkName("queue", queue);
     return (await db.tick({ queue, force })).tick;
   };
+  // A worker's tick, on the pool: it commits without waiting for the WAL flush (engine Commit).
   const ticked = async (queue: string): Promise<Ticked> => {
-    const r = await db.tick({ queue, force: false });
+    const r = await db.tick({ queue, force: false }, "async");
     return { tick: r.tick, busy: r.reason === "busy" };
   };
   const maintainOne = (queue: string, forceRotate: boolean): Promise<MaintainReport> => db.maintain({ queue, forceRotate });
