@@ -1894,11 +1894,11 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 begin
-  return (
-    select r.oid from pg_catalog.pg_roles r
-     where r.rolname = case pg_catalog.current_setting('role')
-                         when 'none' then pg_catalog.session_user()::text
-                         else pg_catalog.current_setting('role') end);
+  -- A catalog cache lookup: the pg_roles view joins pg_db_role_setting, and
+  -- this runs in every entry function (0.13 ms a call on a 2-core server).
+  return pg_catalog.to_regrole(pg_catalog.quote_ident(case pg_catalog.current_setting('role')
+                                                        when 'none' then pg_catalog.session_user()::text
+                                                        else pg_catalog.current_setting('role') end))::oid;
 end $$;
 
 -- Which entry function each grant reaches (operate reaches all of them; the
@@ -5301,7 +5301,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "6587590303b826d151a4081645497b515d6ce1f02ada0c38cd939b54f0bf5b03";
+export const functionsHash: string = "e5ccf114c19eaa60c607d0a9e8c8f2525e775dead6d474de59f2420d9b63aa7a";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5311,4 +5311,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 39;
+export const functionsSerial: number = 40;

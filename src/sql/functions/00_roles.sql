@@ -24,11 +24,11 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 begin
-  return (
-    select r.oid from pg_catalog.pg_roles r
-     where r.rolname = case pg_catalog.current_setting('role')
-                         when 'none' then pg_catalog.session_user()::text
-                         else pg_catalog.current_setting('role') end);
+  -- A catalog cache lookup: the pg_roles view joins pg_db_role_setting, and
+  -- this runs in every entry function (0.13 ms a call on a 2-core server).
+  return pg_catalog.to_regrole(pg_catalog.quote_ident(case pg_catalog.current_setting('role')
+                                                        when 'none' then pg_catalog.session_user()::text
+                                                        else pg_catalog.current_setting('role') end))::oid;
 end $$;
 
 -- Which entry function each grant reaches (operate reaches all of them; the
