@@ -241,6 +241,12 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
   // a tick it heard from another session. A kind whose batch reads up to
   // the newest tick ends on a batch that is not full: what commits later
   // notifies again. Its batches chain as a full run's do.
+  // A Tier A or Tier B run ends on a batch that took the last free work
+  // (drained) and started every event it received, unless a tick came
+  // while it held its chunks or slots: a worker woken for that tick passed
+  // over what this one held, so this one looks again once its COMMIT
+  // answered (the tick's notification, heard before that, moved the
+  // herd's epoch; heard after, it wakes a worker that finds them free).
   const wokeRun = async (s: BatchSettings, w: Waker, ticked: boolean): Promise<RunReport> => {
     const started = Date.now();
     const report = emptyReport();
@@ -248,9 +254,30 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
       report.ticked = (await tick(s, w)).tick !== null;
       report.statements = report.roundTrips = 1;
     }
-    const chain = chainOf(ctx.driver);
-    const batch = (until: number, link?: LoopLink) => once(s, until, false, link && chain && { ...link, chain });
-    return await consume(s, started, report, batch, k.readsAll ? (b) => short(b, s) : undefined, chain);
+    let epoch = 0;
+    let drained = false;
+    let got = 0;
+    let tookLast = false;
+    const s2: BatchSettings = k.readsAll ? s : {
+      ...s,
+      received: (d, n) => {
+        drained = d;
+        got = n;
+        s.received?.(d, n);
+      },
+    };
+    const ends = k.readsAll ? (b: BatchReport) => short(b, s) : (b: BatchReport) => (tookLast = drained && b.events + b.dropped + b.deferred >= got);
+    for (;;) {
+      const chain = chainOf(ctx.driver);
+      const batch = (until: number, link?: LoopLink) => {
+        epoch = w.epoch();
+        drained = false;
+        return once(s2, until, false, link && chain && { ...link, chain });
+      };
+      tookLast = false;
+      await consume(s2, started, report, batch, ends, chain);
+      if (!tookLast || w.epoch() === epoch) return report;
+    }
   };
   const info = { queue, consumer: name, kind: k.kind };
   const once = (s: BatchSettings, until?: number, bounded?: boolean, link?: BatchLink) =>

@@ -55,6 +55,12 @@ export interface Member {
   ticking(): (id: string | null, busy: boolean) => void;
   /** A batch of this worker received events: another idle worker of its consumer may look too. */
   more(): void;
+  /**
+   * How many ticks of the queue this process heard of or wrote so far: a
+   * worker that compares it before its batch and after its COMMIT knows
+   * whether a tick came while it held its slot or chunk (then it looks again).
+   */
+  epoch(): number;
   /** A run starts: the ticks heard so far are read by it. */
   running(): void;
   /** Leaves the herd. */
@@ -100,6 +106,9 @@ interface Queue {
   /** Tick statements of this process's workers in flight: while one is, commits heard wait for the next. */
   ticking: number;
   commits: ReturnType<typeof recent>;
+  /** Ticks heard or written (Member.epoch), each counted once: a tick's own notification follows its writer's reply. */
+  epoch: number;
+  counted: ReturnType<typeof recent>;
 }
 
 const queues = new Map<string, Queue>();
@@ -132,7 +141,15 @@ function tickAll(q: Queue, id: string | null, except?: Group, prefer?: Worker): 
 }
 
 /** A tick statement of `g`'s ended with tick `id` (or none): once none is in flight, the ticks heard meanwhile that were not its own call. */
+/** Counts tick `id` into the queue's epoch once (null: an engine that sends no id, counted each time). */
+function countTick(q: Queue, id: string | null): void {
+  if (id !== null && q.counted.has(id)) return;
+  if (id !== null) q.counted.add(id);
+  q.epoch++;
+}
+
 function settle(q: Queue, g: Group, id: string | null): void {
+  if (id !== null) countTick(q, id);
   g.inflight--;
   if (id !== null) g.ticks.add(id);
   if (g.inflight > 0) return;
@@ -158,7 +175,7 @@ function settle(q: Queue, g: Group, id: string | null): void {
 export function join(channel: string, queue: string, consumer: string): Member {
   const qk = `${channel}\u0000${queue}`;
   let q = queues.get(qk);
-  if (!q) queues.set(qk, q = { groups: new Map(), sent: 0, claimed: 0, covered: 0, ticking: 0, commits: recent(1024) });
+  if (!q) queues.set(qk, q = { groups: new Map(), sent: 0, claimed: 0, covered: 0, ticking: 0, commits: recent(1024), epoch: 0, counted: recent(256) });
   const queue_ = q;
   let g = q.groups.get(consumer);
   if (!g) q.groups.set(consumer, g = { workers: new Set(), tickPending: false, ticks: recent(256), inflight: 0, deferred: [] });
@@ -197,7 +214,10 @@ export function join(channel: string, queue: string, consumer: string): Member {
         }
         queue_.sent++;
         anyIdle(); // none idle: the next to wait takes it (take() sees sent > covered)
-      } else tickAll(queue_, id, undefined, me);
+      } else {
+        countTick(queue_, id);
+        tickAll(queue_, id, undefined, me);
+      }
     },
     ticking() {
       const covers = queue_.sent;
@@ -219,6 +239,7 @@ export function join(channel: string, queue: string, consumer: string): Member {
     more() {
       wakeOne(me.group, "more");
     },
+    epoch: () => queue_.epoch,
     running() {
       me.group.tickPending = false;
     },

@@ -51,6 +51,8 @@ export interface Waker {
   ticking(): (id: string | null, busy: boolean) => void;
   /** This worker's batch received events: one more idle worker of its consumer may look. */
   more(): void;
+  /** Ticks of the queue heard or written by this process so far (herd.ts Member.epoch); 0 while polling. */
+  epoch(): number;
   /** Stops listening. */
   close(): Promise<void>;
 }
@@ -63,6 +65,7 @@ export function pollWaker(): Waker {
     running: () => {},
     ticking: () => () => {},
     more: () => {},
+    epoch: () => 0,
     close: async () => {},
   };
 }
@@ -175,6 +178,7 @@ export function waker(
     running: () => member.running(),
     ticking: () => member.ticking(),
     more: () => member.more(),
+    epoch: () => member.epoch(),
     async close() {
       if (!closed) member.leave();
       closed = true;
