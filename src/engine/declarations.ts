@@ -471,7 +471,6 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "claim_chunk",
   "claim_dedup",
   "claim_keys",
-  "chunk_overlaps",
   "consumer_buckets",
   "dedup_gc",
   "dlq_check",

@@ -448,15 +448,6 @@ begin
            ch.after_txid, ch.after_id, lim, ch.nbuckets, ch.bucket) w
    where ch.upto_txid is null or (w.ev_txid, w.ev_id) <= (ch.upto_txid, ch.upto_id));
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.chunk_overlaps(a_bucket integer, a_n integer, b_bucket integer, b_n integer)
- RETURNS boolean
- LANGUAGE plpgsql
- IMMUTABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-begin
-  return a_bucket % least(a_n, b_n) = b_bucket % least(a_n, b_n);
-end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.claim_chunk(c :KEYQ_SCHEMA.consumer, skip bigint[])
  RETURNS :KEYQ_SCHEMA.chunk
  LANGUAGE plpgsql
@@ -469,7 +460,7 @@ begin
    where k.consumer_id = c.consumer_id and k.chunk_id <> all (skip)
    order by exists (select 1 from :KEYQ_SCHEMA.chunk o
                      where o.consumer_id = k.consumer_id and o.chunk_id < k.chunk_id
-                       and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets)),
+                       and o.bucket % least(o.nbuckets, k.nbuckets) = k.bucket % least(o.nbuckets, k.nbuckets)),
             k.chunk_id
    limit 1 for update skip locked;
   return ch;  -- all null when none is free
@@ -1435,6 +1426,7 @@ declare
   present int[];
   small bigint;
   plan_read constant int := 64;  -- events a planner reads at most (then: every bucket)
+  nb int := :KEYQ_SCHEMA.consumer_buckets(c);
 begin
   -- With a tick to plan, wait for a concurrent planner (a short transaction,
   -- never a batch): once it commits, this caller sees its chunks instead of
@@ -1459,7 +1451,7 @@ begin
     -- up to a chunk per bucket first. A window's events are fixed once its
     -- end tick committed. A large one gets a chunk per bucket, unread.
     select case when count(*) > plan_read then null
-                else coalesce(array_agg(distinct :KEYQ_SCHEMA.slot_of(w.ev_key, :KEYQ_SCHEMA.consumer_buckets(c))), '{}') end,
+                else coalesce(array_agg(distinct :KEYQ_SCHEMA.slot_of(w.ev_key, nb)), '{}') end,
            count(*)
       into present, small
       from :KEYQ_SCHEMA.window_events(c.queue_id,
@@ -1470,7 +1462,7 @@ begin
       select k.chunk_id from :KEYQ_SCHEMA.chunk k
        where k.consumer_id = c.consumer_id and k.end_tick = frontier and k.after_txid = '0'::xid8 and k.after_id = 0
          and k.upto_txid is null  -- a piece (split_chunks) ends at its position, never grows
-         and k.nbuckets = :KEYQ_SCHEMA.consumer_buckets(c)  -- a chunk of an older count is not grown
+         and k.nbuckets = nb  -- a chunk of an older count is not grown
        for update skip locked
     ), grown as (
       update :KEYQ_SCHEMA.chunk k set end_tick = latest from open
@@ -1481,8 +1473,8 @@ begin
     -- just now) needs no cut: split_chunks need not count the window again.
     insert into :KEYQ_SCHEMA.chunk (consumer_id, chunk_id, start_tick, end_tick, after_txid, after_id, bucket, nbuckets, cut_seen_tick)
     select c.consumer_id, nextval(':KEYQ_SCHEMA.chunk_id_seq'), frontier, latest, '0'::xid8, 0, b,
-           :KEYQ_SCHEMA.consumer_buckets(c), case when present is not null and small <= chunk_size then latest end
-      from generate_series(0, :KEYQ_SCHEMA.consumer_buckets(c) - 1) b
+           nb, case when present is not null and small <= chunk_size then latest end
+      from generate_series(0, nb - 1) b
      where b not in (select bucket from grown)
        and (present is null or b = any (present))
      order by b;
@@ -1684,6 +1676,7 @@ declare
   more boolean := true;
   none_free boolean := false;
   locked jsonb;
+  nb int := :KEYQ_SCHEMA.consumer_buckets(c);
 begin
   if c.kind <> 'exclusive' then
     raise exception 'Consumer "%" of queue "%" is a % consumer, not exclusive; use another consumer name.', consumer, queue, c.kind
@@ -1699,10 +1692,11 @@ begin
   -- batch. Empty chunks (buckets with no event in their window) are deleted
   -- on the way. Bounded, with the loop below: at most 32 claims per call.
   while more and take > 0 and keys_left > 0 and cardinality(got_all) = 0
-        and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32) loop
+        and claims < least(2 * nb, 32) loop
     claims := claims + 1;
     ch := :KEYQ_SCHEMA.claim_chunk(c, '{}');
     none_free := ch.chunk_id is null;
+    more := not none_free;  -- none free: the loop below would only look again
     exit when none_free;
     got_all := :KEYQ_SCHEMA.read_chunk_part(c, ch, take, keys_left);
     got := cardinality(got_all);
@@ -1715,7 +1709,7 @@ begin
   -- (32 claims stay below the 64 subtransaction ids a backend keeps in
   -- shared memory); the first chunk that does not fit ends the call (each
   -- one given back was read for nothing: rows read per event stay low).
-  while more and take > 0 and keys_left > 0 and claims < least(2 * :KEYQ_SCHEMA.consumer_buckets(c), 32)
+  while more and take > 0 and keys_left > 0 and claims < least(2 * nb, 32)
         and cardinality(given_back) = 0 loop
     claims := claims + 1;
     begin
@@ -1741,7 +1735,7 @@ begin
   end loop;
   -- Several chunks' events in log order, as one chunk's would be.
   out := out || coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(e) order by e.ev_txid, e.ev_id) from unnest(got_all) e), '[]');
-  locked := :KEYQ_SCHEMA.lock_keys(c, out);
+  locked := case when jsonb_array_length(out) = 0 then out else :KEYQ_SCHEMA.lock_keys(c, out) end;
   -- A committing batch stops holding its chunk row before it lets go of its
   -- key locks (the end of its transaction is visible before its locks are
   -- released), so a key of a chunk claimed just now can still look held for
@@ -1760,10 +1754,10 @@ begin
   if not (c.settings ? 'buckets') then
     if jsonb_array_length(locked) > 0 then
       perform pg_advisory_xact_lock_shared(:KEYQ_SCHEMA.batch_lock_class(), c.consumer_id);
-    elsif none_free and :KEYQ_SCHEMA.consumer_buckets(c) < 256 then
-      if (select count(*) from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id) >= :KEYQ_SCHEMA.consumer_buckets(c) then
+    elsif none_free and nb < 256 then
+      if (select count(*) from :KEYQ_SCHEMA.chunk where consumer_id = c.consumer_id) >= nb then
         if :KEYQ_SCHEMA.starved(c) then
-          return jsonb_build_object('busy', false, 'events', locked, 'starved', :KEYQ_SCHEMA.consumer_buckets(c), 'drained', true);
+          return jsonb_build_object('busy', false, 'events', locked, 'starved', nb, 'drained', true);
         end if;
       end if;
     end if;
@@ -2408,7 +2402,7 @@ begin
        and k.cut_seen_tick is distinct from k.end_tick  -- left whole at this tick already
        and not exists (select 1 from :KEYQ_SCHEMA.chunk o
                         where o.consumer_id = k.consumer_id and o.chunk_id <> k.chunk_id
-                          and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets))
+                          and o.bucket % least(o.nbuckets, k.nbuckets) = k.bucket % least(o.nbuckets, k.nbuckets))
      order by k.start_tick, k.end_tick, k.chunk_id
   loop
     -- A chunk is part of its window: when the whole window holds at most

@@ -60,7 +60,7 @@ begin
        and k.cut_seen_tick is distinct from k.end_tick  -- left whole at this tick already
        and not exists (select 1 from :KEYQ_SCHEMA.chunk o
                         where o.consumer_id = k.consumer_id and o.chunk_id <> k.chunk_id
-                          and :KEYQ_SCHEMA.chunk_overlaps(o.bucket, o.nbuckets, k.bucket, k.nbuckets))
+                          and o.bucket % least(o.nbuckets, k.nbuckets) = k.bucket % least(o.nbuckets, k.nbuckets))
      order by k.start_tick, k.end_tick, k.chunk_id
   loop
     -- A chunk is part of its window: when the whole window holds at most
