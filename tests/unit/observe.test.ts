@@ -7,7 +7,7 @@ import type { BatchSettings } from "../../src/batch/settings.ts";
 import type { Driver } from "../../src/driver.ts";
 import { observeBatch } from "../../src/observe/batches.ts";
 import { hub, type LifecycleEvent, loggerObserver } from "../../src/observe/observer.ts";
-import { waker } from "../../src/observe/wake.ts";
+import { pollWaker, waker } from "../../src/observe/wake.ts";
 import type { BatchReport, KeyqEvent } from "../../src/types.ts";
 
 /** A handler transaction that answers nothing (the observer never queries it). */
@@ -226,4 +226,30 @@ test("herd: one notification wakes one worker; a tick wakes one worker of each c
   assert.equal(await a1.wait(10), "tick", "b1's tick calls the other consumer's idle worker");
   assert.equal(await a2.wait(10), false);
   await Promise.all([a1.close(), a2.close(), b1.close()]);
+});
+
+test("herd: the epoch counts each tick of the queue once, heard or written, and nothing else", async () => {
+  const d = fakeDriver(true);
+  const a = waker(d, "epoch", "jobs", "a", () => {}, 200);
+  const b = waker(d, "epoch", "jobs", "b", () => {}, 200);
+  const other = waker(d, "epoch", "mail", "a", () => {}, 200);
+  await Promise.all([a.wait(30), b.wait(30), other.wait(30)]); // the probes
+  const e0 = a.epoch();
+  assert.equal(b.epoch(), e0, "one count per queue, whatever the consumer");
+  a.ticking()("7", false); // written by a worker of this process
+  assert.equal(a.epoch(), e0 + 1);
+  d.notify("jobs:tick:7"); // its own notification, heard after the reply
+  await a.wait(10);
+  assert.equal(a.epoch(), e0 + 1, "a tick is counted once");
+  d.notify("jobs:tick:8"); // another session's
+  await b.wait(10);
+  assert.equal(b.epoch(), e0 + 2);
+  d.notify("jobs:sent:300"); // a producer's commit is no tick
+  a.more();
+  a.ticking()(null, true); // a busy tick statement wrote nothing
+  await b.wait(10);
+  assert.equal(a.epoch(), e0 + 2);
+  assert.equal(other.epoch(), 0, "another queue's epoch is its own");
+  assert.equal(pollWaker().epoch(), 0);
+  await Promise.all([a.close(), b.close(), other.close()]);
 });
