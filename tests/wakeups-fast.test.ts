@@ -3,12 +3,13 @@
 // after the producer's commit notifies it: one tick, then the batch, with no
 // maintenance, no second tick and no look at an empty batch. With three
 // workers of one consumer in the process, the commit still brings one tick
-// and at most three looks (the herd: one wake-up per notification). Counted,
-// not timed (bench/wakeups.ts measures the milliseconds).
+// and one look (the herd: one wake-up per notification); a worker looks
+// again only when a tick came while it held its slot. Counted, not timed
+// (bench/wakeups.ts measures the milliseconds).
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import postgres from "postgres";
-import { type Executor, keyq, type LifecycleEvent, type TxDriver } from "../mod.ts";
+import { type Executor, type Keyq, keyq, type LifecycleEvent, type TxDriver } from "../mod.ts";
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { FULL_RUN_MS, loopTuning } from "../src/kinds/loop.ts";
 import { dbSkip, dropSchema, freshSchema, requireDatabase } from "./helpers/db.ts";
@@ -41,6 +42,39 @@ async function until(what: string, ok: () => boolean, ms = 15_000): Promise<void
   }
 }
 
+/** A fresh schema with queue "jobs", worker connections made by `connect()`, and their work() loops; all ended after `fn`. */
+async function withQueue(
+  fullRunMs: number,
+  fn: (env: { q: Keyq; schema: string; connect(): postgres.Sql; signal: AbortSignal; runs: Promise<unknown>[] }) => Promise<void>,
+): Promise<void> {
+  // The periodic full run (maintenance, once a second by default) must not fall inside a
+  // counted wake-up on a loaded machine, where a round can take longer; or is due every time.
+  loopTuning.fullRunMs = fullRunMs;
+  const schema = freshSchema();
+  const admin = postgres(url, { max: 1, onnotice: () => {} });
+  const conns: postgres.Sql[] = [];
+  const ac = new AbortController();
+  const runs: Promise<unknown>[] = [];
+  const connect = () => {
+    const sql = postgres(url, { max: 1, onnotice: () => {} });
+    conns.push(sql);
+    return sql;
+  };
+  try {
+    const q = keyq(fromPostgresJs(admin), { schema });
+    await q.migrate();
+    await q.createQueue("jobs");
+    await fn({ q, schema, connect, signal: ac.signal, runs });
+  } finally {
+    loopTuning.fullRunMs = FULL_RUN_MS;
+    ac.abort();
+    await Promise.all(runs);
+    await Promise.all(conns.map((c) => c.end({ timeout: 2 })));
+    await admin.end({ timeout: 2 });
+    await dropSchema(url, schema);
+  }
+}
+
 type Kind = "plain" | "exclusive" | "ordered";
 const kinds: { kind: Kind; workers: number; full?: boolean }[] = [
   { kind: "plain", workers: 1 },
@@ -57,18 +91,7 @@ describe("wake-ups go straight to the read", { skip }, () => {
       ? `${kind}, ${workers} worker(s), a full run due at every wake-up: each one maintains too`
       : `${kind}, ${workers} worker(s): a commit brings a tick and one batch, nothing periodic`;
     test(name, async () => {
-      // The periodic full run (maintenance, once a second by default) must not fall inside a
-      // counted wake-up on a loaded machine, where a round can take longer; or is due every time.
-      loopTuning.fullRunMs = full ? 0 : 10 * 60_000;
-      const schema = freshSchema();
-      const admin = postgres(url, { max: 1, onnotice: () => {} });
-      const conns: postgres.Sql[] = [];
-      const ac = new AbortController();
-      const runs: Promise<unknown>[] = [];
-      try {
-        const q = keyq(fromPostgresJs(admin), { schema });
-        await q.migrate();
-        await q.createQueue("jobs");
+      await withQueue(full ? 0 : 10 * 60_000, async ({ q, schema, connect, signal, runs }) => {
         const of = (k: typeof q) =>
           kind === "plain" ? k.consumer("jobs", "w") : kind === "exclusive" ? k.exclusive("jobs", "w") : k.ordered("jobs", "w", { slots: 4 });
         await of(q).subscribe();
@@ -76,12 +99,10 @@ describe("wake-ups go straight to the read", { skip }, () => {
         const events: LifecycleEvent[] = [];
         const handled: string[] = [];
         for (let i = 0; i < workers; i++) {
-          const sql = postgres(url, { max: 1, onnotice: () => {} });
-          conns.push(sql);
-          const k = keyq(logged(fromPostgresJs(sql), log), { schema });
+          const k = keyq(logged(fromPostgresJs(connect()), log), { schema });
           k.observe({ on: (e) => events.push(e) });
           // A minute between polls: only a notification can bring an event within the test.
-          runs.push(of(k).work({ signal: ac.signal, minPollMs: 60_000, maxPollMs: 60_000, handler: (ev) => void handled.push(ev.id) }));
+          runs.push(of(k).work({ signal, minPollMs: 60_000, maxPollMs: 60_000, handler: (ev) => void handled.push(ev.id) }));
         }
         await until("every probe", () => events.filter((e) => e.type === "work.mode").length === workers);
         assert.deepEqual(events.filter((e) => e.type === "work.mode").map((e) => (e as { mode: string }).mode), Array(workers).fill("listen"));
@@ -122,14 +143,47 @@ describe("wake-ups go straight to the read", { skip }, () => {
         }
         assert.equal(handled.length, 3);
         assert.ok(events.filter((e) => e.type === "work.woken").length >= 3);
-      } finally {
-        loopTuning.fullRunMs = FULL_RUN_MS;
-        ac.abort();
-        await Promise.all(runs);
-        await Promise.all(conns.map((c) => c.end({ timeout: 2 })));
-        await admin.end({ timeout: 2 });
-        await dropSchema(url, schema);
-      }
+      });
     });
   }
+});
+
+// A woken Tier B run ends on a batch that read every free slot, unless a tick
+// came while it held its slot: the worker woken for that tick passed over
+// the held slot, so the holder looks again once its COMMIT answered. Polls
+// are a minute apart, so only that look can bring the second event here.
+describe("a tick that comes while a batch holds its slot", { skip }, () => {
+  test("Tier B, 1 slot, 2 workers: the holder looks again after its COMMIT and takes the event the other passed over", async () => {
+    await withQueue(10 * 60_000, async ({ q, schema, connect, signal, runs }) => {
+      await q.ordered("jobs", "w", { slots: 1 }).subscribe();
+      const events: LifecycleEvent[] = [];
+      const handled: { payload: number; worker: number }[] = [];
+      let release!: () => void;
+      const gate = new Promise<void>((r) => (release = r));
+      for (let i = 0; i < 2; i++) {
+        const k = keyq(fromPostgresJs(connect()), { schema });
+        k.observe({ on: (e) => events.push(e) });
+        const handler = async (ev: { payload: number }) => {
+          handled.push({ payload: ev.payload, worker: i });
+          if (ev.payload === 1) await gate; // holds the slot
+        };
+        runs.push(k.ordered<number>("jobs", "w", { slots: 1 }).work({ signal, minPollMs: 60_000, maxPollMs: 60_000, handler }));
+      }
+      await until("both probes", () => events.filter((e) => e.type === "work.mode").length === 2);
+      await until("the first runs", () => events.filter((e) => e.type === "batch.committed").length >= 2);
+      await sleep(300);
+      await q.send("jobs", { type: "T", payload: 1, key: "a" });
+      await until("the first handler", () => handled.length === 1);
+      const holder = handled[0]!.worker;
+      const woken = events.filter((e) => e.type === "work.woken").length;
+      await q.send("jobs", { type: "T", payload: 2, key: "b" }); // the same (only) slot, held
+      // The other worker wakes for this commit, ticks and finds the slot held.
+      await until("the other worker's look", () => events.filter((e) => e.type === "work.woken").length > woken);
+      await sleep(200);
+      assert.equal(handled.length, 1, "nobody took the event of the held slot yet");
+      release();
+      await until("the second event, by the holder's look after its COMMIT", () => handled.length === 2, 10_000);
+      assert.deepEqual(handled[1], { payload: 2, worker: holder }, "the worker that held the slot looked again");
+    });
+  });
 });
