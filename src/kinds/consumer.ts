@@ -272,6 +272,7 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
       const batch = (until: number, link?: LoopLink) => {
         epoch = w.epoch();
         drained = false;
+        got = 0;
         return once(s2, until, false, link && chain && { ...link, chain });
       };
       tookLast = false;

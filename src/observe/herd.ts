@@ -140,7 +140,6 @@ function tickAll(q: Queue, id: string | null, except?: Group, prefer?: Worker): 
   }
 }
 
-/** A tick statement of `g`'s ended with tick `id` (or none): once none is in flight, the ticks heard meanwhile that were not its own call. */
 /** Counts tick `id` into the queue's epoch once (null: an engine that sends no id, counted each time). */
 function countTick(q: Queue, id: string | null): void {
   if (id !== null && q.counted.has(id)) return;
@@ -148,10 +147,13 @@ function countTick(q: Queue, id: string | null): void {
   q.epoch++;
 }
 
+/** A tick statement of `g`'s ended with tick `id` (or none): once none is in flight, the ticks heard meanwhile that were not its own call. */
 function settle(q: Queue, g: Group, id: string | null): void {
-  if (id !== null) countTick(q, id);
   g.inflight--;
-  if (id !== null) g.ticks.add(id);
+  if (id !== null) {
+    countTick(q, id);
+    g.ticks.add(id);
+  }
   if (g.inflight > 0) return;
   const heard = g.deferred.filter((d) => !g.ticks.has(d));
   g.deferred = [];
