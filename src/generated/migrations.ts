@@ -2354,51 +2354,50 @@ end $$;
 -- Claims a batch's distinct dedup keys (append_rows), each with its first
 -- event's id, in key order (byte order: the same on every server), so two
 -- batches sharing keys lock them in the same order and never deadlock.
--- Returns the keys claimed now with their ids; keys held by a live claim are
--- not among them. With try_plain, a plain insert goes first: it skips the
--- speculative insertion of ON CONFLICT (measured: 40 % of a 100,000-key
--- claim), and fails on the first key that is held (live or expired; after
--- waiting for an uncommitted holder, as the claim below does), which then
--- decides every key. The try costs a subtransaction: large batches only.
+-- Returns how many keys it claimed now; keys held by a live claim are not
+-- counted. Only a count: the claimed keys and ids are read back only when
+-- some key was not claimed (resolve_claims), and building them as arrays
+-- was about 10 % of a 100,000-key claim. With try_plain, a plain insert
+-- goes first: it skips the speculative insertion of ON CONFLICT (measured:
+-- 40 % of a 100,000-key claim), and fails on the first key that is held
+-- (live or expired; after waiting for an uncommitted holder, as the claim
+-- below does), which then decides every key. The try costs a
+-- subtransaction: large batches only.
 create function :KEYQ_SCHEMA.claim_keys(q :KEYQ_SCHEMA.queue, dedup_keys text[], ttls float8[], ids bigint[],
-                                        try_plain boolean, out ck text[], out cid bigint[])
+                                        try_plain boolean) returns int
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
+declare claimed int;
 begin
   if try_plain then
     begin
-      with claimed as (
-        insert into :KEYQ_SCHEMA.dedup as d (queue_id, dedup_key, ev_id, expires_at)
-        select q.queue_id, f.k, f.id, now() + make_interval(secs => coalesce(f.ttl, 300))
-          from (select distinct on (u.k collate "C") u.k, u.ttl, u.id
-                  from unnest(dedup_keys, ttls, ids) with ordinality as u(k, ttl, id, ord)
-                 where u.k is not null
-                 order by u.k collate "C", u.ord) as f
-         order by f.k collate "C"
-        returning d.dedup_key, d.ev_id
-      )
-      select array_agg(claimed.dedup_key), array_agg(claimed.ev_id) into ck, cid from claimed;
-      return;
+      insert into :KEYQ_SCHEMA.dedup as d (queue_id, dedup_key, ev_id, expires_at)
+      select q.queue_id, f.k, f.id, now() + make_interval(secs => coalesce(f.ttl, 300))
+        from (select distinct on (u.k collate "C") u.k, u.ttl, u.id
+                from unnest(dedup_keys, ttls, ids) with ordinality as u(k, ttl, id, ord)
+               where u.k is not null
+               order by u.k collate "C", u.ord) as f
+       order by f.k collate "C";
+      get diagnostics claimed = row_count;
+      return claimed;
     exception when unique_violation then
       null;
     end;
   end if;
-  with claimed as (
-    insert into :KEYQ_SCHEMA.dedup as d (queue_id, dedup_key, ev_id, expires_at)
-    select q.queue_id, f.k, f.id, now() + make_interval(secs => coalesce(f.ttl, 300))
-      from (select distinct on (u.k collate "C") u.k, u.ttl, u.id
-              from unnest(dedup_keys, ttls, ids) with ordinality as u(k, ttl, id, ord)
-             where u.k is not null
-             order by u.k collate "C", u.ord) as f
-     order by f.k collate "C"
-    on conflict (queue_id, dedup_key) do update
-       set ev_id = excluded.ev_id, expires_at = excluded.expires_at
-     where d.expires_at <= now()
-    returning d.dedup_key, d.ev_id
-  )
-  select array_agg(claimed.dedup_key), array_agg(claimed.ev_id) into ck, cid from claimed;
+  insert into :KEYQ_SCHEMA.dedup as d (queue_id, dedup_key, ev_id, expires_at)
+  select q.queue_id, f.k, f.id, now() + make_interval(secs => coalesce(f.ttl, 300))
+    from (select distinct on (u.k collate "C") u.k, u.ttl, u.id
+            from unnest(dedup_keys, ttls, ids) with ordinality as u(k, ttl, id, ord)
+           where u.k is not null
+           order by u.k collate "C", u.ord) as f
+   order by f.k collate "C"
+  on conflict (queue_id, dedup_key) do update
+     set ev_id = excluded.ev_id, expires_at = excluded.expires_at
+   where d.expires_at <= now();
+  get diagnostics claimed = row_count;
+  return claimed;
 end $$;
 
 -- Appends one event per array element, in array order: types, keys,
@@ -2422,8 +2421,6 @@ as $$
 declare
   n int := coalesce(array_length(types, 1), 0);
   keyed int;
-  ck text[];
-  cid bigint[];
 begin
   if coalesce(array_length(keys, 1), 0) <> n or coalesce(array_length(docs, 1), 0) <> n
      or coalesce(array_length(dedup_keys, 1), n) <> n or coalesce(array_length(ttls, 1), n) <> n then
@@ -2436,11 +2433,10 @@ begin
   rids := ids;
   if dedup_keys is not null then
     keyed := (select count(u.k) from unnest(dedup_keys) as u(k));
-    select c.ck, c.cid into ck, cid from :KEYQ_SCHEMA.claim_keys(q, dedup_keys, ttls, ids, keyed >= 1000) as c;
     -- Unless every key was distinct and claimed now (then each event keeps
     -- its own id), map each event to its key's claim.
-    if coalesce(array_length(ck, 1), 0) < keyed then
-      rids := :KEYQ_SCHEMA.resolve_claims(q, dedup_keys, ttls, ids, coalesce(ck, '{}'), coalesce(cid, '{}'));
+    if :KEYQ_SCHEMA.claim_keys(q, dedup_keys, ttls, ids, keyed >= 1000) < keyed then
+      rids := :KEYQ_SCHEMA.resolve_claims(q, dedup_keys, ttls, ids);
     end if;
   end if;
   -- An event is appended when it has no key, or it is the first of a key this batch claimed.
@@ -2450,23 +2446,22 @@ begin
    where u.rid = u.id;
 end $$;
 
--- The id each event of a batch is answered with (append_rows), given the
--- keys the batch claimed (ck, with ids cid): its key's claim, a live claim
--- of another transaction, or its own id when it has no key.
-create function :KEYQ_SCHEMA.resolve_claims(q :KEYQ_SCHEMA.queue, dedup_keys text[], ttls float8[], ids bigint[],
-                                            ck text[], cid bigint[]) returns bigint[]
+-- The id each event of a batch is answered with (append_rows), after
+-- claim_keys: its key's claim (this batch's, or a live claim of another
+-- transaction), or its own id when it has no key. Read in a new statement,
+-- which sees claims committed while the claim waited for them; this
+-- batch's own claims are its own writes.
+create function :KEYQ_SCHEMA.resolve_claims(q :KEYQ_SCHEMA.queue, dedup_keys text[], ttls float8[], ids bigint[])
+returns bigint[]
 language plpgsql
 set search_path = pg_catalog, pg_temp
 set jit = off
 as $$
 #variable_conflict use_variable
-declare r record; c record;
+declare r record; c record; ck text[]; cid bigint[];
 begin
-  -- Keys held by a live claim: read in a new statement, which sees claims
-  -- committed while the claim waited for them.
-  select ck || coalesce(array_agg(d.dedup_key), '{}'), cid || coalesce(array_agg(d.ev_id), '{}') into ck, cid
-    from (select distinct u.k from unnest(dedup_keys) as u(k) where u.k is not null
-          except all select m.k from unnest(ck) as m(k)) as w
+  select coalesce(array_agg(d.dedup_key), '{}'), coalesce(array_agg(d.ev_id), '{}') into ck, cid
+    from (select distinct u.k from unnest(dedup_keys) as u(k) where u.k is not null) as w
     join :KEYQ_SCHEMA.dedup d on d.queue_id = q.queue_id and d.dedup_key = w.k;
   -- A live claim that expired and was collected in between: claim it alone.
   for r in select distinct on (u.k collate "C") u.k, u.ttl, u.id
@@ -5294,7 +5289,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "7a249055f022f002a9c03c78aa764d10556eb407cc00b2dea5cd1e42db7e38be";
+export const functionsHash: string = "740b7efbf8d1c1cbc23f3c4f9d459e334ab064478bbdccd2407476d5713205e9";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5304,4 +5299,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 41;
+export const functionsSerial: number = 42;

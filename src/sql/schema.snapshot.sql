@@ -275,8 +275,6 @@ AS $function$
 declare
   n int := coalesce(array_length(types, 1), 0);
   keyed int;
-  ck text[];
-  cid bigint[];
 begin
   if coalesce(array_length(keys, 1), 0) <> n or coalesce(array_length(docs, 1), 0) <> n
      or coalesce(array_length(dedup_keys, 1), n) <> n or coalesce(array_length(ttls, 1), n) <> n then
@@ -289,11 +287,10 @@ begin
   rids := ids;
   if dedup_keys is not null then
     keyed := (select count(u.k) from unnest(dedup_keys) as u(k));
-    select c.ck, c.cid into ck, cid from :KEYQ_SCHEMA.claim_keys(q, dedup_keys, ttls, ids, keyed >= 1000) as c;
     -- Unless every key was distinct and claimed now (then each event keeps
     -- its own id), map each event to its key's claim.
-    if coalesce(array_length(ck, 1), 0) < keyed then
-      rids := :KEYQ_SCHEMA.resolve_claims(q, dedup_keys, ttls, ids, coalesce(ck, '{}'), coalesce(cid, '{}'));
+    if :KEYQ_SCHEMA.claim_keys(q, dedup_keys, ttls, ids, keyed >= 1000) < keyed then
+      rids := :KEYQ_SCHEMA.resolve_claims(q, dedup_keys, ttls, ids);
     end if;
   end if;
   -- An event is appended when it has no key, or it is the first of a key this batch claimed.
@@ -485,45 +482,41 @@ begin
     -- The live row expired and was collected between the two statements: claim again.
   end loop;
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.claim_keys(q :KEYQ_SCHEMA.queue, dedup_keys text[], ttls double precision[], ids bigint[], try_plain boolean, OUT ck text[], OUT cid bigint[])
- RETURNS record
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.claim_keys(q :KEYQ_SCHEMA.queue, dedup_keys text[], ttls double precision[], ids bigint[], try_plain boolean)
+ RETURNS integer
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
+declare claimed int;
 begin
   if try_plain then
     begin
-      with claimed as (
-        insert into :KEYQ_SCHEMA.dedup as d (queue_id, dedup_key, ev_id, expires_at)
-        select q.queue_id, f.k, f.id, now() + make_interval(secs => coalesce(f.ttl, 300))
-          from (select distinct on (u.k collate "C") u.k, u.ttl, u.id
-                  from unnest(dedup_keys, ttls, ids) with ordinality as u(k, ttl, id, ord)
-                 where u.k is not null
-                 order by u.k collate "C", u.ord) as f
-         order by f.k collate "C"
-        returning d.dedup_key, d.ev_id
-      )
-      select array_agg(claimed.dedup_key), array_agg(claimed.ev_id) into ck, cid from claimed;
-      return;
+      insert into :KEYQ_SCHEMA.dedup as d (queue_id, dedup_key, ev_id, expires_at)
+      select q.queue_id, f.k, f.id, now() + make_interval(secs => coalesce(f.ttl, 300))
+        from (select distinct on (u.k collate "C") u.k, u.ttl, u.id
+                from unnest(dedup_keys, ttls, ids) with ordinality as u(k, ttl, id, ord)
+               where u.k is not null
+               order by u.k collate "C", u.ord) as f
+       order by f.k collate "C";
+      get diagnostics claimed = row_count;
+      return claimed;
     exception when unique_violation then
       null;
     end;
   end if;
-  with claimed as (
-    insert into :KEYQ_SCHEMA.dedup as d (queue_id, dedup_key, ev_id, expires_at)
-    select q.queue_id, f.k, f.id, now() + make_interval(secs => coalesce(f.ttl, 300))
-      from (select distinct on (u.k collate "C") u.k, u.ttl, u.id
-              from unnest(dedup_keys, ttls, ids) with ordinality as u(k, ttl, id, ord)
-             where u.k is not null
-             order by u.k collate "C", u.ord) as f
-     order by f.k collate "C"
-    on conflict (queue_id, dedup_key) do update
-       set ev_id = excluded.ev_id, expires_at = excluded.expires_at
-     where d.expires_at <= now()
-    returning d.dedup_key, d.ev_id
-  )
-  select array_agg(claimed.dedup_key), array_agg(claimed.ev_id) into ck, cid from claimed;
+  insert into :KEYQ_SCHEMA.dedup as d (queue_id, dedup_key, ev_id, expires_at)
+  select q.queue_id, f.k, f.id, now() + make_interval(secs => coalesce(f.ttl, 300))
+    from (select distinct on (u.k collate "C") u.k, u.ttl, u.id
+            from unnest(dedup_keys, ttls, ids) with ordinality as u(k, ttl, id, ord)
+           where u.k is not null
+           order by u.k collate "C", u.ord) as f
+   order by f.k collate "C"
+  on conflict (queue_id, dedup_key) do update
+     set ev_id = excluded.ev_id, expires_at = excluded.expires_at
+   where d.expires_at <= now();
+  get diagnostics claimed = row_count;
+  return claimed;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.consumer_buckets(c :KEYQ_SCHEMA.consumer)
  RETURNS integer
@@ -1930,20 +1923,17 @@ begin
   get diagnostics n = row_count;
   return jsonb_build_object('replayed', n, 'slot', s);
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.resolve_claims(q :KEYQ_SCHEMA.queue, dedup_keys text[], ttls double precision[], ids bigint[], ck text[], cid bigint[])
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.resolve_claims(q :KEYQ_SCHEMA.queue, dedup_keys text[], ttls double precision[], ids bigint[])
  RETURNS bigint[]
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
  SET jit TO 'off'
 AS $function$
 #variable_conflict use_variable
-declare r record; c record;
+declare r record; c record; ck text[]; cid bigint[];
 begin
-  -- Keys held by a live claim: read in a new statement, which sees claims
-  -- committed while the claim waited for them.
-  select ck || coalesce(array_agg(d.dedup_key), '{}'), cid || coalesce(array_agg(d.ev_id), '{}') into ck, cid
-    from (select distinct u.k from unnest(dedup_keys) as u(k) where u.k is not null
-          except all select m.k from unnest(ck) as m(k)) as w
+  select coalesce(array_agg(d.dedup_key), '{}'), coalesce(array_agg(d.ev_id), '{}') into ck, cid
+    from (select distinct u.k from unnest(dedup_keys) as u(k) where u.k is not null) as w
     join :KEYQ_SCHEMA.dedup d on d.queue_id = q.queue_id and d.dedup_key = w.k;
   -- A live claim that expired and was collected in between: claim it alone.
   for r in select distinct on (u.k collate "C") u.k, u.ttl, u.id
