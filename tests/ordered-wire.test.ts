@@ -33,7 +33,7 @@ describe("Tier B: wire form", () => {
       await f.q.createQueue("files");
       const c = f.q.ordered("files", "idx", { slots: 2 });
       await c.subscribe();
-      const payload = { s: 'quote " and \\ and ü', n: [1, 2.5, null] };
+      const payload = { s: 'quote " and \\ and ü\nand a line break', n: [1, 2.5, null] };
       await f.q.sendBatch("files", [{ type: "E", payload: payload as unknown, key: "k1" }, { type: "E", payload: "x", key: "k1" }]);
       await f.q.tick("files");
       const slot = await c.slotOf("k1");
@@ -47,13 +47,15 @@ describe("Tier B: wire form", () => {
         }).catch((err: Error) => assert.equal(err.message, "roll back"));
         return r;
       };
-      const w = JSON.parse(await read("receive_ordered_wire")) as { slot: number; rows: unknown[][] };
+      const text = await read("receive_ordered_wire");
+      const w = JSON.parse(text.slice(0, text.indexOf("\n"))) as { slot: number; rows: unknown[][] };
+      const payloads = text.slice(text.indexOf("\n") + 1).split("\n");
       const o = JSON.parse(await read("receive_ordered")) as { slot: number; events: { id: string; payload: unknown }[] };
       assert.equal(w.slot, slot);
       assert.equal(o.slot, slot);
       assert.deepEqual(w.rows.map((r) => r[0]), o.events.map((e) => e.id));
-      assert.equal(typeof w.rows[0]![5], "string", "the payload travels as its JSON text");
-      assert.deepEqual(w.rows.map((r) => JSON.parse(r[5] as string)), [payload, "x"]);
+      assert.equal(w.rows[0]!.length, 6, "a row holds no payload: [id, txid, type, key, time, trace]");
+      assert.deepEqual(payloads.map((p) => JSON.parse(p)), [payload, "x"], "the payloads follow the head, one JSON text a line");
       assert.deepEqual(o.events.map((e) => e.payload), [payload, "x"]);
     });
   });

@@ -152,7 +152,7 @@ describe("batch reports", () => {
 });
 
 /** A receive_plain reply as the client decodes it: the engine seam's check, then the events. */
-const decodePlain = (rows: unknown) => fromPlain(reply<PlainBatch>(rows, "receive_plain", ENGINE.receivePlain.shape));
+const decodePlain = (rows: unknown) => fromPlain(reply<PlainBatch>(rows, "receive_plain", ENGINE.receivePlain.shape, ENGINE.receivePlain.parse));
 
 describe("fenced batch reports", () => {
   test("statements count the fence on the pool and the unfence in the batch", { skip }, async () => {
@@ -180,23 +180,28 @@ describe("plain wire form", () => {
       r: JSON.stringify({
         busy: false,
         retries: [{ id: "3", txid: "9", type: "R", key: null, payload: 0, time: "2026-01-01T00:00:00+00:00", retry: 1, redelivered: true }],
-        rows: [["4", "9", "T", "k", "2026-01-01T00:00:00+00:00", '{"a": [1]}', null]],
-      }),
+        rows: [["4", "9", "T", "k", "2026-01-01T00:00:00+00:00", null]],
+      }) + '\n{"a": [1]}',
     }]);
     assert.equal(r.busy, false);
     assert.deepEqual(r.events.map((e) => [e.id, e.retry, e.redelivered ?? false]), [["3", 1, true], ["4", 0, false]]);
     assert.equal(r.events[1]!.raw, '{"a": [1]}', "a row's payload stays JSON text until a handler reads it");
     assert.deepEqual(payloadOf(r.events[1]!), { a: [1] });
-    const row = (payload: unknown) => `{"busy":false,"retries":[],"rows":[["1","7","T",null,"2026-01-01T00:00:00+00:00",${JSON.stringify(payload)},null]]}`;
-    assert.equal(decodePlain([{ r: row("1") }]).events.length, 1, "the row helper makes a good reply");
+    const head = '{"busy":false,"retries":[],"rows":[["1","7","T",null,"2026-01-01T00:00:00+00:00",null]]}';
+    assert.equal(decodePlain([{ r: `${head}\n1` }]).events[0]!.raw, "1", "a head and one payload make a good reply");
+    const two = '{"busy":false,"retries":[],"rows":[["1","7","T",null,"2026-01-01T00:00:00+00:00",null],["2","7","T",null,"2026-01-01T00:00:00+00:00",null]]}';
+    assert.deepEqual(decodePlain([{ r: `${two}\n"x"\n[2]` }]).events.map((e) => e.raw), ['"x"', "[2]"], "payloads follow the rows in order");
     for (
       const bad of [
         [],
         [{ r: "nope" }],
         [{ r: '{"busy":false}' }],
         [{ r: '{"busy":false,"retries":[],"rows":[["1"]]}' }],
-        [{ r: row({ a: 1 }) }], // a parsed payload: not this form
-        [{ r: '{"busy":false,"retries":[],"rows":[["1","7","T",null,"2026-01-01T00:00:00+00:00","1"]]}' }], // no trace
+        [{ r: head }], // a row without its payload
+        [{ r: `${head}\n1\n2` }], // more payloads than rows
+        [{ r: `${two}\n1` }], // fewer payloads than rows
+        [{ r: '{"busy":false,"retries":[],"rows":[["1","7","T",null,"2026-01-01T00:00:00+00:00","1",null]]}' }], // the payload inside the row: not this form
+        [{ r: '{"busy":false,"retries":[],"rows":[["1","7","T",null,"2026-01-01T00:00:00+00:00"]]}\n1' }], // no trace
         [{ r: '{"busy":false,"retries":[{"id":"1"}],"rows":[]}' }], // a retry without its fields
         [{ x: 1 }],
       ]
@@ -206,8 +211,9 @@ describe("plain wire form", () => {
   });
 
   test("an ordered reply carries its slot, checked", () => {
-    const decode = (r: string) => fromPlain(reply<PlainBatch>([{ r }], "receive_ordered_wire", ENGINE.receiveOrderedWire.shape));
-    const ok = decode('{"busy":false,"slot":5,"retries":[],"rows":[["1","7","T","k","2026-01-01T00:00:00+00:00","2",null]]}');
+    const decode = (r: string) =>
+      fromPlain(reply<PlainBatch>([{ r }], "receive_ordered_wire", ENGINE.receiveOrderedWire.shape, ENGINE.receiveOrderedWire.parse));
+    const ok = decode('{"busy":false,"slot":5,"retries":[],"rows":[["1","7","T","k","2026-01-01T00:00:00+00:00",null]]}\n2');
     assert.equal(ok.slot, 5);
     assert.equal(decode('{"busy":true,"slot":null,"retries":[],"rows":[]}').slot, undefined);
     for (

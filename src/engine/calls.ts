@@ -72,7 +72,7 @@ async function run<In, Out>(exec: Executor, schema: string, f: EngineFn<In>, inp
   } catch (err) {
     throw mapError(err, schema);
   }
-  return reply<Out>(rows, f.name, f.shape);
+  return reply<Out>(rows, f.name, f.shape, f.parse);
 }
 
 // ---------------------------------------------------------------- binding

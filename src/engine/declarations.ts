@@ -10,7 +10,7 @@
  */
 
 import { fields, listOf, type Shape } from "./reply.ts";
-import { isOrderedBatch, isPlainBatch, type PlainBatch, type Received } from "./wire.ts";
+import { isOrderedBatch, isPlainBatch, parseWire, type PlainBatch, type Received } from "./wire.ts";
 import type { EngineQueueStatus } from "./status.ts";
 import type { BlockedKey, DeadLetter, HistoryEvent, LogPosition, MaintainReport, QueueInfo, RoleGrants, SeekResult, SendResult } from "../types.ts";
 
@@ -48,6 +48,8 @@ export interface EngineFn<In> {
   readonly returns: string;
   /** What the parsed reply must look like. */
   readonly shape: Shape;
+  /** How the reply's text is parsed, when it is not one JSON document (the wire form). */
+  readonly parse?: (text: string) => unknown;
 }
 
 /** A count or slot: a non-negative integer. */
@@ -60,8 +62,9 @@ function fn<In>(
   shape: Shape,
   defaulted: readonly { sql: string; type: SqlType }[] = [],
   returns = "jsonb",
+  parse?: (text: string) => unknown,
 ): EngineFn<In> {
-  return { name, args: args.map(([key, sql, type]) => ({ key, sql, type })), defaulted, returns, shape };
+  return { name, args: args.map(([key, sql, type]) => ({ key, sql, type })), defaulted, returns, shape, ...(parse ? { parse } : {}) };
 }
 
 // ---------------------------------------------------------------- result types
@@ -374,6 +377,7 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
     isPlainBatch,
     [],
     "text",
+    parseWire,
   ),
   receiveExclusive: fn("receive_exclusive", [
     ["queue", "queue", "text"],
@@ -407,6 +411,7 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
     isOrderedBatch,
     [{ sql: "skip_try_lock", type: "boolean" }],
     "text",
+    parseWire,
   ),
   ack: fn("ack", [
     ["queue", "queue", "text"],

@@ -47,16 +47,17 @@ export function listOf(item: Shape): Shape {
 }
 
 /**
- * Parses the `r` column of an engine reply and checks it, so a confused
+ * Parses the `r` column of an engine reply (one JSON document unless the
+ * call has its own `parse`) and checks it, so a confused
  * connection (postgres.js can hand a stale COMMIT result to the next query
  * after a connection died) is a typed error instead of a crash further on.
  */
-export function reply<T>(rows: unknown, fn: string, shape: Shape): T {
+export function reply<T>(rows: unknown, fn: string, shape: Shape, parse: (text: string) => unknown = JSON.parse): T {
   const row = Array.isArray(rows) ? (rows[0] as Record<string, unknown> | undefined) : undefined;
   const text = row?.r;
   let value: unknown;
   try {
-    value = typeof text === "string" ? JSON.parse(text) : text;
+    value = typeof text === "string" ? parse(text) : text;
   } catch {
     value = undefined;
   }

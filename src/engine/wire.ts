@@ -1,11 +1,14 @@
 /**
  * The compact wire form of a plain or ordered consumer's batch
- * (`receive_plain`, `receive_ordered_wire`): `{"busy": b, "slot": k,
- * "retries": [event objects], "rows": [[id, txid, type, key, time, payload,
- * trace], …]}` (no slot for plain). The server builds it as json text
- * without a function call per event and the client parses it in one
- * `JSON.parse`; positional rows carry no repeated field names, and each
- * row's payload is its JSON text, parsed only when a handler reads it.
+ * (`receive_plain`, `receive_ordered_wire`): a JSON head `{"busy": b,
+ * "slot": k, "retries": [event objects], "rows": [[id, txid, type, key,
+ * time, trace], …]}` (no slot for plain), then each row's payload, its JSON
+ * text after a newline. Neither the head nor a payload holds a raw newline
+ * (the server writes both with Postgres's json and jsonb output), so the
+ * client parses the head in one `JSON.parse` and splits the payloads off
+ * without reading them; a payload is parsed only when a handler reads it.
+ * Positional rows carry no repeated field names, and the server builds the
+ * whole reply without a function call per event.
  *
  * @module
  */
@@ -69,6 +72,37 @@ export interface PlainBatch {
   groups?: [slot: number, retries: number, rows: number][];
   /** Ordered, read with multiSlot: the batch read every slot free to it to its end. */
   drained?: boolean;
+}
+
+/**
+ * Parses a wire reply (head, then one payload per row): the head with each
+ * row's payload text put in its place (the rows' form, {@link PlainRow}).
+ * Undefined when the payloads do not match the rows one to one, so the
+ * shape check refuses the reply as BAD_REPLY.
+ *
+ * @example
+ * ```ts
+ * import { parseWire } from "./wire.ts";
+ * const b = parseWire('{"busy":false,"retries":[],"rows":[["1","7","T",null,"2026-01-01T00:00:00+00:00",null]]}\n{"a": 1}') as {
+ *   rows: unknown[][];
+ * };
+ * console.log(b.rows[0]![5]); // '{"a": 1}'
+ * ```
+ */
+export function parseWire(text: string): unknown {
+  const nl = text.indexOf("\n");
+  const head = JSON.parse(nl < 0 ? text : text.slice(0, nl)) as { rows?: unknown } | null;
+  const rows = head?.rows;
+  if (!Array.isArray(rows)) return head;
+  const payloads = nl < 0 ? [] : text.slice(nl + 1).split("\n");
+  if (payloads.length !== rows.length) return undefined;
+  for (let i = 0; i < rows.length; i++) {
+    const r = rows[i] as unknown[];
+    if (!Array.isArray(r) || r.length !== 6) return undefined;
+    r.push(r[5]);
+    r[5] = payloads[i];
+  }
+  return head;
 }
 
 function isRow(x: unknown): x is PlainRow {

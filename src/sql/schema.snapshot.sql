@@ -1790,6 +1790,7 @@ declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer)
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.ordered_consumer(queue, consumer, slot_count);
   t record;
+  w record;
 begin
   if c.consumer_id is null then
     return '{"busy":true,"slot":null,"retries":[],"rows":[]}';
@@ -1798,9 +1799,10 @@ begin
   if t.o_slot is null then
     return '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[],"rows":[]}';
   end if;
+  w := :KEYQ_SCHEMA.wire_rows(t.o_evs);
   return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":' ||
-    :KEYQ_SCHEMA.wire_rows(t.o_evs) || case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
-    case when t.o_drained then ',"drained":true' else '' end || '}';
+    w.rows || case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
+    case when t.o_drained then ',"drained":true' else '' end || '}' || w.payloads;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_plain(queue text, consumer text, max_events integer, wait_ms integer DEFAULT 0)
  RETURNS text
@@ -1814,7 +1816,7 @@ declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   cur :KEYQ_SCHEMA.cursor;
   retries jsonb;
-  evs :KEYQ_SCHEMA.event[];
+  w record;
   prev text;
 begin
   if c.kind <> 'plain' then
@@ -1841,8 +1843,8 @@ begin
     return '{"busy":true,"retries":[],"rows":[]}';
   end if;
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
-  evs := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(retries));
-  return '{"busy":false,"retries":' || retries::text || ',"rows":' || :KEYQ_SCHEMA.wire_rows(evs) || '}';
+  w := :KEYQ_SCHEMA.wire_rows(:KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(retries)));
+  return '{"busy":false,"retries":' || retries::text || ',"rows":' || w.rows || '}' || w.payloads;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.recut_chunks(c :KEYQ_SCHEMA.consumer)
  RETURNS integer
@@ -3010,18 +3012,19 @@ begin
    where consumer_id = c.consumer_id and slot = cur.slot;
   return evs;
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.wire_rows(evs :KEYQ_SCHEMA.event[])
- RETURNS text
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.wire_rows(evs :KEYQ_SCHEMA.event[], OUT rows text, OUT payloads text)
+ RETURNS record
  LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
 begin
-  return (
-    select coalesce(json_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_data::text, e.ev_trace)
-                             order by e.i)::text, '[]')
-      from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i));
+  select coalesce('[' || string_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_trace)::text,
+                                    ',' order by e.i) || ']', '[]'),
+         coalesce(string_agg(E'\n' || e.ev_data::text, '' order by e.i), '')
+    into rows, payloads
+    from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i);
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.xbuckets()
  RETURNS integer

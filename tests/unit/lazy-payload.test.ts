@@ -17,6 +17,12 @@ function rows(payloads: string[]): unknown[] {
   return payloads.map((p, i) => [String(i + 1), "7", "T", `k${i}`, TIME, p, null]);
 }
 
+/** A reply in the wire form: the head (rows without their payloads), then each row's payload after a newline. */
+function wire(reply: Record<string, unknown>): string {
+  const all = reply.rows as unknown[][];
+  return JSON.stringify({ ...reply, rows: all.map((r) => [...r.slice(0, 5), r[6]]) }) + all.map((r) => `\n${r[5]}`).join("");
+}
+
 /**
  * A driver whose receive answers `reply` (then an empty batch), whose ack
  * records the outcome, and every other call a neutral answer.
@@ -30,7 +36,7 @@ function fake(reply: Record<string, unknown>): TxDriver & { acks: unknown[] } {
         const empty = { busy: false, retries: [], rows: [], ...("slot" in reply ? { slot: null } : {}) };
         const r = given ? empty : reply;
         given = true;
-        return Promise.resolve([{ r: JSON.stringify(r) }]);
+        return Promise.resolve([{ r: wire(r) }]);
       }
       if (text.includes(".ack(")) {
         acks.push(JSON.parse(params![3]!));

@@ -407,9 +407,9 @@ end $$;
 
 -- One batch of an ordered consumer in the client's wire form
 -- (src/engine/wire.ts): {"busy": b, "slot": k, "retries": [event objects],
--- "rows": [[id, txid, type, key, time, payload as JSON text, trace], …]},
--- as receive_plain: built as json text, no function call per event, each
--- payload a string the client parses only when a handler reads it. With
+-- "rows": [[id, txid, type, key, time, trace], …]} and the payloads after
+-- it (wire_rows), as receive_plain: built as text, no function call per
+-- event, each payload parsed by the client only when a handler reads it. With
 -- multi_slot (ordered_take's multi), "groups": [[slot, retries, rows], …]
 -- says which slot each retry and row came from; "slot" is the first; and
 -- "drained": true when the batch read every free slot to its end.
@@ -426,6 +426,7 @@ declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer)
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.ordered_consumer(queue, consumer, slot_count);
   t record;
+  w record;
 begin
   if c.consumer_id is null then
     return '{"busy":true,"slot":null,"retries":[],"rows":[]}';
@@ -434,9 +435,10 @@ begin
   if t.o_slot is null then
     return '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[],"rows":[]}';
   end if;
+  w := :KEYQ_SCHEMA.wire_rows(t.o_evs);
   return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":' ||
-    :KEYQ_SCHEMA.wire_rows(t.o_evs) || case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
-    case when t.o_drained then ',"drained":true' else '' end || '}';
+    w.rows || case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
+    case when t.o_drained then ',"drained":true' else '' end || '}' || w.payloads;
 end $$;
 
 -- Releases key k of slot s outright (its head was dead-lettered, possibly in
