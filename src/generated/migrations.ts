@@ -2696,7 +2696,17 @@ set plan_cache_mode = force_generic_plan
 as $$
 begin
   -- The queue's own partition by name (see has_pending), prepared once a session (prepared_call).
-  return query execute :KEYQ_SCHEMA.prepared_call(format($q$
+  return query execute :KEYQ_SCHEMA.prepared_call(:KEYQ_SCHEMA.window_query(qid),
+  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text], prepare);
+end $$;
+
+-- The query of window_events for queue qid ($1..$5: s1, s2, a_txid, a_id,
+-- max_rows), its rows in (txid, id) order.
+create function :KEYQ_SCHEMA.window_query(qid int) returns text
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select format($q$
   select w.* from (
     (select e.* from %1$I.%2$I e
       where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
@@ -2710,8 +2720,31 @@ begin
       order by e.ev_txid, e.ev_id limit $5)
   ) w
   order by w.ev_txid, w.ev_id
-  limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
-  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text], prepare);
+  limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
+$$;
+
+-- window_events as one array, in the same order: the array is built by the
+-- prepared statement itself (its aggregate reads the ordered, limited rows
+-- as they come), with no set of rows handed over and sorted again
+-- (measured: about a quarter of a plain batch's read of 1,000 events).
+create function :KEYQ_SCHEMA.window_array(
+  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int
+) returns :KEYQ_SCHEMA.event[]
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+set enable_sort = off
+set enable_seqscan = off
+set jit = off
+set plan_cache_mode = force_generic_plan
+as $$
+declare evs :KEYQ_SCHEMA.event[];
+begin
+  -- row(r.*)::event: the rows as the table's type, not records converted through text.
+  execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.array_agg(row(r.*)::%I.event) from (%s) r',
+                                            :KEYQ_SCHEMA_NAME, :KEYQ_SCHEMA.window_query(qid)),
+    'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text])
+    into evs;
+  return evs;
 end $$;
 
 -- How many events window (s1, s2] holds, counting at most max_rows (null: all):
@@ -3105,20 +3138,19 @@ begin
       select array_agg(w order by w.ev_txid, w.ev_id) into part from :KEYQ_SCHEMA.window_events_slot(
         c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1, c.slots, cur.slot) w;
     else
-      select array_agg(w order by w.ev_txid, w.ev_id) into part from :KEYQ_SCHEMA.window_events(
-        c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1) w;
+      part := :KEYQ_SCHEMA.window_array(c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1);
     end if;
     n := coalesce(array_length(part, 1), 0);
     if n > room then
       -- The window stays open at the last event taken.
       last := part[room];
-      evs := evs || part[1:room];
+      evs := case when cardinality(evs) = 0 then part[1:room] else evs || part[1:room] end;
       cur.last_txid := last.ev_txid;
       cur.last_id := last.ev_id;
       exit;
     end if;
     -- Read to its end: the window closes at its end tick.
-    evs := evs || coalesce(part, '{}');
+    evs := case when cardinality(evs) = 0 then coalesce(part, '{}') else evs || coalesce(part, '{}') end;
     room := room - n;
     cur.tick_id := cur.end_tick_id;
     cur.end_tick_id := null;
@@ -5295,7 +5327,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "84d04d422c536dabb9646b68d013518f8776f3b9edf1e2a84561fe4f61200b6b";
+export const functionsHash: string = "1ea8eb0f4705979296ab643f0a86a68527fc8c5a496810299b0550acb082c652";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5305,4 +5337,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 43;
+export const functionsSerial: number = 45;

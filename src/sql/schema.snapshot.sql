@@ -2812,6 +2812,24 @@ begin
   select * into q from :KEYQ_SCHEMA.queue where queue_id = q.queue_id;
   return :KEYQ_SCHEMA.queue_json(q);
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_array(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer)
+ RETURNS :KEYQ_SCHEMA.event[]
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_sort TO 'off'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+declare evs :KEYQ_SCHEMA.event[];
+begin
+  -- row(r.*)::event: the rows as the table's type, not records converted through text.
+  execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.array_agg(row(r.*)::%I.event) from (%s) r',
+                                            :KEYQ_SCHEMA_NAME, :KEYQ_SCHEMA.window_query(qid)),
+    'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text])
+    into evs;
+  return evs;
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_count(qid integer, s1 pg_snapshot, s2 pg_snapshot, max_rows bigint DEFAULT NULL::bigint, prepare boolean DEFAULT true)
  RETURNS bigint
  LANGUAGE plpgsql
@@ -2847,21 +2865,7 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events(qid integer, s1 pg_snapsho
 AS $function$
 begin
   -- The queue's own partition by name (see has_pending), prepared once a session (prepared_call).
-  return query execute :KEYQ_SCHEMA.prepared_call(format($q$
-  select w.* from (
-    (select e.* from %1$I.%2$I e
-      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
-        and (e.ev_txid, e.ev_id) > ($3, $4)
-      order by e.ev_txid, e.ev_id limit $5)
-    union all
-    (select e.* from %1$I.%2$I e
-      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
-        and (e.ev_txid, e.ev_id) > ($3, $4)
-        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
-      order by e.ev_txid, e.ev_id limit $5)
-  ) w
-  order by w.ev_txid, w.ev_id
-  limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
+  return query execute :KEYQ_SCHEMA.prepared_call(:KEYQ_SCHEMA.window_query(qid),
   'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text], prepare);
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events_slot(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, slot_count integer, slot integer)
@@ -2924,6 +2928,28 @@ begin
   perform set_config('enable_sort', 'on', true);
   return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows;
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_query(qid integer)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select format($q$
+  select w.* from (
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+      order by e.ev_txid, e.ev_id limit $5)
+    union all
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
+      order by e.ev_txid, e.ev_id limit $5)
+  ) w
+  order by w.ev_txid, w.ev_id
+  limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_slots(c :KEYQ_SCHEMA.consumer, t1 bigint, t2 bigint, max_rows integer)
  RETURNS integer[]
  LANGUAGE plpgsql
@@ -2982,20 +3008,19 @@ begin
       select array_agg(w order by w.ev_txid, w.ev_id) into part from :KEYQ_SCHEMA.window_events_slot(
         c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1, c.slots, cur.slot) w;
     else
-      select array_agg(w order by w.ev_txid, w.ev_id) into part from :KEYQ_SCHEMA.window_events(
-        c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1) w;
+      part := :KEYQ_SCHEMA.window_array(c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1);
     end if;
     n := coalesce(array_length(part, 1), 0);
     if n > room then
       -- The window stays open at the last event taken.
       last := part[room];
-      evs := evs || part[1:room];
+      evs := case when cardinality(evs) = 0 then part[1:room] else evs || part[1:room] end;
       cur.last_txid := last.ev_txid;
       cur.last_id := last.ev_id;
       exit;
     end if;
     -- Read to its end: the window closes at its end tick.
-    evs := evs || coalesce(part, '{}');
+    evs := case when cardinality(evs) = 0 then coalesce(part, '{}') else evs || coalesce(part, '{}') end;
     room := room - n;
     cur.tick_id := cur.end_tick_id;
     cur.end_tick_id := null;

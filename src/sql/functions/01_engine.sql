@@ -568,7 +568,17 @@ set plan_cache_mode = force_generic_plan
 as $$
 begin
   -- The queue's own partition by name (see has_pending), prepared once a session (prepared_call).
-  return query execute :KEYQ_SCHEMA.prepared_call(format($q$
+  return query execute :KEYQ_SCHEMA.prepared_call(:KEYQ_SCHEMA.window_query(qid),
+  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text], prepare);
+end $$;
+
+-- The query of window_events for queue qid ($1..$5: s1, s2, a_txid, a_id,
+-- max_rows), its rows in (txid, id) order.
+create function :KEYQ_SCHEMA.window_query(qid int) returns text
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select format($q$
   select w.* from (
     (select e.* from %1$I.%2$I e
       where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
@@ -582,8 +592,31 @@ begin
       order by e.ev_txid, e.ev_id limit $5)
   ) w
   order by w.ev_txid, w.ev_id
-  limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
-  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text], prepare);
+  limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
+$$;
+
+-- window_events as one array, in the same order: the array is built by the
+-- prepared statement itself (its aggregate reads the ordered, limited rows
+-- as they come), with no set of rows handed over and sorted again
+-- (measured: about a quarter of a plain batch's read of 1,000 events).
+create function :KEYQ_SCHEMA.window_array(
+  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int
+) returns :KEYQ_SCHEMA.event[]
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+set enable_sort = off
+set enable_seqscan = off
+set jit = off
+set plan_cache_mode = force_generic_plan
+as $$
+declare evs :KEYQ_SCHEMA.event[];
+begin
+  -- row(r.*)::event: the rows as the table's type, not records converted through text.
+  execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.array_agg(row(r.*)::%I.event) from (%s) r',
+                                            :KEYQ_SCHEMA_NAME, :KEYQ_SCHEMA.window_query(qid)),
+    'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text])
+    into evs;
+  return evs;
 end $$;
 
 -- How many events window (s1, s2] holds, counting at most max_rows (null: all):

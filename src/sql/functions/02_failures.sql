@@ -85,20 +85,19 @@ begin
       select array_agg(w order by w.ev_txid, w.ev_id) into part from :KEYQ_SCHEMA.window_events_slot(
         c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1, c.slots, cur.slot) w;
     else
-      select array_agg(w order by w.ev_txid, w.ev_id) into part from :KEYQ_SCHEMA.window_events(
-        c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1) w;
+      part := :KEYQ_SCHEMA.window_array(c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1);
     end if;
     n := coalesce(array_length(part, 1), 0);
     if n > room then
       -- The window stays open at the last event taken.
       last := part[room];
-      evs := evs || part[1:room];
+      evs := case when cardinality(evs) = 0 then part[1:room] else evs || part[1:room] end;
       cur.last_txid := last.ev_txid;
       cur.last_id := last.ev_id;
       exit;
     end if;
     -- Read to its end: the window closes at its end tick.
-    evs := evs || coalesce(part, '{}');
+    evs := case when cardinality(evs) = 0 then coalesce(part, '{}') else evs || coalesce(part, '{}') end;
     room := room - n;
     cur.tick_id := cur.end_tick_id;
     cur.end_tick_id := null;
