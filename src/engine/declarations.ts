@@ -520,6 +520,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "window_events",
   "window_events_slot",
   "window_query",
+  "window_slot_array",
   "window_slots",
   "window_take",
   "wire_rows",

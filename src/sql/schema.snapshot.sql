@@ -2870,64 +2870,11 @@ begin
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events_slot(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, slot_count integer, slot integer)
  RETURNS SETOF :KEYQ_SCHEMA.event
- LANGUAGE plpgsql
+ LANGUAGE sql
  SET search_path TO 'pg_catalog', 'pg_temp'
- SET enable_sort TO 'off'
- SET enable_seqscan TO 'off'
- SET jit TO 'off'
- SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
-#variable_conflict use_variable
-declare
-  lo_txid xid8 := a_txid;
-  lo_id bigint := a_id;
-  -- Transactions in progress at s1 that finished by s2. On a busy database
-  -- most are unrelated to this queue: their branch must probe the txid index
-  -- (nothing found, nothing read), never walk the slot index filtering on the
-  -- list, so its slot test is written "+ 0" to keep it off the slot index.
-  -- With no stragglers the branch is left out.
-  strag xid8[] := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
-  range_sql text;
-  late :KEYQ_SCHEMA.event[];
-  ranged :KEYQ_SCHEMA.event[];
-  range_types constant text := 'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint';
-  range_args text[];
-begin
-  if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
-    lo_txid := pg_snapshot_xmax(s1);
-    lo_id := 0;
-  end if;
-  range_sql := format($q$
-      select e.* from %1$I.%3$I e
-        where (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
-          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
-          and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
-        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
-  -- Prepared once a session (prepared_call in 01_engine.sql).
-  range_args := array[qid::text, s1::text, s2::text, a_txid::text, a_id::text, max_rows::text, slot::text, lo_txid::text, lo_id::text];
-  if cardinality(strag) = 0 then
-    return query execute :KEYQ_SCHEMA.prepared_call(range_sql, range_types, range_args);
-    return;
-  end if;
-  execute :KEYQ_SCHEMA.prepared_call(format($q$
-    select pg_catalog.array_agg(e) from (
-      select e.* from %1$I.%3$I e
-        where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
-          and (e.ev_txid, e.ev_id) > ($2, $3)
-        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid),
-    'int, xid8, bigint, int, int, int, xid8[]',
-    array[qid::text, a_txid::text, a_id::text, slot::text, max_rows::text, slot_count::text, strag::text])
-    into late;
-  if late is null then
-    return query execute :KEYQ_SCHEMA.prepared_call(range_sql, range_types, range_args);
-    return;
-  end if;
-  execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.array_agg(e) from (%s) e', range_sql), range_types, range_args)
-    into ranged;
-  -- Both lists are short and sorted; this sort never sees the window.
-  perform set_config('enable_sort', 'on', true);
-  return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows;
-end $function$;
+  select * from unnest(:KEYQ_SCHEMA.window_slot_array(qid, s1, s2, a_txid, a_id, max_rows, slot_count, slot))
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_query(qid integer)
  RETURNS text
  LANGUAGE sql
@@ -2950,6 +2897,68 @@ AS $function$
   order by w.ev_txid, w.ev_id
   limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
 $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_slot_array(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, slot_count integer, slot integer)
+ RETURNS :KEYQ_SCHEMA.event[]
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_sort TO 'off'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+#variable_conflict use_variable
+declare
+  lo_txid xid8 := a_txid;
+  lo_id bigint := a_id;
+  -- Transactions in progress at s1 that finished by s2. On a busy database
+  -- most are unrelated to this queue: their branch must probe the txid index
+  -- (nothing found, nothing read), never walk the slot index filtering on the
+  -- list, so its slot test is written "+ 0" to keep it off the slot index.
+  -- With no stragglers the branch is left out.
+  strag xid8[] := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
+  range_sql text;
+  late :KEYQ_SCHEMA.event[];
+  ranged :KEYQ_SCHEMA.event[];
+  range_types constant text := 'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint';
+  range_args text[];
+  -- The rows as one array, built by the prepared statement itself (as
+  -- window_array: none handed over as a set and sorted again), typed as the
+  -- table's rows (row(e.*)::event, not records converted through text).
+  as_array constant text := format('select pg_catalog.array_agg(row(e.*)::%I.event) from (', :KEYQ_SCHEMA_NAME);
+begin
+  if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
+    lo_txid := pg_snapshot_xmax(s1);
+    lo_id := 0;
+  end if;
+  range_sql := format($q$
+      select e.* from %1$I.%3$I e
+        where (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
+          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
+          and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
+        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
+  -- Prepared once a session (prepared_call in 01_engine.sql).
+  range_args := array[qid::text, s1::text, s2::text, a_txid::text, a_id::text, max_rows::text, slot::text, lo_txid::text, lo_id::text];
+  if cardinality(strag) = 0 then
+    execute :KEYQ_SCHEMA.prepared_call(as_array || range_sql || ') e', range_types, range_args) into ranged;
+    return ranged;
+  end if;
+  execute :KEYQ_SCHEMA.prepared_call(format($q$
+    select pg_catalog.array_agg(row(e.*)::%1$I.event) from (
+      select e.* from %1$I.%3$I e
+        where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
+          and (e.ev_txid, e.ev_id) > ($2, $3)
+        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid),
+    'int, xid8, bigint, int, int, int, xid8[]',
+    array[qid::text, a_txid::text, a_id::text, slot::text, max_rows::text, slot_count::text, strag::text])
+    into late;
+  execute :KEYQ_SCHEMA.prepared_call(as_array || range_sql || ') e', range_types, range_args) into ranged;
+  if late is null then
+    return ranged;
+  end if;
+  -- Both lists are short and sorted; this sort never sees the window.
+  perform set_config('enable_sort', 'on', true);
+  return array(select w from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows);
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_slots(c :KEYQ_SCHEMA.consumer, t1 bigint, t2 bigint, max_rows integer)
  RETURNS integer[]
  LANGUAGE plpgsql
@@ -3005,8 +3014,8 @@ begin
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
     if c.kind = 'ordered' then
-      select array_agg(w order by w.ev_txid, w.ev_id) into part from :KEYQ_SCHEMA.window_events_slot(
-        c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1, c.slots, cur.slot) w;
+      part := :KEYQ_SCHEMA.window_slot_array(
+        c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1, c.slots, cur.slot);
     else
       part := :KEYQ_SCHEMA.window_array(c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1);
     end if;

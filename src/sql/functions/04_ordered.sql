@@ -107,7 +107,7 @@ begin
   return jsonb_build_object('build', to_jsonb(build), 'wait', waiting);
 end $$;
 
--- window_events restricted to slot `slot` of slot_count, reading only the slot's rows:
+-- window_array restricted to slot `slot` of slot_count, reading only the slot's rows:
 -- the range is written as row comparisons led by the slot expression, which
 -- only the slot index can serve, and sorting is off so the plan is an
 -- ordered index scan that stops at the limit. Neither depends on row
@@ -117,9 +117,9 @@ end $$;
 -- merged in memory (at most 2 * max_rows rows): one statement ordering their
 -- union by (txid, id) needs a Sort that enable_sort = off prices at 1e10,
 -- which made the server JIT-compile every call. jit is off as a backstop.
-create function :KEYQ_SCHEMA.window_events_slot(
+create function :KEYQ_SCHEMA.window_slot_array(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int, slot_count int, slot int
-) returns setof :KEYQ_SCHEMA.event
+) returns :KEYQ_SCHEMA.event[]
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 set enable_sort = off
@@ -142,6 +142,10 @@ declare
   ranged :KEYQ_SCHEMA.event[];
   range_types constant text := 'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint';
   range_args text[];
+  -- The rows as one array, built by the prepared statement itself (as
+  -- window_array: none handed over as a set and sorted again), typed as the
+  -- table's rows (row(e.*)::event, not records converted through text).
+  as_array constant text := format('select pg_catalog.array_agg(row(e.*)::%I.event) from (', :KEYQ_SCHEMA_NAME);
 begin
   if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
     lo_txid := pg_snapshot_xmax(s1);
@@ -156,11 +160,11 @@ begin
   -- Prepared once a session (prepared_call in 01_engine.sql).
   range_args := array[qid::text, s1::text, s2::text, a_txid::text, a_id::text, max_rows::text, slot::text, lo_txid::text, lo_id::text];
   if cardinality(strag) = 0 then
-    return query execute :KEYQ_SCHEMA.prepared_call(range_sql, range_types, range_args);
-    return;
+    execute :KEYQ_SCHEMA.prepared_call(as_array || range_sql || ') e', range_types, range_args) into ranged;
+    return ranged;
   end if;
   execute :KEYQ_SCHEMA.prepared_call(format($q$
-    select pg_catalog.array_agg(e) from (
+    select pg_catalog.array_agg(row(e.*)::%1$I.event) from (
       select e.* from %1$I.%3$I e
         where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
           and (e.ev_txid, e.ev_id) > ($2, $3)
@@ -168,16 +172,24 @@ begin
     'int, xid8, bigint, int, int, int, xid8[]',
     array[qid::text, a_txid::text, a_id::text, slot::text, max_rows::text, slot_count::text, strag::text])
     into late;
+  execute :KEYQ_SCHEMA.prepared_call(as_array || range_sql || ') e', range_types, range_args) into ranged;
   if late is null then
-    return query execute :KEYQ_SCHEMA.prepared_call(range_sql, range_types, range_args);
-    return;
+    return ranged;
   end if;
-  execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.array_agg(e) from (%s) e', range_sql), range_types, range_args)
-    into ranged;
   -- Both lists are short and sorted; this sort never sees the window.
   perform set_config('enable_sort', 'on', true);
-  return query select w.* from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows;
+  return array(select w from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows);
 end $$;
+
+-- window_slot_array's events as rows (Tier A's chunk reads).
+create function :KEYQ_SCHEMA.window_events_slot(
+  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int, slot_count int, slot int
+) returns setof :KEYQ_SCHEMA.event
+language sql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  select * from unnest(:KEYQ_SCHEMA.window_slot_array(qid, s1, s2, a_txid, a_id, max_rows, slot_count, slot))
+$$;
 
 -- Blocks key `key` of slot `slot` behind its failed head (pause); holds the key's other
 -- pending retry rows too, so nothing of the key overtakes the head.
