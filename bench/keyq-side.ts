@@ -328,6 +328,11 @@ export function consumePlainLikeOrdered(admin: Sql, sizes: Sizes, seed: number):
   return consume(admin, sizes, seed, "plain", sizes.orderedEvents, 1);
 }
 
+/** One plain consumer over Tier B's events in batches of `maxEvents`: the engine's cost per batch of that size, without slots. */
+export function consumePlainLikeOrderedSmall(admin: Sql, sizes: Sizes, seed: number): Promise<ConsumeResult | null> {
+  return consume(admin, sizes, seed, "plain", sizes.orderedEvents, 1, { maxEvents: sizes.maxEvents });
+}
+
 /**
  * Latency of Tier A: `workers` workers run `work()` (idle poll `pollMs`)
  * while one producer sends at a steady `rate` for `seconds`; each payload

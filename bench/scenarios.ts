@@ -91,6 +91,15 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
         ["ordered", `Tier B, ${s.slots} slots, ${w} workers, no-op`, "ev/s", "pg-boss key_strict_fifo", true, atLeast(20)],
         ["ordered-default", `Tier B, ${s.slots} slots, ${w} workers, no-op, default maxEvents`, "ev/s", "pg-boss key_strict_fifo", true, atLeast(15)],
         [
+          "ordered-plain-small",
+          `Tier B, ${s.slots} slots, ${w} workers, no-op, maxEvents ${
+            fmt(s.maxEvents)
+          }, vs one plain consumer with the same maxEvents (the engine's cost per batch)`,
+          "ev/s",
+          `plain consumer, 1 worker, maxEvents ${fmt(s.maxEvents)}`,
+          true,
+        ],
+        [
           "ordered-plain",
           `Tier B, ${s.slots} slots, ${w} workers, default maxEvents, vs one plain consumer (same ${fmt(s.orderedEvents)} events)`,
           "ev/s",
@@ -303,6 +312,9 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
         () => kq.consumeOrderedDefault(admin, s, seed),
         () => kq.consumePlainLikeOrdered(admin, s, seed),
       );
+      // The same events through one plain consumer in batches of maxEvents: what a batch of that size costs without slots.
+      const small = await measure(book, "ordered-plain-small (reference)", () => kq.consumePlainLikeOrderedSmall(admin, s, seed));
+      put(book, "ordered-plain-small", k?.eventsPerSec, small?.eventsPerSec);
       put(book, "ordered-default", d?.eventsPerSec, b?.eventsPerSec);
       put(book, "ordered-plain", d?.eventsPerSec, p?.eventsPerSec);
       put(book, "ra-ordered", d?.readAmp);
