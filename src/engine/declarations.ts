@@ -519,7 +519,6 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "window_count",
   "window_events",
   "window_events_slot",
-  "window_query",
   "window_slot_array",
   "window_slots",
   "window_take",

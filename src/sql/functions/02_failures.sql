@@ -91,13 +91,13 @@ begin
     if n > room then
       -- The window stays open at the last event taken.
       last := part[room];
-      evs := case when cardinality(evs) = 0 then part[1:room] else evs || part[1:room] end;
+      evs := evs || part[1:room];
       cur.last_txid := last.ev_txid;
       cur.last_id := last.ev_id;
       exit;
     end if;
     -- Read to its end: the window closes at its end tick.
-    evs := case when cardinality(evs) = 0 then coalesce(part, '{}') else evs || coalesce(part, '{}') end;
+    evs := evs || coalesce(part, '{}');
     room := room - n;
     cur.tick_id := cur.end_tick_id;
     cur.end_tick_id := null;
