@@ -270,6 +270,7 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.append_rows(q :KEYQ_SCHEMA.queue, types 
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
  SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 #variable_conflict use_variable
 declare
@@ -439,10 +440,10 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.chunk_events(c :KEYQ_SCHEMA.consumer, ch
 AS $function$
 begin
   return (select coalesce(array_agg(w order by w.ev_txid, w.ev_id), '{}')
-    from :KEYQ_SCHEMA.window_events_slot(c.queue_id,
+    from unnest(:KEYQ_SCHEMA.window_slot_array(c.queue_id,
            (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.start_tick),
            (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = ch.end_tick),
-           ch.after_txid, ch.after_id, lim, ch.nbuckets, ch.bucket) w
+           ch.after_txid, ch.after_id, lim, ch.nbuckets, ch.bucket)) w
    where ch.upto_txid is null or (w.ev_txid, w.ev_id) <= (ch.upto_txid, ch.upto_id));
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.claim_chunk(c :KEYQ_SCHEMA.consumer, skip bigint[])
@@ -1172,6 +1173,7 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.lock_keys(c :KEYQ_SCHEMA.consumer, event
  RETURNS jsonb
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 #variable_conflict use_column
 begin
@@ -1408,6 +1410,7 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.plan_chunks(c :KEYQ_SCHEMA.consumer, chu
  RETURNS integer
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 #variable_conflict use_variable
 declare
@@ -1447,10 +1450,10 @@ begin
                 else coalesce(array_agg(distinct :KEYQ_SCHEMA.slot_of(w.ev_key, nb)), '{}') end,
            count(*)
       into present, small
-      from :KEYQ_SCHEMA.window_events(c.queue_id,
+      from unnest(:KEYQ_SCHEMA.window_array(c.queue_id,
              (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = frontier),
              (select tick_snapshot from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = latest),
-             '0'::xid8, 0, plan_read + 1) w;
+             '0'::xid8, 0, plan_read + 1)) w;
     with open as (
       select k.chunk_id from :KEYQ_SCHEMA.chunk k
        where k.consumer_id = c.consumer_id and k.end_tick = frontier and k.after_txid = '0'::xid8 and k.after_id = 0
@@ -2968,7 +2971,7 @@ begin
     return null;
   end if;
   select array_agg(w.ev_key) into keys
-    from :KEYQ_SCHEMA.window_events(c.queue_id, s1, s2, '0'::xid8, 0, max_rows + 1) w;
+    from unnest(:KEYQ_SCHEMA.window_array(c.queue_id, s1, s2, '0'::xid8, 0, max_rows + 1)) w;
   if coalesce(cardinality(keys), 0) > max_rows then
     return null;
   end if;

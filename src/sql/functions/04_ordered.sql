@@ -252,7 +252,7 @@ begin
     return null;
   end if;
   select array_agg(w.ev_key) into keys
-    from :KEYQ_SCHEMA.window_events(c.queue_id, s1, s2, '0'::xid8, 0, max_rows + 1) w;
+    from unnest(:KEYQ_SCHEMA.window_array(c.queue_id, s1, s2, '0'::xid8, 0, max_rows + 1)) w;
   if coalesce(cardinality(keys), 0) > max_rows then
     return null;
   end if;
