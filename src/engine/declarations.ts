@@ -518,7 +518,6 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "window_array",
   "window_count",
   "window_events",
-  "window_events_slot",
   "window_slot_array",
   "window_slots",
   "window_take",

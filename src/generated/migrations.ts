@@ -2414,11 +2414,8 @@ create function :KEYQ_SCHEMA.append_rows(q :KEYQ_SCHEMA.queue, types text[], key
 language plpgsql
 set search_path = pg_catalog, pg_temp
 -- Row estimates of joins over arrays are guesses: JIT compiling them costs
--- more than the statements run, and a custom plan (which knows n) always
--- looked cheaper than the generic one, so the id draw was planned on every
--- send.
+-- more than the statements run.
 set jit = off
-set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_variable
 declare
@@ -3800,8 +3797,8 @@ end $$;
 -- The events of chunk ch after its position (and up to its end position,
 -- for a piece cut by split_chunks), at most lim, in log order.
 -- (plpgsql: window_slot_array is created after this file. Called, not read
--- through window_events_slot: a language sql function with a SET clause is
--- never inlined, so the wrapper's query was parsed and planned on every call.)
+-- through a language sql wrapper: one with a SET clause is never inlined,
+-- so its query was parsed and planned on every call.)
 create function :KEYQ_SCHEMA.chunk_events(c :KEYQ_SCHEMA.consumer, ch :KEYQ_SCHEMA.chunk, lim int) returns :KEYQ_SCHEMA.event[]
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -4172,16 +4169,6 @@ begin
   perform set_config('enable_sort', 'on', true);
   return array(select w from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows);
 end $$;
-
--- window_slot_array's events as rows (Tier A's chunk reads).
-create function :KEYQ_SCHEMA.window_events_slot(
-  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int, slot_count int, slot int
-) returns setof :KEYQ_SCHEMA.event
-language sql volatile
-set search_path = pg_catalog, pg_temp
-as $$
-  select * from unnest(:KEYQ_SCHEMA.window_slot_array(qid, s1, s2, a_txid, a_id, max_rows, slot_count, slot))
-$$;
 
 -- Blocks key \`key\` of slot \`slot\` behind its failed head (pause); holds the key's other
 -- pending retry rows too, so nothing of the key overtakes the head.
@@ -5336,7 +5323,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "a0f94cfb90d9aabfea207c125c5ec37b3519e38ec88822fd0dcac9d920cedf10";
+export const functionsHash: string = "88f2712fe6b6098d28a8d24900fc3cc20ff94989634d5a76070e937b9f9e28af";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5346,4 +5333,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 51;
+export const functionsSerial: number = 52;

@@ -270,7 +270,6 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.append_rows(q :KEYQ_SCHEMA.queue, types 
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
  SET jit TO 'off'
- SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 #variable_conflict use_variable
 declare
@@ -2880,13 +2879,6 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events(qid integer, s1 pg_snapsho
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select * from unnest(:KEYQ_SCHEMA.window_array(qid, s1, s2, a_txid, a_id, max_rows, prepare))
-$function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events_slot(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, slot_count integer, slot integer)
- RETURNS SETOF :KEYQ_SCHEMA.event
- LANGUAGE sql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select * from unnest(:KEYQ_SCHEMA.window_slot_array(qid, s1, s2, a_txid, a_id, max_rows, slot_count, slot))
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_slot_array(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, slot_count integer, slot integer)
  RETURNS :KEYQ_SCHEMA.event[]

@@ -286,11 +286,8 @@ create function :KEYQ_SCHEMA.append_rows(q :KEYQ_SCHEMA.queue, types text[], key
 language plpgsql
 set search_path = pg_catalog, pg_temp
 -- Row estimates of joins over arrays are guesses: JIT compiling them costs
--- more than the statements run, and a custom plan (which knows n) always
--- looked cheaper than the generic one, so the id draw was planned on every
--- send.
+-- more than the statements run.
 set jit = off
-set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_variable
 declare

@@ -258,8 +258,8 @@ end $$;
 -- The events of chunk ch after its position (and up to its end position,
 -- for a piece cut by split_chunks), at most lim, in log order.
 -- (plpgsql: window_slot_array is created after this file. Called, not read
--- through window_events_slot: a language sql function with a SET clause is
--- never inlined, so the wrapper's query was parsed and planned on every call.)
+-- through a language sql wrapper: one with a SET clause is never inlined,
+-- so its query was parsed and planned on every call.)
 create function :KEYQ_SCHEMA.chunk_events(c :KEYQ_SCHEMA.consumer, ch :KEYQ_SCHEMA.chunk, lim int) returns :KEYQ_SCHEMA.event[]
 language plpgsql
 set search_path = pg_catalog, pg_temp

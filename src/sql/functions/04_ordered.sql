@@ -181,16 +181,6 @@ begin
   return array(select w from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows);
 end $$;
 
--- window_slot_array's events as rows (Tier A's chunk reads).
-create function :KEYQ_SCHEMA.window_events_slot(
-  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int, slot_count int, slot int
-) returns setof :KEYQ_SCHEMA.event
-language sql volatile
-set search_path = pg_catalog, pg_temp
-as $$
-  select * from unnest(:KEYQ_SCHEMA.window_slot_array(qid, s1, s2, a_txid, a_id, max_rows, slot_count, slot))
-$$;
-
 -- Blocks key `key` of slot `slot` behind its failed head (pause); holds the key's other
 -- pending retry rows too, so nothing of the key overtakes the head.
 create function :KEYQ_SCHEMA.block_key(c :KEYQ_SCHEMA.consumer, slot int, key text, head bigint) returns void
