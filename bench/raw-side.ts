@@ -56,6 +56,51 @@ export async function produceDocument(admin: Sql, sizes: Sizes, seed: number): P
 }
 
 /**
+ * Milliseconds of the writes a batch with dedup keys cannot avoid, done by
+ * hand in one statement: `n` events (one JSON document, as sendBatch's
+ * reference) and one row per key in a table shaped like keyq's `dedup` (a
+ * unique (queue, key) index and an expiry index), every key new. No lookup,
+ * no conflict handling, no per-event answer: a floor under the dedup row,
+ * not a peer.
+ */
+export async function dedupDocument(admin: Sql, n: number, seed: number): Promise<number> {
+  const schema = freshSchema("raw_dedup");
+  const sql = connect(`${APP}-raw`);
+  try {
+    await createTable(sql, schema);
+    await sql.unsafe(`create table "${schema}".raw_dedup (
+      queue_id   int not null,
+      dedup_key  text not null,
+      ev_id      bigint not null,
+      expires_at timestamptz not null,
+      primary key (queue_id, dedup_key))`);
+    await sql.unsafe(`create index on "${schema}".raw_dedup (queue_id, expires_at)`);
+    const insert = (events: readonly BenchEvent[], tag: string) =>
+      sql.unsafe(
+        `with e as (
+           select x->>'type' as t, x->>'key' as k, x->'payload' as p, x->>'dedupKey' as d
+             from jsonb_array_elements($1::text::jsonb) as x),
+         c as (
+           insert into "${schema}".raw_dedup (queue_id, dedup_key, ev_id, expires_at)
+           select 1, e.d, nextval('"${schema}".raw_event_ev_id_seq'), now() + interval '300 seconds'
+             from e order by e.d collate "C"
+           returning dedup_key, ev_id)
+         insert into "${schema}".raw_event (ev_id, ev_type, ev_key, ev_data)
+         select c.ev_id, e.t, e.k, e.p from e join c on c.dedup_key = e.d`,
+        [JSON.stringify(events.map((e, i) => ({ type: e.type, key: e.key, payload: e.payload, dedupKey: `d-${seed}-${tag}${i}` })))],
+      );
+    const events = makeEvents(n, seed);
+    await insert(events.slice(0, 10), "warm-"); // as on the keyq side
+    const t0 = performance.now();
+    await insert(events, "");
+    return performance.now() - t0;
+  } finally {
+    await sql.end({ timeout: 5 });
+    await dropSchema(admin, schema);
+  }
+}
+
+/**
  * Events/s of reading every row of `raw_event` in `schema`, `page` rows a
  * statement by keyset (`ev_id > last order by ev_id limit page`), the id
  * range split evenly over `conns` connections that read at once.
