@@ -514,6 +514,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "slot_of",
   "table_unread",
   "take_retries",
+  "take_wire",
   "tick_all",
   "window_array",
   "window_count",
@@ -521,6 +522,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "window_slot_array",
   "window_slots",
   "window_take",
+  "window_wire",
   "wire_rows",
   "xbuckets",
   // least privilege (functions/00_roles.sql)

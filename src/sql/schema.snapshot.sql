@@ -1845,8 +1845,8 @@ begin
     return '{"busy":true,"retries":[],"rows":[]}';
   end if;
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
-  w := :KEYQ_SCHEMA.wire_rows(:KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(retries)));
-  return '{"busy":false,"retries":' || retries::text || ',"rows":' || w.rows || '}' || w.payloads;
+  w := :KEYQ_SCHEMA.take_wire(c, cur, max_events - jsonb_array_length(retries));
+  return '{"busy":false,"retries":' || retries::text || ',"rows":[' || w.rows || ']}' || w.payloads;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.recut_chunks(c :KEYQ_SCHEMA.consumer)
  RETURNS integer
@@ -2692,6 +2692,60 @@ begin
            limit max_rows
            for update skip locked) r);
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.take_wire(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows integer, OUT rows text, OUT payloads text)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare
+  s1 pg_snapshot;
+  s2 pg_snapshot;
+  w record;
+  room int := max_rows;
+begin
+  rows := '';
+  payloads := '';
+  if max_rows <= 0 then return; end if;
+  if cur.end_tick_id is null then
+    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
+     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    if cur.end_tick_id is null then
+      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
+      return;
+    end if;
+  end if;
+  select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
+  loop
+    select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
+    w := :KEYQ_SCHEMA.window_wire(c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room);
+    if w.n > 0 then
+      -- Most batches read one window: its text is the reply's, uncopied.
+      rows := case when rows = '' then w.rows else rows || ',' || w.rows end;
+      payloads := case when payloads = '' then w.payloads else payloads || w.payloads end;
+    end if;
+    if w.n > room then
+      -- The window stays open at the last event taken.
+      cur.last_txid := w.last_txid;
+      cur.last_id := w.last_id;
+      exit;
+    end if;
+    -- Read to its end: the window closes at its end tick.
+    room := room - w.n;
+    cur.tick_id := cur.end_tick_id;
+    cur.end_tick_id := null;
+    cur.last_txid := null;
+    cur.last_id := null;
+    exit when room = 0;
+    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
+     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    exit when cur.end_tick_id is null;
+    s1 := s2;
+  end loop;
+  update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
+         last_id = cur.last_id, polled_at = now(), batch_at = now()
+   where consumer_id = c.consumer_id and slot = cur.slot;
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.tick(queue text, force boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -3028,6 +3082,39 @@ begin
          last_id = cur.last_id, polled_at = now(), batch_at = now()
    where consumer_id = c.consumer_id and slot = cur.slot;
   return evs;
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_wire(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, OUT n integer, OUT last_txid xid8, OUT last_id bigint, OUT rows text, OUT payloads text)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_sort TO 'off'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+begin
+  execute :KEYQ_SCHEMA.prepared_call(format($q$
+  select pg_catalog.count(*)::int,
+         pg_catalog.max(r.ev_txid) filter (where r.i = $6), pg_catalog.max(r.ev_id) filter (where r.i = $6),
+         pg_catalog.string_agg(pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time,
+                                                           r.ev_trace)::text, ',') filter (where r.i <= $6),
+         pg_catalog.string_agg(E'\n' || r.ev_data::text, '') filter (where r.i <= $6)
+    from (select w.*, pg_catalog.row_number() over () as i from (
+      (select e.* from %1$I.%2$I e
+        where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
+          and (e.ev_txid, e.ev_id) > ($3, $4)
+        order by e.ev_txid, e.ev_id limit $5)
+      union all
+      (select e.* from %1$I.%2$I e
+        where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
+          and (e.ev_txid, e.ev_id) > ($3, $4)
+          and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
+        order by e.ev_txid, e.ev_id limit $5)
+      order by ev_txid, ev_id
+      limit $5) w) r $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
+  'pg_snapshot, pg_snapshot, xid8, bigint, int, int',
+  array[s1::text, s2::text, a_txid::text, a_id::text, (max_rows + 1)::text, max_rows::text])
+    into n, last_txid, last_id, rows, payloads;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.wire_rows(evs :KEYQ_SCHEMA.event[], OUT rows text, OUT payloads text)
  RETURNS record
