@@ -3128,13 +3128,14 @@ begin
     if n > room then
       -- The window stays open at the last event taken.
       last := part[room];
-      evs := evs || part[1:room];
+      evs := case when cardinality(evs) = 0 then part[1:room] else evs || part[1:room] end;
       cur.last_txid := last.ev_txid;
       cur.last_id := last.ev_id;
       exit;
     end if;
     -- Read to its end: the window closes at its end tick.
-    evs := evs || coalesce(part, '{}');
+    -- A batch that reads one window (most) keeps its array: no copy.
+    evs := case when cardinality(evs) = 0 then coalesce(part, '{}') else evs || coalesce(part, '{}') end;
     room := room - n;
     cur.tick_id := cur.end_tick_id;
     cur.end_tick_id := null;
@@ -3152,15 +3153,16 @@ begin
   return evs;
 end $$;
 
--- window_array for a plain consumer's reply: the window's next events in
--- wire_rows' form, built by the statement that reads them, with the count
--- read (up to max_rows + 1: one more tells whether the window goes on) and
--- the position of the max_rows-th. No array of events is built, sliced,
--- copied, unnested and sorted again on the way to the reply (perf of a
--- 1,000-event batch: those copies' page faults, tuple forming and sorts were
--- a third of the backend's time). The rows reach the aggregates in the
--- statement's order, as window_array's array_agg relies on; row_number()
--- over () numbers them in that order.
+-- window_array for a plain consumer's reply: the window's next events
+-- (at most max_rows) in wire_rows' form, built by the statement that reads
+-- them, with their count and the position of the last. No array of events
+-- is built, sliced, copied, unnested and sorted again on the way to the
+-- reply (perf of a 1,000-event batch: those copies' page faults, tuple
+-- forming and sorts were a third of the backend's time). The rows reach
+-- the aggregates in the statement's order, as window_array's array_agg
+-- relies on. It reads max_rows, not one more to see whether the window goes
+-- on (numbering the rows to leave the extra one out kept them all in a
+-- tuplestore): a window read to exactly max_rows stays open (take_wire).
 create function :KEYQ_SCHEMA.window_wire(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int,
   out n int, out last_txid xid8, out last_id bigint, out rows text, out payloads text
@@ -3174,34 +3176,43 @@ set plan_cache_mode = force_generic_plan
 as $$
 begin
   execute :KEYQ_SCHEMA.prepared_call(format($q$
-  select pg_catalog.count(*)::int,
-         pg_catalog.max(r.ev_txid) filter (where r.i = $6), pg_catalog.max(r.ev_id) filter (where r.i = $6),
-         pg_catalog.string_agg(pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time,
-                                                           r.ev_trace)::text, ',') filter (where r.i <= $6),
-         pg_catalog.string_agg(E'\\n' || r.ev_data::text, '') filter (where r.i <= $6)
-    from (select w.*, pg_catalog.row_number() over () as i from (
-      (select e.* from %1$I.%2$I e
-        where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
-          and (e.ev_txid, e.ev_id) > ($3, $4)
-        order by e.ev_txid, e.ev_id limit $5)
-      union all
-      (select e.* from %1$I.%2$I e
-        where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
-          and (e.ev_txid, e.ev_id) > ($3, $4)
-          and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
-        order by e.ev_txid, e.ev_id limit $5)
-      order by ev_txid, ev_id
-      limit $5) w) r $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
-  'pg_snapshot, pg_snapshot, xid8, bigint, int, int',
-  array[s1::text, s2::text, a_txid::text, a_id::text, (max_rows + 1)::text, max_rows::text])
+  select %3$s from (
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+      order by e.ev_txid, e.ev_id limit $5)
+    union all
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
+      order by e.ev_txid, e.ev_id limit $5)
+    order by ev_txid, ev_id
+    limit $5) r $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid, :KEYQ_SCHEMA.wire_select()),
+  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text])
     into n, last_txid, last_id, rows, payloads;
+  rows := coalesce(rows, '');
+  payloads := coalesce(payloads, '');
 end $$;
 
--- window_take for a plain consumer, in the wire form (window_wire): the
--- same windows, positions and cursor update, the events as wire_rows'
--- rows (without the brackets) and payloads.
+-- The select list of window_wire and window_slot_wire over their rows r,
+-- in order: count, the last row's txid and id, wire_rows' rows and payloads.
+create function :KEYQ_SCHEMA.wire_select() returns text
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select $s$pg_catalog.count(*)::int,
+         (pg_catalog.array_agg(r.ev_txid))[pg_catalog.count(*)], (pg_catalog.array_agg(r.ev_id))[pg_catalog.count(*)],
+         pg_catalog.string_agg(pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time,
+                                                           r.ev_trace)::text, ','),
+         pg_catalog.string_agg(E'\\n' || r.ev_data::text, '')$s$
+$$;
+
+-- window_take in the wire form (window_wire, or window_slot_wire for an
+-- ordered consumer's slot): the same windows, positions and cursor update;
+-- the count of events taken, and their wire_rows text.
 create function :KEYQ_SCHEMA.take_wire(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int,
-                                       out rows text, out payloads text)
+                                       out n int, out rows text, out payloads text)
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -3212,6 +3223,7 @@ declare
   w record;
   room int := max_rows;
 begin
+  n := 0;
   rows := '';
   payloads := '';
   if max_rows <= 0 then return; end if;
@@ -3226,14 +3238,21 @@ begin
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
-    w := :KEYQ_SCHEMA.window_wire(c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room);
+    if c.kind = 'ordered' then
+      w := :KEYQ_SCHEMA.window_slot_wire(
+        c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room, c.slots, cur.slot);
+    else
+      w := :KEYQ_SCHEMA.window_wire(c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room);
+    end if;
+    n := n + w.n;
     if w.n > 0 then
       -- Most batches read one window: its text is the reply's, uncopied.
       rows := case when rows = '' then w.rows else rows || ',' || w.rows end;
       payloads := case when payloads = '' then w.payloads else payloads || w.payloads end;
     end if;
-    if w.n > room then
-      -- The window stays open at the last event taken.
+    if w.n = room then
+      -- The window stays open at the last event taken (whether or not it
+      -- holds more: the next read finds out, and closes it when it does not).
       cur.last_txid := w.last_txid;
       cur.last_id := w.last_id;
       exit;
@@ -3297,8 +3316,9 @@ begin
     retries || :KEYQ_SCHEMA.read_window(c, cur, max_events - jsonb_array_length(retries)));
 end $$;
 
--- Events in the client's wire form (src/engine/wire.ts): rows, a json array
--- of [id, txid, type, key, time, trace], and payloads, each event's JSON
+-- Events in the client's wire form (src/engine/wire.ts): rows, the
+-- elements of a json array (the caller adds the brackets, so parts join
+-- with a comma) of [id, txid, type, key, time, trace], and payloads, each event's JSON
 -- text after a newline, in row order. A reply is its JSON head followed by
 -- the payloads: neither the head (json_build_array and jsonb write no raw
 -- newline) nor a payload's jsonb text holds a newline, so the client splits
@@ -3310,8 +3330,8 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 begin
-  select coalesce('[' || string_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_trace)::text,
-                                    ',' order by e.i) || ']', '[]'),
+  select coalesce(string_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_trace)::text,
+                             ',' order by e.i), ''),
          coalesce(string_agg(E'\\n' || e.ev_data::text, '' order by e.i), '')
     into rows, payloads
     from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i);
@@ -4199,6 +4219,22 @@ begin
   return jsonb_build_object('build', to_jsonb(build), 'wait', waiting);
 end $$;
 
+-- The range branch of a slot's window read (window_slot_array,
+-- window_slot_wire): the slot's rows from ($7 = slot, $8, $9) up to xmax of
+-- $3, visible in $3, at most $6, in (txid, id) order. Parameters $1 to $9
+-- as window_slot_array's range_types, so both statements take one list.
+create function :KEYQ_SCHEMA.slot_range_sql(qid int, slot_count int) returns text
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select format($q$
+      select e.* from %1$I.%3$I e
+        where (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
+          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
+          and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
+        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
+$$;
+
 -- window_array restricted to slot \`slot\` of slot_count, reading only the slot's rows:
 -- the range is written as row comparisons led by the slot expression, which
 -- only the slot index can serve, and sorting is off so the plan is an
@@ -4229,7 +4265,7 @@ declare
   -- list, so its slot test is written "+ 0" to keep it off the slot index.
   -- With no stragglers the branch is left out.
   strag xid8[] := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
-  range_sql text;
+  range_sql text := :KEYQ_SCHEMA.slot_range_sql(qid, slot_count);
   late :KEYQ_SCHEMA.event[];
   ranged :KEYQ_SCHEMA.event[];
   range_types constant text := 'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint';
@@ -4243,12 +4279,6 @@ begin
     lo_txid := pg_snapshot_xmax(s1);
     lo_id := 0;
   end if;
-  range_sql := format($q$
-      select e.* from %1$I.%3$I e
-        where (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
-          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
-          and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
-        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
   -- Prepared once a session (prepared_call in 01_engine.sql).
   range_args := array[qid::text, s1::text, s2::text, a_txid::text, a_id::text, max_rows::text, slot::text, lo_txid::text, lo_id::text];
   if cardinality(strag) = 0 then
@@ -4271,6 +4301,51 @@ begin
   -- Both lists are short and sorted; this sort never sees the window.
   perform set_config('enable_sort', 'on', true);
   return array(select w from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows);
+end $$;
+
+-- window_slot_array in the wire form, as window_wire is window_array's:
+-- at most max_rows events of the slot, their count, the position of the
+-- last, and wire_rows' text, built by the statement that reads the slot's
+-- range. A window with stragglers (rare: transactions that committed across
+-- a tick) is read as an array, merged (window_slot_array) and written out.
+create function :KEYQ_SCHEMA.window_slot_wire(
+  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int, slot_count int, slot int,
+  out n int, out last_txid xid8, out last_id bigint, out rows text, out payloads text
+)
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+set enable_sort = off
+set enable_seqscan = off
+set jit = off
+set plan_cache_mode = force_generic_plan
+as $$
+#variable_conflict use_variable
+declare
+  lo_txid xid8 := a_txid;
+  lo_id bigint := a_id;
+  part :KEYQ_SCHEMA.event[];
+  w record;
+begin
+  if exists (select 1 from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2)) then
+    part := :KEYQ_SCHEMA.window_slot_array(qid, s1, s2, a_txid, a_id, max_rows, slot_count, slot);
+    n := coalesce(cardinality(part), 0);
+    last_txid := part[n].ev_txid;
+    last_id := part[n].ev_id;
+    w := :KEYQ_SCHEMA.wire_rows(part);
+    rows := w.rows;
+    payloads := w.payloads;
+    return;
+  end if;
+  if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
+    lo_txid := pg_snapshot_xmax(s1);
+    lo_id := 0;
+  end if;
+  execute :KEYQ_SCHEMA.prepared_call(format('select %s from (%s) r', :KEYQ_SCHEMA.wire_select(), :KEYQ_SCHEMA.slot_range_sql(qid, slot_count)),
+    'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint',
+    array[qid::text, s1::text, s2::text, a_txid::text, a_id::text, max_rows::text, slot::text, lo_txid::text, lo_id::text])
+    into n, last_txid, last_id, rows, payloads;
+  rows := coalesce(rows, '');
+  payloads := coalesce(payloads, '');
 end $$;
 
 -- Blocks key \`key\` of slot \`slot\` behind its failed head (pause); holds the key's other
@@ -4358,11 +4433,15 @@ end $$;
 -- a backlog fills each batch from its first slot as before. Only with the
 -- try-lock: two callers that block on cursor rows in different orders
 -- could deadlock. o_drained: multi read every slot of the list that was
--- free to its end (another look finds nothing until a new tick).
+-- free to its end (another look finds nothing until a new tick). With
+-- wire, the window's events come as wire_rows' text (o_rows, o_payloads),
+-- read by take_wire, and o_evs stays empty; a slot with blocked keys (pause)
+-- is read as an array, filtered, then written out.
 create function :KEYQ_SCHEMA.ordered_take(
   c :KEYQ_SCHEMA.consumer, slots int[], max_events int, help_after float8, skip_try_lock boolean, multi boolean,
+  wire boolean default false,
   out o_busy boolean, out o_slot int, out o_retries jsonb, out o_evs :KEYQ_SCHEMA.event[], out o_groups jsonb,
-  out o_drained boolean
+  out o_drained boolean, out o_rows text, out o_payloads text
 )
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -4381,10 +4460,14 @@ declare
   newest bigint;
   known_from bigint;
   known int[];
+  n int;
+  tw record;
 begin
   o_busy := false;
   o_retries := '[]';
   o_evs := '{}';
+  o_rows := '';
+  o_payloads := '';
   o_groups := '[]';
   o_drained := false;
   multi := multi and not skip_try_lock;
@@ -4424,8 +4507,20 @@ begin
         end if;
       end if;
     end if;
-    evs := coalesce(evs, :KEYQ_SCHEMA.window_take(c, cur, room - nr));
-    if c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
+    n := case when evs is not null then 0 end;
+    if wire and n is null and (c.settings->>'onFailure' is distinct from 'pause'
+                               or not exists (select 1 from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k)) then
+      tw := :KEYQ_SCHEMA.take_wire(c, cur, room - nr);
+      n := tw.n;
+      if n > 0 then
+        o_rows := case when o_rows = '' then tw.rows else o_rows || ',' || tw.rows end;
+        o_payloads := case when o_payloads = '' then tw.payloads else o_payloads || tw.payloads end;
+      end if;
+    end if;
+    if n is null then
+      evs := :KEYQ_SCHEMA.window_take(c, cur, room - nr);
+    end if;
+    if n is null and c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
       blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
       if cardinality(blocked_keys) > 0 then
         perform :KEYQ_SCHEMA.park_events(c, k,
@@ -4436,12 +4531,22 @@ begin
                       where (evs[i]).ev_key is null or not (evs[i]).ev_key = any (blocked_keys) order by i);
       end if;
     end if;
-    if nr > 0 or cardinality(evs) > 0 then
+    if n is null then
+      n := cardinality(evs);
+      if wire and n > 0 then
+        tw := :KEYQ_SCHEMA.wire_rows(evs);
+        o_rows := case when o_rows = '' then tw.rows else o_rows || ',' || tw.rows end;
+        o_payloads := o_payloads || tw.payloads;
+      elsif n > 0 then
+        -- Most batches read one slot: its array is the batch's, uncopied.
+        o_evs := case when cardinality(o_evs) = 0 then evs else o_evs || evs end;
+      end if;
+    end if;
+    if nr > 0 or n > 0 then
       o_slot := coalesce(o_slot, k);
       o_retries := o_retries || retries;
-      o_evs := o_evs || evs;
-      o_groups := o_groups || jsonb_build_array(jsonb_build_array(k, nr, cardinality(evs)));
-      room := room - nr - cardinality(evs);
+      o_groups := o_groups || jsonb_build_array(jsonb_build_array(k, nr, n));
+      room := room - nr - n;
       if not multi or room <= 0 then
         return;
       end if;
@@ -4525,14 +4630,13 @@ begin
   if c.consumer_id is null then
     return '{"busy":true,"slot":null,"retries":[],"rows":[]}';
   end if;
-  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, multi_slot);
+  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, multi_slot, true);
   if t.o_slot is null then
     return '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[],"rows":[]}';
   end if;
-  w := :KEYQ_SCHEMA.wire_rows(t.o_evs);
-  return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":' ||
-    w.rows || case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
-    case when t.o_drained then ',"drained":true' else '' end || '}' || w.payloads;
+  return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":[' ||
+    t.o_rows || ']' || case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
+    case when t.o_drained then ',"drained":true' else '' end || '}' || t.o_payloads;
 end $$;
 
 -- Releases key k of slot s outright (its head was dead-lettered, possibly in
@@ -5426,7 +5530,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "9e8251702cbc3aeb8b40cc616d377641d88772e0431c78a3330f235d13fa0246";
+export const functionsHash: string = "294c2f5ad8534060564e98b7fe1efefe0169b4f91acc78df582f57f43ddda194";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5436,4 +5540,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 53;
+export const functionsSerial: number = 55;

@@ -1225,7 +1225,7 @@ begin
   end if;
   return c;
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.ordered_take(c :KEYQ_SCHEMA.consumer, slots integer[], max_events integer, help_after double precision, skip_try_lock boolean, multi boolean, OUT o_busy boolean, OUT o_slot integer, OUT o_retries jsonb, OUT o_evs :KEYQ_SCHEMA.event[], OUT o_groups jsonb, OUT o_drained boolean)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.ordered_take(c :KEYQ_SCHEMA.consumer, slots integer[], max_events integer, help_after double precision, skip_try_lock boolean, multi boolean, wire boolean DEFAULT false, OUT o_busy boolean, OUT o_slot integer, OUT o_retries jsonb, OUT o_evs :KEYQ_SCHEMA.event[], OUT o_groups jsonb, OUT o_drained boolean, OUT o_rows text, OUT o_payloads text)
  RETURNS record
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1244,10 +1244,14 @@ declare
   newest bigint;
   known_from bigint;
   known int[];
+  n int;
+  tw record;
 begin
   o_busy := false;
   o_retries := '[]';
   o_evs := '{}';
+  o_rows := '';
+  o_payloads := '';
   o_groups := '[]';
   o_drained := false;
   multi := multi and not skip_try_lock;
@@ -1287,8 +1291,20 @@ begin
         end if;
       end if;
     end if;
-    evs := coalesce(evs, :KEYQ_SCHEMA.window_take(c, cur, room - nr));
-    if c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
+    n := case when evs is not null then 0 end;
+    if wire and n is null and (c.settings->>'onFailure' is distinct from 'pause'
+                               or not exists (select 1 from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k)) then
+      tw := :KEYQ_SCHEMA.take_wire(c, cur, room - nr);
+      n := tw.n;
+      if n > 0 then
+        o_rows := case when o_rows = '' then tw.rows else o_rows || ',' || tw.rows end;
+        o_payloads := case when o_payloads = '' then tw.payloads else o_payloads || tw.payloads end;
+      end if;
+    end if;
+    if n is null then
+      evs := :KEYQ_SCHEMA.window_take(c, cur, room - nr);
+    end if;
+    if n is null and c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
       blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
       if cardinality(blocked_keys) > 0 then
         perform :KEYQ_SCHEMA.park_events(c, k,
@@ -1299,12 +1315,22 @@ begin
                       where (evs[i]).ev_key is null or not (evs[i]).ev_key = any (blocked_keys) order by i);
       end if;
     end if;
-    if nr > 0 or cardinality(evs) > 0 then
+    if n is null then
+      n := cardinality(evs);
+      if wire and n > 0 then
+        tw := :KEYQ_SCHEMA.wire_rows(evs);
+        o_rows := case when o_rows = '' then tw.rows else o_rows || ',' || tw.rows end;
+        o_payloads := o_payloads || tw.payloads;
+      elsif n > 0 then
+        -- Most batches read one slot: its array is the batch's, uncopied.
+        o_evs := case when cardinality(o_evs) = 0 then evs else o_evs || evs end;
+      end if;
+    end if;
+    if nr > 0 or n > 0 then
       o_slot := coalesce(o_slot, k);
       o_retries := o_retries || retries;
-      o_evs := o_evs || evs;
-      o_groups := o_groups || jsonb_build_array(jsonb_build_array(k, nr, cardinality(evs)));
-      room := room - nr - cardinality(evs);
+      o_groups := o_groups || jsonb_build_array(jsonb_build_array(k, nr, n));
+      room := room - nr - n;
       if not multi or room <= 0 then
         return;
       end if;
@@ -1797,14 +1823,13 @@ begin
   if c.consumer_id is null then
     return '{"busy":true,"slot":null,"retries":[],"rows":[]}';
   end if;
-  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, multi_slot);
+  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, multi_slot, true);
   if t.o_slot is null then
     return '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[],"rows":[]}';
   end if;
-  w := :KEYQ_SCHEMA.wire_rows(t.o_evs);
-  return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":' ||
-    w.rows || case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
-    case when t.o_drained then ',"drained":true' else '' end || '}' || w.payloads;
+  return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":[' ||
+    t.o_rows || ']' || case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
+    case when t.o_drained then ',"drained":true' else '' end || '}' || t.o_payloads;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_plain(queue text, consumer text, max_events integer, wait_ms integer DEFAULT 0)
  RETURNS text
@@ -2370,6 +2395,19 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.slot_of(key text, n integer)
  IMMUTABLE PARALLEL SAFE
 AS $function$ select coalesce((((pg_catalog.hashtextextended(key, 0) operator(pg_catalog.%) n) operator(pg_catalog.+) n)
                        operator(pg_catalog.%) n)::pg_catalog.int4, 0) $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.slot_range_sql(qid integer, slot_count integer)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select format($q$
+      select e.* from %1$I.%3$I e
+        where (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
+          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
+          and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
+        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.split_chunks(c :KEYQ_SCHEMA.consumer, size integer)
  RETURNS integer
  LANGUAGE plpgsql
@@ -2692,7 +2730,7 @@ begin
            limit max_rows
            for update skip locked) r);
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.take_wire(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows integer, OUT rows text, OUT payloads text)
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.take_wire(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows integer, OUT n integer, OUT rows text, OUT payloads text)
  RETURNS record
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2704,6 +2742,7 @@ declare
   w record;
   room int := max_rows;
 begin
+  n := 0;
   rows := '';
   payloads := '';
   if max_rows <= 0 then return; end if;
@@ -2718,14 +2757,21 @@ begin
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
-    w := :KEYQ_SCHEMA.window_wire(c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room);
+    if c.kind = 'ordered' then
+      w := :KEYQ_SCHEMA.window_slot_wire(
+        c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room, c.slots, cur.slot);
+    else
+      w := :KEYQ_SCHEMA.window_wire(c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room);
+    end if;
+    n := n + w.n;
     if w.n > 0 then
       -- Most batches read one window: its text is the reply's, uncopied.
       rows := case when rows = '' then w.rows else rows || ',' || w.rows end;
       payloads := case when payloads = '' then w.payloads else payloads || w.payloads end;
     end if;
-    if w.n > room then
-      -- The window stays open at the last event taken.
+    if w.n = room then
+      -- The window stays open at the last event taken (whether or not it
+      -- holds more: the next read finds out, and closes it when it does not).
       cur.last_txid := w.last_txid;
       cur.last_id := w.last_id;
       exit;
@@ -2953,7 +2999,7 @@ declare
   -- list, so its slot test is written "+ 0" to keep it off the slot index.
   -- With no stragglers the branch is left out.
   strag xid8[] := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
-  range_sql text;
+  range_sql text := :KEYQ_SCHEMA.slot_range_sql(qid, slot_count);
   late :KEYQ_SCHEMA.event[];
   ranged :KEYQ_SCHEMA.event[];
   range_types constant text := 'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint';
@@ -2967,12 +3013,6 @@ begin
     lo_txid := pg_snapshot_xmax(s1);
     lo_id := 0;
   end if;
-  range_sql := format($q$
-      select e.* from %1$I.%3$I e
-        where (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
-          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
-          and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
-        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
   -- Prepared once a session (prepared_call in 01_engine.sql).
   range_args := array[qid::text, s1::text, s2::text, a_txid::text, a_id::text, max_rows::text, slot::text, lo_txid::text, lo_id::text];
   if cardinality(strag) = 0 then
@@ -2995,6 +3035,43 @@ begin
   -- Both lists are short and sorted; this sort never sees the window.
   perform set_config('enable_sort', 'on', true);
   return array(select w from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows);
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_slot_wire(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, slot_count integer, slot integer, OUT n integer, OUT last_txid xid8, OUT last_id bigint, OUT rows text, OUT payloads text)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_sort TO 'off'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+#variable_conflict use_variable
+declare
+  lo_txid xid8 := a_txid;
+  lo_id bigint := a_id;
+  part :KEYQ_SCHEMA.event[];
+  w record;
+begin
+  if exists (select 1 from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2)) then
+    part := :KEYQ_SCHEMA.window_slot_array(qid, s1, s2, a_txid, a_id, max_rows, slot_count, slot);
+    n := coalesce(cardinality(part), 0);
+    last_txid := part[n].ev_txid;
+    last_id := part[n].ev_id;
+    w := :KEYQ_SCHEMA.wire_rows(part);
+    rows := w.rows;
+    payloads := w.payloads;
+    return;
+  end if;
+  if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
+    lo_txid := pg_snapshot_xmax(s1);
+    lo_id := 0;
+  end if;
+  execute :KEYQ_SCHEMA.prepared_call(format('select %s from (%s) r', :KEYQ_SCHEMA.wire_select(), :KEYQ_SCHEMA.slot_range_sql(qid, slot_count)),
+    'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint',
+    array[qid::text, s1::text, s2::text, a_txid::text, a_id::text, max_rows::text, slot::text, lo_txid::text, lo_id::text])
+    into n, last_txid, last_id, rows, payloads;
+  rows := coalesce(rows, '');
+  payloads := coalesce(payloads, '');
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_slots(c :KEYQ_SCHEMA.consumer, t1 bigint, t2 bigint, max_rows integer)
  RETURNS integer[]
@@ -3060,13 +3137,14 @@ begin
     if n > room then
       -- The window stays open at the last event taken.
       last := part[room];
-      evs := evs || part[1:room];
+      evs := case when cardinality(evs) = 0 then part[1:room] else evs || part[1:room] end;
       cur.last_txid := last.ev_txid;
       cur.last_id := last.ev_id;
       exit;
     end if;
     -- Read to its end: the window closes at its end tick.
-    evs := evs || coalesce(part, '{}');
+    -- A batch that reads one window (most) keeps its array: no copy.
+    evs := case when cardinality(evs) = 0 then coalesce(part, '{}') else evs || coalesce(part, '{}') end;
     room := room - n;
     cur.tick_id := cur.end_tick_id;
     cur.end_tick_id := null;
@@ -3094,27 +3172,23 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_wire(qid integer, s1 pg_snapshot,
 AS $function$
 begin
   execute :KEYQ_SCHEMA.prepared_call(format($q$
-  select pg_catalog.count(*)::int,
-         pg_catalog.max(r.ev_txid) filter (where r.i = $6), pg_catalog.max(r.ev_id) filter (where r.i = $6),
-         pg_catalog.string_agg(pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time,
-                                                           r.ev_trace)::text, ',') filter (where r.i <= $6),
-         pg_catalog.string_agg(E'\n' || r.ev_data::text, '') filter (where r.i <= $6)
-    from (select w.*, pg_catalog.row_number() over () as i from (
-      (select e.* from %1$I.%2$I e
-        where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
-          and (e.ev_txid, e.ev_id) > ($3, $4)
-        order by e.ev_txid, e.ev_id limit $5)
-      union all
-      (select e.* from %1$I.%2$I e
-        where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
-          and (e.ev_txid, e.ev_id) > ($3, $4)
-          and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
-        order by e.ev_txid, e.ev_id limit $5)
-      order by ev_txid, ev_id
-      limit $5) w) r $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
-  'pg_snapshot, pg_snapshot, xid8, bigint, int, int',
-  array[s1::text, s2::text, a_txid::text, a_id::text, (max_rows + 1)::text, max_rows::text])
+  select %3$s from (
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+      order by e.ev_txid, e.ev_id limit $5)
+    union all
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
+      order by e.ev_txid, e.ev_id limit $5)
+    order by ev_txid, ev_id
+    limit $5) r $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid, :KEYQ_SCHEMA.wire_select()),
+  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text])
     into n, last_txid, last_id, rows, payloads;
+  rows := coalesce(rows, '');
+  payloads := coalesce(payloads, '');
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.wire_rows(evs :KEYQ_SCHEMA.event[], OUT rows text, OUT payloads text)
  RETURNS record
@@ -3124,12 +3198,24 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.wire_rows(evs :KEYQ_SCHEMA.event[], OUT 
 AS $function$
 #variable_conflict use_column
 begin
-  select coalesce('[' || string_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_trace)::text,
-                                    ',' order by e.i) || ']', '[]'),
+  select coalesce(string_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_trace)::text,
+                             ',' order by e.i), ''),
          coalesce(string_agg(E'\n' || e.ev_data::text, '' order by e.i), '')
     into rows, payloads
     from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i);
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.wire_select()
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select $s$pg_catalog.count(*)::int,
+         (pg_catalog.array_agg(r.ev_txid))[pg_catalog.count(*)], (pg_catalog.array_agg(r.ev_id))[pg_catalog.count(*)],
+         pg_catalog.string_agg(pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time,
+                                                           r.ev_trace)::text, ','),
+         pg_catalog.string_agg(E'\n' || r.ev_data::text, '')$s$
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.xbuckets()
  RETURNS integer
  LANGUAGE plpgsql

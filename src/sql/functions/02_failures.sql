@@ -91,13 +91,14 @@ begin
     if n > room then
       -- The window stays open at the last event taken.
       last := part[room];
-      evs := evs || part[1:room];
+      evs := case when cardinality(evs) = 0 then part[1:room] else evs || part[1:room] end;
       cur.last_txid := last.ev_txid;
       cur.last_id := last.ev_id;
       exit;
     end if;
     -- Read to its end: the window closes at its end tick.
-    evs := evs || coalesce(part, '{}');
+    -- A batch that reads one window (most) keeps its array: no copy.
+    evs := case when cardinality(evs) = 0 then coalesce(part, '{}') else evs || coalesce(part, '{}') end;
     room := room - n;
     cur.tick_id := cur.end_tick_id;
     cur.end_tick_id := null;
@@ -115,15 +116,16 @@ begin
   return evs;
 end $$;
 
--- window_array for a plain consumer's reply: the window's next events in
--- wire_rows' form, built by the statement that reads them, with the count
--- read (up to max_rows + 1: one more tells whether the window goes on) and
--- the position of the max_rows-th. No array of events is built, sliced,
--- copied, unnested and sorted again on the way to the reply (perf of a
--- 1,000-event batch: those copies' page faults, tuple forming and sorts were
--- a third of the backend's time). The rows reach the aggregates in the
--- statement's order, as window_array's array_agg relies on; row_number()
--- over () numbers them in that order.
+-- window_array for a plain consumer's reply: the window's next events
+-- (at most max_rows) in wire_rows' form, built by the statement that reads
+-- them, with their count and the position of the last. No array of events
+-- is built, sliced, copied, unnested and sorted again on the way to the
+-- reply (perf of a 1,000-event batch: those copies' page faults, tuple
+-- forming and sorts were a third of the backend's time). The rows reach
+-- the aggregates in the statement's order, as window_array's array_agg
+-- relies on. It reads max_rows, not one more to see whether the window goes
+-- on (numbering the rows to leave the extra one out kept them all in a
+-- tuplestore): a window read to exactly max_rows stays open (take_wire).
 create function :KEYQ_SCHEMA.window_wire(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int,
   out n int, out last_txid xid8, out last_id bigint, out rows text, out payloads text
@@ -137,34 +139,43 @@ set plan_cache_mode = force_generic_plan
 as $$
 begin
   execute :KEYQ_SCHEMA.prepared_call(format($q$
-  select pg_catalog.count(*)::int,
-         pg_catalog.max(r.ev_txid) filter (where r.i = $6), pg_catalog.max(r.ev_id) filter (where r.i = $6),
-         pg_catalog.string_agg(pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time,
-                                                           r.ev_trace)::text, ',') filter (where r.i <= $6),
-         pg_catalog.string_agg(E'\n' || r.ev_data::text, '') filter (where r.i <= $6)
-    from (select w.*, pg_catalog.row_number() over () as i from (
-      (select e.* from %1$I.%2$I e
-        where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
-          and (e.ev_txid, e.ev_id) > ($3, $4)
-        order by e.ev_txid, e.ev_id limit $5)
-      union all
-      (select e.* from %1$I.%2$I e
-        where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
-          and (e.ev_txid, e.ev_id) > ($3, $4)
-          and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
-        order by e.ev_txid, e.ev_id limit $5)
-      order by ev_txid, ev_id
-      limit $5) w) r $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
-  'pg_snapshot, pg_snapshot, xid8, bigint, int, int',
-  array[s1::text, s2::text, a_txid::text, a_id::text, (max_rows + 1)::text, max_rows::text])
+  select %3$s from (
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+      order by e.ev_txid, e.ev_id limit $5)
+    union all
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
+      order by e.ev_txid, e.ev_id limit $5)
+    order by ev_txid, ev_id
+    limit $5) r $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid, :KEYQ_SCHEMA.wire_select()),
+  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text])
     into n, last_txid, last_id, rows, payloads;
+  rows := coalesce(rows, '');
+  payloads := coalesce(payloads, '');
 end $$;
 
--- window_take for a plain consumer, in the wire form (window_wire): the
--- same windows, positions and cursor update, the events as wire_rows'
--- rows (without the brackets) and payloads.
+-- The select list of window_wire and window_slot_wire over their rows r,
+-- in order: count, the last row's txid and id, wire_rows' rows and payloads.
+create function :KEYQ_SCHEMA.wire_select() returns text
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select $s$pg_catalog.count(*)::int,
+         (pg_catalog.array_agg(r.ev_txid))[pg_catalog.count(*)], (pg_catalog.array_agg(r.ev_id))[pg_catalog.count(*)],
+         pg_catalog.string_agg(pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time,
+                                                           r.ev_trace)::text, ','),
+         pg_catalog.string_agg(E'\n' || r.ev_data::text, '')$s$
+$$;
+
+-- window_take in the wire form (window_wire, or window_slot_wire for an
+-- ordered consumer's slot): the same windows, positions and cursor update;
+-- the count of events taken, and their wire_rows text.
 create function :KEYQ_SCHEMA.take_wire(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int,
-                                       out rows text, out payloads text)
+                                       out n int, out rows text, out payloads text)
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -175,6 +186,7 @@ declare
   w record;
   room int := max_rows;
 begin
+  n := 0;
   rows := '';
   payloads := '';
   if max_rows <= 0 then return; end if;
@@ -189,14 +201,21 @@ begin
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
-    w := :KEYQ_SCHEMA.window_wire(c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room);
+    if c.kind = 'ordered' then
+      w := :KEYQ_SCHEMA.window_slot_wire(
+        c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room, c.slots, cur.slot);
+    else
+      w := :KEYQ_SCHEMA.window_wire(c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room);
+    end if;
+    n := n + w.n;
     if w.n > 0 then
       -- Most batches read one window: its text is the reply's, uncopied.
       rows := case when rows = '' then w.rows else rows || ',' || w.rows end;
       payloads := case when payloads = '' then w.payloads else payloads || w.payloads end;
     end if;
-    if w.n > room then
-      -- The window stays open at the last event taken.
+    if w.n = room then
+      -- The window stays open at the last event taken (whether or not it
+      -- holds more: the next read finds out, and closes it when it does not).
       cur.last_txid := w.last_txid;
       cur.last_id := w.last_id;
       exit;
@@ -260,8 +279,9 @@ begin
     retries || :KEYQ_SCHEMA.read_window(c, cur, max_events - jsonb_array_length(retries)));
 end $$;
 
--- Events in the client's wire form (src/engine/wire.ts): rows, a json array
--- of [id, txid, type, key, time, trace], and payloads, each event's JSON
+-- Events in the client's wire form (src/engine/wire.ts): rows, the
+-- elements of a json array (the caller adds the brackets, so parts join
+-- with a comma) of [id, txid, type, key, time, trace], and payloads, each event's JSON
 -- text after a newline, in row order. A reply is its JSON head followed by
 -- the payloads: neither the head (json_build_array and jsonb write no raw
 -- newline) nor a payload's jsonb text holds a newline, so the client splits
@@ -273,8 +293,8 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 begin
-  select coalesce('[' || string_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_trace)::text,
-                                    ',' order by e.i) || ']', '[]'),
+  select coalesce(string_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_trace)::text,
+                             ',' order by e.i), ''),
          coalesce(string_agg(E'\n' || e.ev_data::text, '' order by e.i), '')
     into rows, payloads
     from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i);

@@ -107,6 +107,22 @@ begin
   return jsonb_build_object('build', to_jsonb(build), 'wait', waiting);
 end $$;
 
+-- The range branch of a slot's window read (window_slot_array,
+-- window_slot_wire): the slot's rows from ($7 = slot, $8, $9) up to xmax of
+-- $3, visible in $3, at most $6, in (txid, id) order. Parameters $1 to $9
+-- as window_slot_array's range_types, so both statements take one list.
+create function :KEYQ_SCHEMA.slot_range_sql(qid int, slot_count int) returns text
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select format($q$
+      select e.* from %1$I.%3$I e
+        where (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
+          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
+          and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
+        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
+$$;
+
 -- window_array restricted to slot `slot` of slot_count, reading only the slot's rows:
 -- the range is written as row comparisons led by the slot expression, which
 -- only the slot index can serve, and sorting is off so the plan is an
@@ -137,7 +153,7 @@ declare
   -- list, so its slot test is written "+ 0" to keep it off the slot index.
   -- With no stragglers the branch is left out.
   strag xid8[] := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
-  range_sql text;
+  range_sql text := :KEYQ_SCHEMA.slot_range_sql(qid, slot_count);
   late :KEYQ_SCHEMA.event[];
   ranged :KEYQ_SCHEMA.event[];
   range_types constant text := 'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint';
@@ -151,12 +167,6 @@ begin
     lo_txid := pg_snapshot_xmax(s1);
     lo_id := 0;
   end if;
-  range_sql := format($q$
-      select e.* from %1$I.%3$I e
-        where (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
-          and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
-          and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
-        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
   -- Prepared once a session (prepared_call in 01_engine.sql).
   range_args := array[qid::text, s1::text, s2::text, a_txid::text, a_id::text, max_rows::text, slot::text, lo_txid::text, lo_id::text];
   if cardinality(strag) = 0 then
@@ -179,6 +189,51 @@ begin
   -- Both lists are short and sorted; this sort never sees the window.
   perform set_config('enable_sort', 'on', true);
   return array(select w from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows);
+end $$;
+
+-- window_slot_array in the wire form, as window_wire is window_array's:
+-- at most max_rows events of the slot, their count, the position of the
+-- last, and wire_rows' text, built by the statement that reads the slot's
+-- range. A window with stragglers (rare: transactions that committed across
+-- a tick) is read as an array, merged (window_slot_array) and written out.
+create function :KEYQ_SCHEMA.window_slot_wire(
+  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int, slot_count int, slot int,
+  out n int, out last_txid xid8, out last_id bigint, out rows text, out payloads text
+)
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+set enable_sort = off
+set enable_seqscan = off
+set jit = off
+set plan_cache_mode = force_generic_plan
+as $$
+#variable_conflict use_variable
+declare
+  lo_txid xid8 := a_txid;
+  lo_id bigint := a_id;
+  part :KEYQ_SCHEMA.event[];
+  w record;
+begin
+  if exists (select 1 from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2)) then
+    part := :KEYQ_SCHEMA.window_slot_array(qid, s1, s2, a_txid, a_id, max_rows, slot_count, slot);
+    n := coalesce(cardinality(part), 0);
+    last_txid := part[n].ev_txid;
+    last_id := part[n].ev_id;
+    w := :KEYQ_SCHEMA.wire_rows(part);
+    rows := w.rows;
+    payloads := w.payloads;
+    return;
+  end if;
+  if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
+    lo_txid := pg_snapshot_xmax(s1);
+    lo_id := 0;
+  end if;
+  execute :KEYQ_SCHEMA.prepared_call(format('select %s from (%s) r', :KEYQ_SCHEMA.wire_select(), :KEYQ_SCHEMA.slot_range_sql(qid, slot_count)),
+    'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint',
+    array[qid::text, s1::text, s2::text, a_txid::text, a_id::text, max_rows::text, slot::text, lo_txid::text, lo_id::text])
+    into n, last_txid, last_id, rows, payloads;
+  rows := coalesce(rows, '');
+  payloads := coalesce(payloads, '');
 end $$;
 
 -- Blocks key `key` of slot `slot` behind its failed head (pause); holds the key's other
@@ -266,11 +321,15 @@ end $$;
 -- a backlog fills each batch from its first slot as before. Only with the
 -- try-lock: two callers that block on cursor rows in different orders
 -- could deadlock. o_drained: multi read every slot of the list that was
--- free to its end (another look finds nothing until a new tick).
+-- free to its end (another look finds nothing until a new tick). With
+-- wire, the window's events come as wire_rows' text (o_rows, o_payloads),
+-- read by take_wire, and o_evs stays empty; a slot with blocked keys (pause)
+-- is read as an array, filtered, then written out.
 create function :KEYQ_SCHEMA.ordered_take(
   c :KEYQ_SCHEMA.consumer, slots int[], max_events int, help_after float8, skip_try_lock boolean, multi boolean,
+  wire boolean default false,
   out o_busy boolean, out o_slot int, out o_retries jsonb, out o_evs :KEYQ_SCHEMA.event[], out o_groups jsonb,
-  out o_drained boolean
+  out o_drained boolean, out o_rows text, out o_payloads text
 )
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -289,10 +348,14 @@ declare
   newest bigint;
   known_from bigint;
   known int[];
+  n int;
+  tw record;
 begin
   o_busy := false;
   o_retries := '[]';
   o_evs := '{}';
+  o_rows := '';
+  o_payloads := '';
   o_groups := '[]';
   o_drained := false;
   multi := multi and not skip_try_lock;
@@ -332,8 +395,20 @@ begin
         end if;
       end if;
     end if;
-    evs := coalesce(evs, :KEYQ_SCHEMA.window_take(c, cur, room - nr));
-    if c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
+    n := case when evs is not null then 0 end;
+    if wire and n is null and (c.settings->>'onFailure' is distinct from 'pause'
+                               or not exists (select 1 from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k)) then
+      tw := :KEYQ_SCHEMA.take_wire(c, cur, room - nr);
+      n := tw.n;
+      if n > 0 then
+        o_rows := case when o_rows = '' then tw.rows else o_rows || ',' || tw.rows end;
+        o_payloads := case when o_payloads = '' then tw.payloads else o_payloads || tw.payloads end;
+      end if;
+    end if;
+    if n is null then
+      evs := :KEYQ_SCHEMA.window_take(c, cur, room - nr);
+    end if;
+    if n is null and c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
       blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
       if cardinality(blocked_keys) > 0 then
         perform :KEYQ_SCHEMA.park_events(c, k,
@@ -344,12 +419,22 @@ begin
                       where (evs[i]).ev_key is null or not (evs[i]).ev_key = any (blocked_keys) order by i);
       end if;
     end if;
-    if nr > 0 or cardinality(evs) > 0 then
+    if n is null then
+      n := cardinality(evs);
+      if wire and n > 0 then
+        tw := :KEYQ_SCHEMA.wire_rows(evs);
+        o_rows := case when o_rows = '' then tw.rows else o_rows || ',' || tw.rows end;
+        o_payloads := o_payloads || tw.payloads;
+      elsif n > 0 then
+        -- Most batches read one slot: its array is the batch's, uncopied.
+        o_evs := case when cardinality(o_evs) = 0 then evs else o_evs || evs end;
+      end if;
+    end if;
+    if nr > 0 or n > 0 then
       o_slot := coalesce(o_slot, k);
       o_retries := o_retries || retries;
-      o_evs := o_evs || evs;
-      o_groups := o_groups || jsonb_build_array(jsonb_build_array(k, nr, cardinality(evs)));
-      room := room - nr - cardinality(evs);
+      o_groups := o_groups || jsonb_build_array(jsonb_build_array(k, nr, n));
+      room := room - nr - n;
       if not multi or room <= 0 then
         return;
       end if;
@@ -433,14 +518,13 @@ begin
   if c.consumer_id is null then
     return '{"busy":true,"slot":null,"retries":[],"rows":[]}';
   end if;
-  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, multi_slot);
+  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, multi_slot, true);
   if t.o_slot is null then
     return '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[],"rows":[]}';
   end if;
-  w := :KEYQ_SCHEMA.wire_rows(t.o_evs);
-  return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":' ||
-    w.rows || case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
-    case when t.o_drained then ',"drained":true' else '' end || '}' || w.payloads;
+  return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":[' ||
+    t.o_rows || ']' || case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
+    case when t.o_drained then ',"drained":true' else '' end || '}' || t.o_payloads;
 end $$;
 
 -- Releases key k of slot s outright (its head was dead-lettered, possibly in
