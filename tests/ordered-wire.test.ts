@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { dbSkip } from "./helpers/db.ts";
 import { withPg } from "./helpers/fixture.ts";
+import { readRolledBack } from "./helpers/keyq.ts";
 
 const skip = await dbSkip();
 
@@ -37,16 +38,9 @@ describe("Tier B: wire form", () => {
       await f.q.sendBatch("files", [{ type: "E", payload: payload as unknown, key: "k1" }, { type: "E", payload: "x", key: "k1" }]);
       await f.q.tick("files");
       const slot = await c.slotOf("k1");
-      // Each read in a transaction rolled back, so both read the same events.
-      const read = async (fn: string): Promise<string> => {
-        let r = "";
-        const sql = `select "${f.schema}".${fn}(queue => 'files', consumer => 'idx', slots => '{${slot}}', max_events => 10)::text as r`;
-        await f.q.transaction(async (tx) => {
-          r = String((await tx.query(sql))[0]!.r);
-          throw new Error("roll back");
-        }).catch((err: Error) => assert.equal(err.message, "roll back"));
-        return r;
-      };
+      // Each read is rolled back, so both read the same events.
+      const read = (fn: string) =>
+        readRolledBack(f.q, `select "${f.schema}".${fn}(queue => 'files', consumer => 'idx', slots => '{${slot}}', max_events => 10)::text`);
       const text = await read("receive_ordered_wire");
       const w = JSON.parse(text.slice(0, text.indexOf("\n"))) as { slot: number; rows: unknown[][] };
       const payloads = text.slice(text.indexOf("\n") + 1).split("\n");

@@ -10,6 +10,7 @@ import { describe, test } from "node:test";
 import type { Keyq } from "../mod.ts";
 import { dbSkip } from "./helpers/db.ts";
 import { withPg } from "./helpers/fixture.ts";
+import { readRolledBack } from "./helpers/keyq.ts";
 
 const skip = await dbSkip();
 
@@ -101,15 +102,7 @@ describe("wire reads: windows against batch sizes", () => {
       const payload = { s: 'quote " and \\ and ü\nand a line break', n: [1, 2.5, null] };
       await f.q.sendBatch("files", [{ type: "E", payload: payload as unknown, key: "k1" }, { type: "F", payload: "x" }]);
       await windows(f.q, [1]);
-      const read = async (fn: string): Promise<string> => {
-        let r = "";
-        const sql = `select "${f.schema}".${fn}(queue => 'files', consumer => 'audit', max_events => 10)::text as r`;
-        await f.q.transaction(async (tx) => {
-          r = String((await tx.query(sql))[0]!.r);
-          throw new Error("roll back");
-        }).catch((err: Error) => assert.equal(err.message, "roll back"));
-        return r;
-      };
+      const read = (fn: string) => readRolledBack(f.q, `select "${f.schema}".${fn}(queue => 'files', consumer => 'audit', max_events => 10)::text`);
       const text = await read("receive_plain");
       const head = JSON.parse(text.slice(0, text.indexOf("\n"))) as { rows: string[][] };
       const payloads = text.slice(text.indexOf("\n") + 1).split("\n").map((p) => JSON.parse(p));

@@ -2675,6 +2675,28 @@ end $$;
 
 -- Window reads ----------------------------------------------------------------
 
+-- The statement that reads window ($1, $2] of queue qid after position
+-- ($3, $4), at most $5 rows, as window_array describes; window_array and
+-- window_wire (02_failures.sql) aggregate its rows r.
+create function :KEYQ_SCHEMA.window_range_sql(qid int) returns text
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select format($q$
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+      order by e.ev_txid, e.ev_id limit $5)
+    union all
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
+      order by e.ev_txid, e.ev_id limit $5)
+    order by ev_txid, ev_id
+    limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
+$$;
+
 -- The events of window (s1, s2] after position (a_txid, a_id), in (txid, id)
 -- order. Candidates are the txids s1 could not see: those in s1's xip that s2
 -- sees (stragglers that finished inside the window) and those in
@@ -2702,20 +2724,8 @@ begin
   -- sorted again (measured: a plain batch's read of 1,000 events, 1.50 ->
   -- 1.23 ms); row(r.*)::event types them as the table's rows, not records
   -- converted through text.
-  execute :KEYQ_SCHEMA.prepared_call(format($q$
-  select pg_catalog.array_agg(row(r.*)::%1$I.event) from (
-    (select e.* from %1$I.%2$I e
-      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
-        and (e.ev_txid, e.ev_id) > ($3, $4)
-      order by e.ev_txid, e.ev_id limit $5)
-    union all
-    (select e.* from %1$I.%2$I e
-      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
-        and (e.ev_txid, e.ev_id) > ($3, $4)
-        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
-      order by e.ev_txid, e.ev_id limit $5)
-    order by ev_txid, ev_id
-    limit $5) r $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
+  execute :KEYQ_SCHEMA.prepared_call(
+    format('select pg_catalog.array_agg(row(r.*)::%I.event) from (%s) r', :KEYQ_SCHEMA_NAME, :KEYQ_SCHEMA.window_range_sql(qid)),
   'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text], prepare)
     into evs;
   return evs;
@@ -3091,8 +3101,14 @@ end $$;
 -- newest tick, in log order): a batch that is not full has read everything
 -- ticked, so a run may end on it without another look (an open window
 -- ends at the tick it was opened with, which may be older than the newest).
-create function :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int)
-returns :KEYQ_SCHEMA.event[]
+-- A window read to exactly the room left stays open at its last event:
+-- the next read finds out whether it holds more, and closes it when it
+-- does not (reading one more row to know at once cost the wire reads a
+-- tuplestore). The events come as an array (evs), or with wire as their
+-- count and wire_rows' text (window_wire, window_slot_wire: no array built).
+create function :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int,
+                                         wire boolean default false,
+                                         out evs :KEYQ_SCHEMA.event[], out n int, out rows text, out payloads text)
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -3101,47 +3117,67 @@ declare
   s1 pg_snapshot;
   s2 pg_snapshot;
   part :KEYQ_SCHEMA.event[];
-  evs :KEYQ_SCHEMA.event[] := '{}';
-  n int;
+  w record;
+  got int;
   room int := max_rows;
-  last :KEYQ_SCHEMA.event;
+  a_txid xid8;
+  a_id bigint;
 begin
-  if max_rows <= 0 then return '{}'; end if;
+  evs := '{}';
+  n := 0;
+  rows := '';
+  payloads := '';
+  if max_rows <= 0 then return; end if;
   if cur.end_tick_id is null then
     select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
      where queue_id = c.queue_id and tick_id > cur.tick_id;
     if cur.end_tick_id is null then
       update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
-      return '{}';
+      return;
     end if;
   end if;
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
-    if c.kind = 'ordered' then
-      part := :KEYQ_SCHEMA.window_slot_array(
-        c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1, c.slots, cur.slot);
+    a_txid := coalesce(cur.last_txid, '0'::xid8);
+    a_id := coalesce(cur.last_id, 0);
+    if wire then
+      if c.kind = 'ordered' then
+        w := :KEYQ_SCHEMA.window_slot_wire(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
+      else
+        w := :KEYQ_SCHEMA.window_wire(c.queue_id, s1, s2, a_txid, a_id, room);
+      end if;
+      got := w.n;
+      if got > 0 then
+        -- Most batches read one window: its text is the reply's, uncopied.
+        rows := case when rows = '' then w.rows else rows || ',' || w.rows end;
+        payloads := case when payloads = '' then w.payloads else payloads || w.payloads end;
+        cur.last_txid := w.last_txid;
+        cur.last_id := w.last_id;
+      end if;
     else
-      part := :KEYQ_SCHEMA.window_array(c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1);
+      if c.kind = 'ordered' then
+        part := :KEYQ_SCHEMA.window_slot_array(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
+      else
+        part := :KEYQ_SCHEMA.window_array(c.queue_id, s1, s2, a_txid, a_id, room);
+      end if;
+      got := coalesce(cardinality(part), 0);
+      if got > 0 then
+        -- Most batches read one window: its array is the batch's, uncopied.
+        evs := case when cardinality(evs) = 0 then part else evs || part end;
+        cur.last_txid := part[got].ev_txid;
+        cur.last_id := part[got].ev_id;
+      end if;
     end if;
-    n := coalesce(array_length(part, 1), 0);
-    if n > room then
-      -- The window stays open at the last event taken.
-      last := part[room];
-      evs := case when cardinality(evs) = 0 then part[1:room] else evs || part[1:room] end;
-      cur.last_txid := last.ev_txid;
-      cur.last_id := last.ev_id;
-      exit;
-    end if;
+    n := n + got;
+    -- Full: the window stays open at the last event taken.
+    exit when got = room;
     -- Read to its end: the window closes at its end tick.
-    -- A batch that reads one window (most) keeps its array: no copy.
-    evs := case when cardinality(evs) = 0 then coalesce(part, '{}') else evs || coalesce(part, '{}') end;
-    room := room - n;
+    room := room - got;
     cur.tick_id := cur.end_tick_id;
     cur.end_tick_id := null;
     cur.last_txid := null;
     cur.last_id := null;
-    exit when room = 0;
     select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
      where queue_id = c.queue_id and tick_id > cur.tick_id;
     exit when cur.end_tick_id is null;
@@ -3150,7 +3186,6 @@ begin
   update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
          last_id = cur.last_id, polled_at = now(), batch_at = now()
    where consumer_id = c.consumer_id and slot = cur.slot;
-  return evs;
 end $$;
 
 -- window_array for a plain consumer's reply: the window's next events
@@ -3162,7 +3197,7 @@ end $$;
 -- the aggregates in the statement's order, as window_array's array_agg
 -- relies on. It reads max_rows, not one more to see whether the window goes
 -- on (numbering the rows to leave the extra one out kept them all in a
--- tuplestore): a window read to exactly max_rows stays open (take_wire).
+-- tuplestore): a window read to exactly max_rows stays open (window_take).
 create function :KEYQ_SCHEMA.window_wire(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int,
   out n int, out last_txid xid8, out last_id bigint, out rows text, out payloads text
@@ -3175,20 +3210,7 @@ set jit = off
 set plan_cache_mode = force_generic_plan
 as $$
 begin
-  execute :KEYQ_SCHEMA.prepared_call(format($q$
-  select %3$s from (
-    (select e.* from %1$I.%2$I e
-      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
-        and (e.ev_txid, e.ev_id) > ($3, $4)
-      order by e.ev_txid, e.ev_id limit $5)
-    union all
-    (select e.* from %1$I.%2$I e
-      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
-        and (e.ev_txid, e.ev_id) > ($3, $4)
-        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
-      order by e.ev_txid, e.ev_id limit $5)
-    order by ev_txid, ev_id
-    limit $5) r $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid, :KEYQ_SCHEMA.wire_select()),
+  execute :KEYQ_SCHEMA.prepared_call(format('select %s from (%s) r', :KEYQ_SCHEMA.wire_select(), :KEYQ_SCHEMA.window_range_sql(qid)),
   'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text])
     into n, last_txid, last_id, rows, payloads;
   rows := coalesce(rows, '');
@@ -3208,78 +3230,12 @@ as $$
          pg_catalog.string_agg(E'\\n' || r.ev_data::text, '')$s$
 $$;
 
--- window_take in the wire form (window_wire, or window_slot_wire for an
--- ordered consumer's slot): the same windows, positions and cursor update;
--- the count of events taken, and their wire_rows text.
-create function :KEYQ_SCHEMA.take_wire(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int,
-                                       out n int, out rows text, out payloads text)
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-#variable_conflict use_variable
-declare
-  s1 pg_snapshot;
-  s2 pg_snapshot;
-  w record;
-  room int := max_rows;
-begin
-  n := 0;
-  rows := '';
-  payloads := '';
-  if max_rows <= 0 then return; end if;
-  if cur.end_tick_id is null then
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
-    if cur.end_tick_id is null then
-      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
-      return;
-    end if;
-  end if;
-  select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
-  loop
-    select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
-    if c.kind = 'ordered' then
-      w := :KEYQ_SCHEMA.window_slot_wire(
-        c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room, c.slots, cur.slot);
-    else
-      w := :KEYQ_SCHEMA.window_wire(c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room);
-    end if;
-    n := n + w.n;
-    if w.n > 0 then
-      -- Most batches read one window: its text is the reply's, uncopied.
-      rows := case when rows = '' then w.rows else rows || ',' || w.rows end;
-      payloads := case when payloads = '' then w.payloads else payloads || w.payloads end;
-    end if;
-    if w.n = room then
-      -- The window stays open at the last event taken (whether or not it
-      -- holds more: the next read finds out, and closes it when it does not).
-      cur.last_txid := w.last_txid;
-      cur.last_id := w.last_id;
-      exit;
-    end if;
-    -- Read to its end: the window closes at its end tick.
-    room := room - w.n;
-    cur.tick_id := cur.end_tick_id;
-    cur.end_tick_id := null;
-    cur.last_txid := null;
-    cur.last_id := null;
-    exit when room = 0;
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
-    exit when cur.end_tick_id is null;
-    s1 := s2;
-  end loop;
-  update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
-         last_id = cur.last_id, polled_at = now(), batch_at = now()
-   where consumer_id = c.consumer_id and slot = cur.slot;
-end $$;
-
 -- window_take as the engine's JSON event objects (Tier B's receive).
 create function :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
-declare evs :KEYQ_SCHEMA.event[] := :KEYQ_SCHEMA.window_take(c, cur, max_rows);
+declare evs :KEYQ_SCHEMA.event[] := (:KEYQ_SCHEMA.window_take(c, cur, max_rows)).evs;
 begin
   return coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i)
                      from generate_subscripts(evs, 1) i), '[]');
@@ -3383,7 +3339,7 @@ begin
     return '{"busy":true,"retries":[],"rows":[]}';
   end if;
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
-  w := :KEYQ_SCHEMA.take_wire(c, cur, max_events - jsonb_array_length(retries));
+  w := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(retries), true);
   return '{"busy":false,"retries":' || retries::text || ',"rows":[' || w.rows || ']}' || w.payloads;
 end $$;
 
@@ -4435,7 +4391,7 @@ end $$;
 -- could deadlock. o_drained: multi read every slot of the list that was
 -- free to its end (another look finds nothing until a new tick). With
 -- wire, the window's events come as wire_rows' text (o_rows, o_payloads),
--- read by take_wire, and o_evs stays empty; a slot with blocked keys (pause)
+-- read by window_take, and o_evs stays empty; a slot with blocked keys (pause)
 -- is read as an array, filtered, then written out.
 create function :KEYQ_SCHEMA.ordered_take(
   c :KEYQ_SCHEMA.consumer, slots int[], max_events int, help_after float8, skip_try_lock boolean, multi boolean,
@@ -4510,7 +4466,7 @@ begin
     n := case when evs is not null then 0 end;
     if wire and n is null and (c.settings->>'onFailure' is distinct from 'pause'
                                or not exists (select 1 from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k)) then
-      tw := :KEYQ_SCHEMA.take_wire(c, cur, room - nr);
+      tw := :KEYQ_SCHEMA.window_take(c, cur, room - nr, true);
       n := tw.n;
       if n > 0 then
         o_rows := case when o_rows = '' then tw.rows else o_rows || ',' || tw.rows end;
@@ -4518,7 +4474,7 @@ begin
       end if;
     end if;
     if n is null then
-      evs := :KEYQ_SCHEMA.window_take(c, cur, room - nr);
+      evs := (:KEYQ_SCHEMA.window_take(c, cur, room - nr)).evs;
     end if;
     if n is null and c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
       blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
@@ -5530,7 +5486,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "294c2f5ad8534060564e98b7fe1efefe0169b4f91acc78df582f57f43ddda194";
+export const functionsHash: string = "f6ae990cdea76fe75bddea857c136674ed48076c02bb7f34bfa6e84687d8757b";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5540,4 +5496,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 55;
+export const functionsSerial: number = 57;

@@ -1294,7 +1294,7 @@ begin
     n := case when evs is not null then 0 end;
     if wire and n is null and (c.settings->>'onFailure' is distinct from 'pause'
                                or not exists (select 1 from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k)) then
-      tw := :KEYQ_SCHEMA.take_wire(c, cur, room - nr);
+      tw := :KEYQ_SCHEMA.window_take(c, cur, room - nr, true);
       n := tw.n;
       if n > 0 then
         o_rows := case when o_rows = '' then tw.rows else o_rows || ',' || tw.rows end;
@@ -1302,7 +1302,7 @@ begin
       end if;
     end if;
     if n is null then
-      evs := :KEYQ_SCHEMA.window_take(c, cur, room - nr);
+      evs := (:KEYQ_SCHEMA.window_take(c, cur, room - nr)).evs;
     end if;
     if n is null and c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
       blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
@@ -1641,7 +1641,7 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-declare evs :KEYQ_SCHEMA.event[] := :KEYQ_SCHEMA.window_take(c, cur, max_rows);
+declare evs :KEYQ_SCHEMA.event[] := (:KEYQ_SCHEMA.window_take(c, cur, max_rows)).evs;
 begin
   return coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i)
                      from generate_subscripts(evs, 1) i), '[]');
@@ -1870,7 +1870,7 @@ begin
     return '{"busy":true,"retries":[],"rows":[]}';
   end if;
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
-  w := :KEYQ_SCHEMA.take_wire(c, cur, max_events - jsonb_array_length(retries));
+  w := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(retries), true);
   return '{"busy":false,"retries":' || retries::text || ',"rows":[' || w.rows || ']}' || w.payloads;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.recut_chunks(c :KEYQ_SCHEMA.consumer)
@@ -2730,68 +2730,6 @@ begin
            limit max_rows
            for update skip locked) r);
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.take_wire(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows integer, OUT n integer, OUT rows text, OUT payloads text)
- RETURNS record
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-#variable_conflict use_variable
-declare
-  s1 pg_snapshot;
-  s2 pg_snapshot;
-  w record;
-  room int := max_rows;
-begin
-  n := 0;
-  rows := '';
-  payloads := '';
-  if max_rows <= 0 then return; end if;
-  if cur.end_tick_id is null then
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
-    if cur.end_tick_id is null then
-      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
-      return;
-    end if;
-  end if;
-  select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
-  loop
-    select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
-    if c.kind = 'ordered' then
-      w := :KEYQ_SCHEMA.window_slot_wire(
-        c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room, c.slots, cur.slot);
-    else
-      w := :KEYQ_SCHEMA.window_wire(c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room);
-    end if;
-    n := n + w.n;
-    if w.n > 0 then
-      -- Most batches read one window: its text is the reply's, uncopied.
-      rows := case when rows = '' then w.rows else rows || ',' || w.rows end;
-      payloads := case when payloads = '' then w.payloads else payloads || w.payloads end;
-    end if;
-    if w.n = room then
-      -- The window stays open at the last event taken (whether or not it
-      -- holds more: the next read finds out, and closes it when it does not).
-      cur.last_txid := w.last_txid;
-      cur.last_id := w.last_id;
-      exit;
-    end if;
-    -- Read to its end: the window closes at its end tick.
-    room := room - w.n;
-    cur.tick_id := cur.end_tick_id;
-    cur.end_tick_id := null;
-    cur.last_txid := null;
-    cur.last_id := null;
-    exit when room = 0;
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
-    exit when cur.end_tick_id is null;
-    s1 := s2;
-  end loop;
-  update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
-         last_id = cur.last_id, polled_at = now(), batch_at = now()
-   where consumer_id = c.consumer_id and slot = cur.slot;
-end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.tick(queue text, force boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2931,20 +2869,8 @@ begin
   -- sorted again (measured: a plain batch's read of 1,000 events, 1.50 ->
   -- 1.23 ms); row(r.*)::event types them as the table's rows, not records
   -- converted through text.
-  execute :KEYQ_SCHEMA.prepared_call(format($q$
-  select pg_catalog.array_agg(row(r.*)::%1$I.event) from (
-    (select e.* from %1$I.%2$I e
-      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
-        and (e.ev_txid, e.ev_id) > ($3, $4)
-      order by e.ev_txid, e.ev_id limit $5)
-    union all
-    (select e.* from %1$I.%2$I e
-      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
-        and (e.ev_txid, e.ev_id) > ($3, $4)
-        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
-      order by e.ev_txid, e.ev_id limit $5)
-    order by ev_txid, ev_id
-    limit $5) r $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
+  execute :KEYQ_SCHEMA.prepared_call(
+    format('select pg_catalog.array_agg(row(r.*)::%I.event) from (%s) r', :KEYQ_SCHEMA_NAME, :KEYQ_SCHEMA.window_range_sql(qid)),
   'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text], prepare)
     into evs;
   return evs;
@@ -2979,6 +2905,26 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events(qid integer, s1 pg_snapsho
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select * from unnest(:KEYQ_SCHEMA.window_array(qid, s1, s2, a_txid, a_id, max_rows, prepare))
+$function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_range_sql(qid integer)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select format($q$
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+      order by e.ev_txid, e.ev_id limit $5)
+    union all
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
+      order by e.ev_txid, e.ev_id limit $5)
+    order by ev_txid, ev_id
+    limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_slot_array(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, slot_count integer, slot integer)
  RETURNS :KEYQ_SCHEMA.event[]
@@ -3100,8 +3046,8 @@ begin
   end if;
   return array(select distinct :KEYQ_SCHEMA.slot_of(k, c.slots) from unnest(keys) k);
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows integer)
- RETURNS :KEYQ_SCHEMA.event[]
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows integer, wire boolean DEFAULT false, OUT evs :KEYQ_SCHEMA.event[], OUT n integer, OUT rows text, OUT payloads text)
+ RETURNS record
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
@@ -3110,47 +3056,67 @@ declare
   s1 pg_snapshot;
   s2 pg_snapshot;
   part :KEYQ_SCHEMA.event[];
-  evs :KEYQ_SCHEMA.event[] := '{}';
-  n int;
+  w record;
+  got int;
   room int := max_rows;
-  last :KEYQ_SCHEMA.event;
+  a_txid xid8;
+  a_id bigint;
 begin
-  if max_rows <= 0 then return '{}'; end if;
+  evs := '{}';
+  n := 0;
+  rows := '';
+  payloads := '';
+  if max_rows <= 0 then return; end if;
   if cur.end_tick_id is null then
     select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
      where queue_id = c.queue_id and tick_id > cur.tick_id;
     if cur.end_tick_id is null then
       update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
-      return '{}';
+      return;
     end if;
   end if;
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
-    if c.kind = 'ordered' then
-      part := :KEYQ_SCHEMA.window_slot_array(
-        c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1, c.slots, cur.slot);
+    a_txid := coalesce(cur.last_txid, '0'::xid8);
+    a_id := coalesce(cur.last_id, 0);
+    if wire then
+      if c.kind = 'ordered' then
+        w := :KEYQ_SCHEMA.window_slot_wire(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
+      else
+        w := :KEYQ_SCHEMA.window_wire(c.queue_id, s1, s2, a_txid, a_id, room);
+      end if;
+      got := w.n;
+      if got > 0 then
+        -- Most batches read one window: its text is the reply's, uncopied.
+        rows := case when rows = '' then w.rows else rows || ',' || w.rows end;
+        payloads := case when payloads = '' then w.payloads else payloads || w.payloads end;
+        cur.last_txid := w.last_txid;
+        cur.last_id := w.last_id;
+      end if;
     else
-      part := :KEYQ_SCHEMA.window_array(c.queue_id, s1, s2, coalesce(cur.last_txid, '0'::xid8), coalesce(cur.last_id, 0), room + 1);
+      if c.kind = 'ordered' then
+        part := :KEYQ_SCHEMA.window_slot_array(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
+      else
+        part := :KEYQ_SCHEMA.window_array(c.queue_id, s1, s2, a_txid, a_id, room);
+      end if;
+      got := coalesce(cardinality(part), 0);
+      if got > 0 then
+        -- Most batches read one window: its array is the batch's, uncopied.
+        evs := case when cardinality(evs) = 0 then part else evs || part end;
+        cur.last_txid := part[got].ev_txid;
+        cur.last_id := part[got].ev_id;
+      end if;
     end if;
-    n := coalesce(array_length(part, 1), 0);
-    if n > room then
-      -- The window stays open at the last event taken.
-      last := part[room];
-      evs := case when cardinality(evs) = 0 then part[1:room] else evs || part[1:room] end;
-      cur.last_txid := last.ev_txid;
-      cur.last_id := last.ev_id;
-      exit;
-    end if;
+    n := n + got;
+    -- Full: the window stays open at the last event taken.
+    exit when got = room;
     -- Read to its end: the window closes at its end tick.
-    -- A batch that reads one window (most) keeps its array: no copy.
-    evs := case when cardinality(evs) = 0 then coalesce(part, '{}') else evs || coalesce(part, '{}') end;
-    room := room - n;
+    room := room - got;
     cur.tick_id := cur.end_tick_id;
     cur.end_tick_id := null;
     cur.last_txid := null;
     cur.last_id := null;
-    exit when room = 0;
     select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
      where queue_id = c.queue_id and tick_id > cur.tick_id;
     exit when cur.end_tick_id is null;
@@ -3159,7 +3125,6 @@ begin
   update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
          last_id = cur.last_id, polled_at = now(), batch_at = now()
    where consumer_id = c.consumer_id and slot = cur.slot;
-  return evs;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_wire(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, OUT n integer, OUT last_txid xid8, OUT last_id bigint, OUT rows text, OUT payloads text)
  RETURNS record
@@ -3171,20 +3136,7 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_wire(qid integer, s1 pg_snapshot,
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 begin
-  execute :KEYQ_SCHEMA.prepared_call(format($q$
-  select %3$s from (
-    (select e.* from %1$I.%2$I e
-      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
-        and (e.ev_txid, e.ev_id) > ($3, $4)
-      order by e.ev_txid, e.ev_id limit $5)
-    union all
-    (select e.* from %1$I.%2$I e
-      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
-        and (e.ev_txid, e.ev_id) > ($3, $4)
-        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
-      order by e.ev_txid, e.ev_id limit $5)
-    order by ev_txid, ev_id
-    limit $5) r $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid, :KEYQ_SCHEMA.wire_select()),
+  execute :KEYQ_SCHEMA.prepared_call(format('select %s from (%s) r', :KEYQ_SCHEMA.wire_select(), :KEYQ_SCHEMA.window_range_sql(qid)),
   'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text])
     into n, last_txid, last_id, rows, payloads;
   rows := coalesce(rows, '');

@@ -83,3 +83,20 @@ export async function drain(
 
 /** The number of rows of `table` in the fixture's schema. */
 export const count = async (f: Fixture, table: string): Promise<number> => Number((await f.raw(`select count(*)::int as n from "${f.schema}".${table}`))[0]!.n);
+
+/**
+ * The first column of `sql`'s first row, as text, read in a transaction
+ * that is then rolled back: a read that moves a cursor can be made twice
+ * and see the same events.
+ */
+export async function readRolledBack(q: Keyq, sql: string): Promise<string> {
+  let r = "";
+  const done = new Error("roll back");
+  await q.transaction(async (tx) => {
+    r = String(Object.values((await tx.query(sql))[0]!)[0]);
+    throw done;
+  }).catch((err: unknown) => {
+    if (err !== done) throw err;
+  });
+  return r;
+}

@@ -547,6 +547,28 @@ end $$;
 
 -- Window reads ----------------------------------------------------------------
 
+-- The statement that reads window ($1, $2] of queue qid after position
+-- ($3, $4), at most $5 rows, as window_array describes; window_array and
+-- window_wire (02_failures.sql) aggregate its rows r.
+create function :KEYQ_SCHEMA.window_range_sql(qid int) returns text
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select format($q$
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+      order by e.ev_txid, e.ev_id limit $5)
+    union all
+    (select e.* from %1$I.%2$I e
+      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
+        and (e.ev_txid, e.ev_id) > ($3, $4)
+        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
+      order by e.ev_txid, e.ev_id limit $5)
+    order by ev_txid, ev_id
+    limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
+$$;
+
 -- The events of window (s1, s2] after position (a_txid, a_id), in (txid, id)
 -- order. Candidates are the txids s1 could not see: those in s1's xip that s2
 -- sees (stragglers that finished inside the window) and those in
@@ -574,20 +596,8 @@ begin
   -- sorted again (measured: a plain batch's read of 1,000 events, 1.50 ->
   -- 1.23 ms); row(r.*)::event types them as the table's rows, not records
   -- converted through text.
-  execute :KEYQ_SCHEMA.prepared_call(format($q$
-  select pg_catalog.array_agg(row(r.*)::%1$I.event) from (
-    (select e.* from %1$I.%2$I e
-      where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
-        and (e.ev_txid, e.ev_id) > ($3, $4)
-      order by e.ev_txid, e.ev_id limit $5)
-    union all
-    (select e.* from %1$I.%2$I e
-      where e.ev_txid >= pg_catalog.pg_snapshot_xmax($1) and e.ev_txid < pg_catalog.pg_snapshot_xmax($2)
-        and (e.ev_txid, e.ev_id) > ($3, $4)
-        and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
-      order by e.ev_txid, e.ev_id limit $5)
-    order by ev_txid, ev_id
-    limit $5) r $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid),
+  execute :KEYQ_SCHEMA.prepared_call(
+    format('select pg_catalog.array_agg(row(r.*)::%I.event) from (%s) r', :KEYQ_SCHEMA_NAME, :KEYQ_SCHEMA.window_range_sql(qid)),
   'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text], prepare)
     into evs;
   return evs;

@@ -323,7 +323,7 @@ end $$;
 -- could deadlock. o_drained: multi read every slot of the list that was
 -- free to its end (another look finds nothing until a new tick). With
 -- wire, the window's events come as wire_rows' text (o_rows, o_payloads),
--- read by take_wire, and o_evs stays empty; a slot with blocked keys (pause)
+-- read by window_take, and o_evs stays empty; a slot with blocked keys (pause)
 -- is read as an array, filtered, then written out.
 create function :KEYQ_SCHEMA.ordered_take(
   c :KEYQ_SCHEMA.consumer, slots int[], max_events int, help_after float8, skip_try_lock boolean, multi boolean,
@@ -398,7 +398,7 @@ begin
     n := case when evs is not null then 0 end;
     if wire and n is null and (c.settings->>'onFailure' is distinct from 'pause'
                                or not exists (select 1 from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k)) then
-      tw := :KEYQ_SCHEMA.take_wire(c, cur, room - nr);
+      tw := :KEYQ_SCHEMA.window_take(c, cur, room - nr, true);
       n := tw.n;
       if n > 0 then
         o_rows := case when o_rows = '' then tw.rows else o_rows || ',' || tw.rows end;
@@ -406,7 +406,7 @@ begin
       end if;
     end if;
     if n is null then
-      evs := :KEYQ_SCHEMA.window_take(c, cur, room - nr);
+      evs := (:KEYQ_SCHEMA.window_take(c, cur, room - nr)).evs;
     end if;
     if n is null and c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
       blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
