@@ -11,6 +11,7 @@ import type { Keyq } from "../mod.ts";
 import { dbSkip } from "./helpers/db.ts";
 import { withPg } from "./helpers/fixture.ts";
 import { readRolledBack } from "./helpers/keyq.ts";
+import { gate } from "./helpers/sync.ts";
 
 const skip = await dbSkip();
 
@@ -94,6 +95,45 @@ describe("wire reads: windows against batch sizes", () => {
       });
     });
   }
+
+  test("Tier B: a transaction of no queue that spans a tick (a straggler of the window) leaves each event once, in order", { skip }, async () => {
+    await withPg({ max: 4 }, async (f) => {
+      await f.q.createQueue("files");
+      const c = f.q.ordered<number>("files", "idx", { slots: 2 });
+      await c.subscribe();
+      const open = gate();
+      const hold = gate();
+      // A transaction with a txid and no event: in progress at the first tick, committed before the second.
+      const other = f.sql.begin(async (tx) => {
+        await tx`select pg_current_xact_id()`;
+        open.open();
+        await hold.wait;
+      });
+      await open.wait;
+      const first = await windows(f.q, [6], (i) => `k${i % 3}`);
+      hold.open();
+      await other;
+      const second = await windows(f.q, [6], (i) => `k${i % 3}`);
+      const stragglers = await f.raw(
+        `select count(*)::int as n from "${f.schema}".tick t1, "${f.schema}".tick t2, pg_snapshot_xip(t1.tick_snapshot) x
+          where t2.tick_id = (select max(tick_id) from "${f.schema}".tick) and t1.tick_id = t2.tick_id - 1
+            and pg_visible_in_snapshot(x, t2.tick_snapshot)`,
+      );
+      assert.ok((stragglers[0]!.n as number) >= 1, "the last window has a straggler of no queue");
+      const seen: string[] = [];
+      for (let i = 0; i < 20; i++) {
+        const b = await c.batch({ worker: 0, workers: 1, maxEvents: 4, handler: (ev) => void seen.push(ev.id) });
+        if (b.events === 0) break;
+      }
+      const all = [...first, ...second];
+      assert.equal(seen.length, all.length, "every event once");
+      assert.deepEqual([...seen].sort(), [...all].sort());
+      for (const k of ["k0", "k1", "k2"]) {
+        const mine = all.filter((_, i) => `k${i % 6 % 3}` === k);
+        assert.deepEqual(seen.filter((id) => mine.includes(id)), mine, `key ${k} in log order`);
+      }
+    });
+  });
 
   test("plain: the wire reply and the SQL callers' objects hold the same events", { skip }, async () => {
     await withPg(async (f) => {

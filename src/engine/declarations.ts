@@ -512,6 +512,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "retry_policy",
   "rotate",
   "slot_of",
+  "slot_late_sql",
   "slot_range_sql",
   "table_unread",
   "take_retries",

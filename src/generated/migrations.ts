@@ -4191,6 +4191,21 @@ as $$
         order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
 $$;
 
+-- The straggler branch of a slot's window read (window_slot_array,
+-- window_slot_wire): the slot's rows of the transactions $7 after ($2, $3),
+-- at most $5, in (txid, id) order; parameters as window_slot_array's. The
+-- slot test is written "+ 0" to keep the branch off the slot index.
+create function :KEYQ_SCHEMA.slot_late_sql(qid int, slot_count int) returns text
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+  select format($q$
+      select e.* from %1$I.%3$I e
+        where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
+          and (e.ev_txid, e.ev_id) > ($2, $3)
+        order by e.ev_txid, e.ev_id limit $5 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
+$$;
+
 -- window_array restricted to slot \`slot\` of slot_count, reading only the slot's rows:
 -- the range is written as row comparisons led by the slot expression, which
 -- only the slot index can serve, and sorting is off so the plan is an
@@ -4241,12 +4256,7 @@ begin
     execute :KEYQ_SCHEMA.prepared_call(as_array || range_sql || ') e', range_types, range_args) into ranged;
     return ranged;
   end if;
-  execute :KEYQ_SCHEMA.prepared_call(format($q$
-    select pg_catalog.array_agg(row(e.*)::%1$I.event) from (
-      select e.* from %1$I.%3$I e
-        where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
-          and (e.ev_txid, e.ev_id) > ($2, $3)
-        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid),
+  execute :KEYQ_SCHEMA.prepared_call(as_array || :KEYQ_SCHEMA.slot_late_sql(qid, slot_count) || ') e',
     'int, xid8, bigint, int, int, int, xid8[]',
     array[qid::text, a_txid::text, a_id::text, slot::text, max_rows::text, slot_count::text, strag::text])
     into late;
@@ -4262,8 +4272,11 @@ end $$;
 -- window_slot_array in the wire form, as window_wire is window_array's:
 -- at most max_rows events of the slot, their count, the position of the
 -- last, and wire_rows' text, built by the statement that reads the slot's
--- range. A window with stragglers (rare: transactions that committed across
--- a tick) is read as an array, merged (window_slot_array) and written out.
+-- range. A window where the slot has events of stragglers (transactions of
+-- this queue that committed across a tick: rare) is read as an array,
+-- merged (window_slot_array) and written out. On a busy database most
+-- windows have stragglers of other queues and tables; the count of the
+-- slot's straggler rows tells them apart without reading a row.
 create function :KEYQ_SCHEMA.window_slot_wire(
   qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int, slot_count int, slot int,
   out n int, out last_txid xid8, out last_id bigint, out rows text, out payloads text
@@ -4279,10 +4292,18 @@ as $$
 declare
   lo_txid xid8 := a_txid;
   lo_id bigint := a_id;
+  strag xid8[] := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
+  late int := 0;
   part :KEYQ_SCHEMA.event[];
   w record;
 begin
-  if exists (select 1 from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2)) then
+  if cardinality(strag) > 0 then
+    execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.count(*)::int from (%s) e', :KEYQ_SCHEMA.slot_late_sql(qid, slot_count)),
+      'int, xid8, bigint, int, int, int, xid8[]',
+      array[qid::text, a_txid::text, a_id::text, slot::text, max_rows::text, slot_count::text, strag::text])
+      into late;
+  end if;
+  if late > 0 then
     part := :KEYQ_SCHEMA.window_slot_array(qid, s1, s2, a_txid, a_id, max_rows, slot_count, slot);
     n := coalesce(cardinality(part), 0);
     last_txid := part[n].ev_txid;
@@ -5486,7 +5507,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "f6ae990cdea76fe75bddea857c136674ed48076c02bb7f34bfa6e84687d8757b";
+export const functionsHash: string = "d11e219326ca49f197349b58002e912a2faa07a816e1ae48fe9c5e0a5aef0d2d";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5496,4 +5517,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 57;
+export const functionsSerial: number = 58;

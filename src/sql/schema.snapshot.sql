@@ -2389,6 +2389,18 @@ begin
   perform :KEYQ_SCHEMA.release_key(c, b.slot, key);
   return jsonb_build_object('key', key, 'slot', b.slot, 'headId', b.head_id::text, 'action', action);
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.slot_late_sql(qid integer, slot_count integer)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select format($q$
+      select e.* from %1$I.%3$I e
+        where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
+          and (e.ev_txid, e.ev_id) > ($2, $3)
+        order by e.ev_txid, e.ev_id limit $5 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.slot_of(key text, n integer)
  RETURNS integer
  LANGUAGE sql
@@ -2965,12 +2977,7 @@ begin
     execute :KEYQ_SCHEMA.prepared_call(as_array || range_sql || ') e', range_types, range_args) into ranged;
     return ranged;
   end if;
-  execute :KEYQ_SCHEMA.prepared_call(format($q$
-    select pg_catalog.array_agg(row(e.*)::%1$I.event) from (
-      select e.* from %1$I.%3$I e
-        where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
-          and (e.ev_txid, e.ev_id) > ($2, $3)
-        order by e.ev_txid, e.ev_id limit $5) e $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid),
+  execute :KEYQ_SCHEMA.prepared_call(as_array || :KEYQ_SCHEMA.slot_late_sql(qid, slot_count) || ') e',
     'int, xid8, bigint, int, int, int, xid8[]',
     array[qid::text, a_txid::text, a_id::text, slot::text, max_rows::text, slot_count::text, strag::text])
     into late;
@@ -2995,10 +3002,18 @@ AS $function$
 declare
   lo_txid xid8 := a_txid;
   lo_id bigint := a_id;
+  strag xid8[] := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
+  late int := 0;
   part :KEYQ_SCHEMA.event[];
   w record;
 begin
-  if exists (select 1 from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2)) then
+  if cardinality(strag) > 0 then
+    execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.count(*)::int from (%s) e', :KEYQ_SCHEMA.slot_late_sql(qid, slot_count)),
+      'int, xid8, bigint, int, int, int, xid8[]',
+      array[qid::text, a_txid::text, a_id::text, slot::text, max_rows::text, slot_count::text, strag::text])
+      into late;
+  end if;
+  if late > 0 then
     part := :KEYQ_SCHEMA.window_slot_array(qid, s1, s2, a_txid, a_id, max_rows, slot_count, slot);
     n := coalesce(cardinality(part), 0);
     last_txid := part[n].ev_txid;
