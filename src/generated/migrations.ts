@@ -2677,12 +2677,15 @@ end $$;
 
 -- The statement that reads window ($1, $2] of queue qid after position
 -- ($3, $4), at most $5 rows, as window_array describes; window_array and
--- window_wire (02_failures.sql) aggregate its rows r.
+-- window_wire (02_failures.sql) aggregate its rows r. This and the other
+-- statement-text helpers are plpgsql: a language sql function with a SET
+-- clause is never inlined, so each call would parse and plan its query.
 create function :KEYQ_SCHEMA.window_range_sql(qid int) returns text
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-  select format($q$
+begin
+  return format($q$
     (select e.* from %1$I.%2$I e
       where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
         and (e.ev_txid, e.ev_id) > ($3, $4)
@@ -2694,8 +2697,8 @@ as $$
         and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
       order by e.ev_txid, e.ev_id limit $5)
     order by ev_txid, ev_id
-    limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
-$$;
+    limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid);
+end $$;
 
 -- The events of window (s1, s2] after position (a_txid, a_id), in (txid, id)
 -- order. Candidates are the txids s1 could not see: those in s1's xip that s2
@@ -3220,15 +3223,16 @@ end $$;
 -- The select list of window_wire and window_slot_wire over their rows r,
 -- in order: count, the last row's txid and id, wire_rows' rows and payloads.
 create function :KEYQ_SCHEMA.wire_select() returns text
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-  select $s$pg_catalog.count(*)::int,
+begin
+  return $s$pg_catalog.count(*)::int,
          (pg_catalog.array_agg(r.ev_txid))[pg_catalog.count(*)], (pg_catalog.array_agg(r.ev_id))[pg_catalog.count(*)],
          pg_catalog.string_agg(pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time,
                                                            r.ev_trace)::text, ','),
-         pg_catalog.string_agg(E'\\n' || r.ev_data::text, '')$s$
-$$;
+         pg_catalog.string_agg(E'\\n' || r.ev_data::text, '')$s$;
+end $$;
 
 -- window_take as the engine's JSON event objects (Tier B's receive).
 create function :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int) returns jsonb
@@ -4180,31 +4184,33 @@ end $$;
 -- $3, visible in $3, at most $6, in (txid, id) order. Parameters $1 to $9
 -- as window_slot_array's range_types, so both statements take one list.
 create function :KEYQ_SCHEMA.slot_range_sql(qid int, slot_count int) returns text
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-  select format($q$
+begin
+  return format($q$
       select e.* from %1$I.%3$I e
         where (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
           and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
           and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
-        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
-$$;
+        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
+end $$;
 
 -- The straggler branch of a slot's window read (window_slot_array,
 -- window_slot_wire): the slot's rows of the transactions $7 after ($2, $3),
 -- at most $5, in (txid, id) order; parameters as window_slot_array's. The
 -- slot test is written "+ 0" to keep the branch off the slot index.
 create function :KEYQ_SCHEMA.slot_late_sql(qid int, slot_count int) returns text
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-  select format($q$
+begin
+  return format($q$
       select e.* from %1$I.%3$I e
         where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
           and (e.ev_txid, e.ev_id) > ($2, $3)
-        order by e.ev_txid, e.ev_id limit $5 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
-$$;
+        order by e.ev_txid, e.ev_id limit $5 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
+end $$;
 
 -- window_array restricted to slot \`slot\` of slot_count, reading only the slot's rows:
 -- the range is written as row comparisons led by the slot expression, which
@@ -5507,7 +5513,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "d11e219326ca49f197349b58002e912a2faa07a816e1ae48fe9c5e0a5aef0d2d";
+export const functionsHash: string = "36555bc7c74161308da17f9b2b61851884dd90476b4ceb893e3a470458c580e7";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5517,4 +5523,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 58;
+export const functionsSerial: number = 59;

@@ -2391,16 +2391,17 @@ begin
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.slot_late_sql(qid integer, slot_count integer)
  RETURNS text
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select format($q$
+begin
+  return format($q$
       select e.* from %1$I.%3$I e
         where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
           and (e.ev_txid, e.ev_id) > ($2, $3)
-        order by e.ev_txid, e.ev_id limit $5 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
-$function$;
+        order by e.ev_txid, e.ev_id limit $5 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.slot_of(key text, n integer)
  RETURNS integer
  LANGUAGE sql
@@ -2409,17 +2410,18 @@ AS $function$ select coalesce((((pg_catalog.hashtextextended(key, 0) operator(pg
                        operator(pg_catalog.%) n)::pg_catalog.int4, 0) $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.slot_range_sql(qid integer, slot_count integer)
  RETURNS text
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select format($q$
+begin
+  return format($q$
       select e.* from %1$I.%3$I e
         where (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
           and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
           and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
-        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
-$function$;
+        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.split_chunks(c :KEYQ_SCHEMA.consumer, size integer)
  RETURNS integer
  LANGUAGE plpgsql
@@ -2920,11 +2922,12 @@ AS $function$
 $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_range_sql(qid integer)
  RETURNS text
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select format($q$
+begin
+  return format($q$
     (select e.* from %1$I.%2$I e
       where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
         and (e.ev_txid, e.ev_id) > ($3, $4)
@@ -2936,8 +2939,8 @@ AS $function$
         and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
       order by e.ev_txid, e.ev_id limit $5)
     order by ev_txid, ev_id
-    limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
-$function$;
+    limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid);
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_slot_array(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, slot_count integer, slot integer)
  RETURNS :KEYQ_SCHEMA.event[]
  LANGUAGE plpgsql
@@ -3173,16 +3176,17 @@ begin
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.wire_select()
  RETURNS text
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select $s$pg_catalog.count(*)::int,
+begin
+  return $s$pg_catalog.count(*)::int,
          (pg_catalog.array_agg(r.ev_txid))[pg_catalog.count(*)], (pg_catalog.array_agg(r.ev_id))[pg_catalog.count(*)],
          pg_catalog.string_agg(pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time,
                                                            r.ev_trace)::text, ','),
-         pg_catalog.string_agg(E'\n' || r.ev_data::text, '')$s$
-$function$;
+         pg_catalog.string_agg(E'\n' || r.ev_data::text, '')$s$;
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.xbuckets()
  RETURNS integer
  LANGUAGE plpgsql

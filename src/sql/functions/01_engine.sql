@@ -549,12 +549,15 @@ end $$;
 
 -- The statement that reads window ($1, $2] of queue qid after position
 -- ($3, $4), at most $5 rows, as window_array describes; window_array and
--- window_wire (02_failures.sql) aggregate its rows r.
+-- window_wire (02_failures.sql) aggregate its rows r. This and the other
+-- statement-text helpers are plpgsql: a language sql function with a SET
+-- clause is never inlined, so each call would parse and plan its query.
 create function :KEYQ_SCHEMA.window_range_sql(qid int) returns text
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-  select format($q$
+begin
+  return format($q$
     (select e.* from %1$I.%2$I e
       where e.ev_txid = any (array(select x from pg_catalog.pg_snapshot_xip($1) x where pg_catalog.pg_visible_in_snapshot(x, $2)))
         and (e.ev_txid, e.ev_id) > ($3, $4)
@@ -566,8 +569,8 @@ as $$
         and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
       order by e.ev_txid, e.ev_id limit $5)
     order by ev_txid, ev_id
-    limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid)
-$$;
+    limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid);
+end $$;
 
 -- The events of window (s1, s2] after position (a_txid, a_id), in (txid, id)
 -- order. Candidates are the txids s1 could not see: those in s1's xip that s2

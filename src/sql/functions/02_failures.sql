@@ -173,15 +173,16 @@ end $$;
 -- The select list of window_wire and window_slot_wire over their rows r,
 -- in order: count, the last row's txid and id, wire_rows' rows and payloads.
 create function :KEYQ_SCHEMA.wire_select() returns text
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-  select $s$pg_catalog.count(*)::int,
+begin
+  return $s$pg_catalog.count(*)::int,
          (pg_catalog.array_agg(r.ev_txid))[pg_catalog.count(*)], (pg_catalog.array_agg(r.ev_id))[pg_catalog.count(*)],
          pg_catalog.string_agg(pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time,
                                                            r.ev_trace)::text, ','),
-         pg_catalog.string_agg(E'\n' || r.ev_data::text, '')$s$
-$$;
+         pg_catalog.string_agg(E'\n' || r.ev_data::text, '')$s$;
+end $$;
 
 -- window_take as the engine's JSON event objects (Tier B's receive).
 create function :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int) returns jsonb

@@ -112,31 +112,33 @@ end $$;
 -- $3, visible in $3, at most $6, in (txid, id) order. Parameters $1 to $9
 -- as window_slot_array's range_types, so both statements take one list.
 create function :KEYQ_SCHEMA.slot_range_sql(qid int, slot_count int) returns text
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-  select format($q$
+begin
+  return format($q$
       select e.* from %1$I.%3$I e
         where (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) > ($7, $8, $9)
           and (%1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id) < ($7, pg_catalog.pg_snapshot_xmax($3), 0::bigint)
           and pg_catalog.pg_visible_in_snapshot(e.ev_txid, $3)
-        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
-$$;
+        order by %1$I.slot_of(e.ev_key, %2$s), e.ev_txid, e.ev_id limit $6 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
+end $$;
 
 -- The straggler branch of a slot's window read (window_slot_array,
 -- window_slot_wire): the slot's rows of the transactions $7 after ($2, $3),
 -- at most $5, in (txid, id) order; parameters as window_slot_array's. The
 -- slot test is written "+ 0" to keep the branch off the slot index.
 create function :KEYQ_SCHEMA.slot_late_sql(qid int, slot_count int) returns text
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-  select format($q$
+begin
+  return format($q$
       select e.* from %1$I.%3$I e
         where e.ev_txid = any ($7) and %1$I.slot_of(e.ev_key, %2$s) operator(pg_catalog.+) 0 = $4
           and (e.ev_txid, e.ev_id) > ($2, $3)
-        order by e.ev_txid, e.ev_id limit $5 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid)
-$$;
+        order by e.ev_txid, e.ev_id limit $5 $q$, :KEYQ_SCHEMA_NAME, slot_count::int, 'event_' || qid);
+end $$;
 
 -- window_array restricted to slot `slot` of slot_count, reading only the slot's rows:
 -- the range is written as row comparisons led by the slot expression, which
