@@ -241,7 +241,7 @@ function consumers(
     schema,
     queue,
     payloadSchema: schemaOf(queue),
-    tick: (q) => a.ticked(q),
+    tick: (q, exec) => a.ticked(q, exec),
     maintain: (q) => a.maintainOne(q, false),
   });
   // Typed queues check types and payloads in the handler wrapper (events/dispatch.ts); `on:` works on every queue.

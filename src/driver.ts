@@ -113,6 +113,19 @@ export interface Driver extends Executor {
    */
   chain?(): TxChain;
   /**
+   * Optional: {@link TxDriver.transaction} whose connection first runs what
+   * `lead` issues, outside the transaction, in the same network write as
+   * BEGIN and `fn`'s first statement. `lead(exec)` is called before `fn`;
+   * each statement it issues on `exec` before `fn`'s first runs in its own
+   * autocommit transaction, committed before BEGIN; one issued later is
+   * refused (rejects). A failed lead statement leaves the transaction to
+   * run. A worker woken by a notification ticks this way: the tick commits
+   * before the batch's snapshot is taken, and costs no round trip of its
+   * own. keyq uses it only when it was made for this driver's very
+   * `transaction` ({@link pairChain}), as `chain`.
+   */
+  transactionAfter?<T>(lead: (exec: Executor) => unknown, fn: (tx: Executor) => Promise<T>): Promise<T>;
+  /**
    * Optional: wraps a native transaction object of this driver (the `tx` of
    * postgres.js `sql.begin`, a `pg` client inside BEGIN) as an Executor, so
    * `send(…, { tx })` can join it. Returns undefined for anything else;
@@ -218,6 +231,33 @@ const PAIRED: unique symbol = Symbol.for("keyq.chain.transaction");
  */
 export function pairChain<F extends () => TxChain>(transaction: TxDriver["transaction"], chain: F): F {
   return Object.assign(chain, { [PAIRED]: transaction });
+}
+
+/**
+ * Marks `after` as the {@link Driver.transactionAfter} of `transaction`, so
+ * {@link leadOf} uses it only while the driver's `transaction` is that one
+ * (a wrapper that replaces `transaction` and copies the rest is not bypassed).
+ * @example
+ * ```ts
+ * import { type Executor, leadOf, pairLead, type TxDriver } from "./driver.ts";
+ * const exec: Executor = { query: async () => [] };
+ * const transaction: TxDriver["transaction"] = async (fn) => await fn(exec);
+ * const after = pairLead(transaction, async <T>(lead: (e: Executor) => unknown, fn: (tx: Executor) => Promise<T>) => {
+ *   lead(exec);
+ *   return await transaction(fn);
+ * });
+ * const d: TxDriver = { name: "fake", query: async () => [], transaction, transactionAfter: after };
+ * console.log(leadOf(d) !== undefined, leadOf({ ...d, transaction: (fn) => transaction(fn) }) === undefined); // true true
+ * ```
+ */
+export function pairLead<F extends NonNullable<Driver["transactionAfter"]>>(transaction: TxDriver["transaction"], after: F): F {
+  return Object.assign(after, { [PAIRED]: transaction });
+}
+
+/** The driver's transactionAfter, bound, when it was made for the driver's own `transaction`, else undefined. */
+export function leadOf(driver: Driver): NonNullable<Driver["transactionAfter"]> | undefined {
+  const f = driver.transactionAfter as (NonNullable<Driver["transactionAfter"]> & { [PAIRED]?: unknown }) | undefined;
+  return f && f[PAIRED] === driver.transaction ? f.bind(driver) : undefined;
 }
 
 /** The driver's chain (Driver.chain) when it was made for the driver's own `transaction`, else undefined. */

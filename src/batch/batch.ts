@@ -11,7 +11,7 @@
  */
 
 import type { BatchSettings } from "./settings.ts";
-import { type Driver, type Executor, transactional, type TxChain } from "../driver.ts";
+import { type Driver, type Executor, leadOf, transactional, type TxChain } from "../driver.ts";
 import type { AckOutcome, AckReply, EventRef, LocalTimeouts, Received, WireEvent } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
 import { classify } from "../faults.ts";
@@ -35,7 +35,7 @@ export interface ConsumerContext {
   readonly queue: string;
   readonly payloadSchema: PayloadSchema | undefined;
   /** Advances the queue's ticker in its own transaction: the new tick's id (null when it wrote none), busy when another session was writing one. */
-  tick(queue: string): Promise<Ticked>;
+  tick(queue: string, exec?: Executor): Promise<Ticked>;
   /** Runs due maintenance of the queue (skips when another caller is on it). */
   maintain(queue: string): Promise<unknown>;
 }
@@ -289,7 +289,11 @@ function attempt(
  * COMMIT, and the handlers' and hooks' own, plus a savepoint for each event
  * whose handler used `tx`. No event starts after `until` (epoch ms); with
  * `bounded` (run()), the batch's deadline is no later than `until` plus
- * BUDGET_GRACE_MS (or batchTimeout, whichever is sooner).
+ * BUDGET_GRACE_MS (or batchTimeout, whichever is sooner). `lead` issues
+ * statements that run before the batch's transaction, outside it (a woken
+ * worker's tick): in the same network write as BEGIN and the receive where
+ * the driver offers it (Driver.transactionAfter), else first and on their
+ * own. Its failure is the caller's to observe, not the batch's.
  */
 export async function runBatch(
   ctx: ConsumerContext,
@@ -298,10 +302,18 @@ export async function runBatch(
   until?: number,
   bounded = false,
   link?: BatchLink,
+  lead?: (exec: Executor) => Promise<unknown>,
 ): Promise<BatchReport> {
   const db = transactional(ctx.driver);
   let sealed: BatchReport | undefined;
-  const transaction = link ? <T>(fn: (tx: Executor) => Promise<T>) => link.chain.transaction(fn, () => sealed && link.held(sealed)) : db.transaction.bind(db);
+  const after = lead && !link ? leadOf(db) : undefined;
+  const transaction = link
+    ? <T>(fn: (tx: Executor) => Promise<T>) => link.chain.transaction(fn, () => sealed && link.held(sealed))
+    : after
+    ? <T>(fn: (tx: Executor) => Promise<T>) => after(lead!, fn)
+    : db.transaction.bind(db);
+  // A lead the driver cannot send with BEGIN goes first, on its own.
+  if (lead && !after) await lead(db).catch(() => {});
   const dl = deadline(Date.now(), s.batchTimeoutMs, bounded ? until : undefined);
   const by = dl.by === "budget" ? `the run's budget, budgetMs ${s.budgetMs} ms plus ${BUDGET_GRACE_MS} ms of grace` : undefined;
   const life = batchLife(dl.ms, s.signal, by);

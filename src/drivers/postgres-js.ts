@@ -2,7 +2,7 @@
  * postgres.js adapter: `fromPostgresJs(sql)`. Typed structurally; imports nothing from `postgres`.
  * @module
  */
-import { type Executor, ORM_STATEMENT, type Row, type SqlParam, type TxDriver } from "../driver.ts";
+import { type Executor, ORM_STATEMENT, pairLead, type Row, type SqlParam, type TxDriver } from "../driver.ts";
 import type { KeyqError } from "../errors.ts";
 import { connectionLost } from "../faults.ts";
 import { poolerError, wentAstray } from "./internal/shared.ts";
@@ -241,12 +241,21 @@ function opener(r: PostgresJsReservedLike, st: TxState, heard: { closed: boolean
  * while `fn` may still run: its further queries are refused (guarded), and
  * neither COMMIT nor ROLLBACK is written to it.
  */
-async function reserved<T>(r: PostgresJsReservedLike, st: TxState, prepare: boolean, fn: (tx: Executor) => Promise<T>): Promise<T> {
+async function reserved<T>(
+  r: PostgresJsReservedLike,
+  st: TxState,
+  prepare: boolean,
+  fn: (tx: Executor) => Promise<T>,
+  lead?: (exec: Executor) => unknown,
+): Promise<T> {
   const heard: { closed: boolean; conn?: PostgresJsConnection } = { closed: false };
   let begin: Promise<unknown> | undefined;
+  let opened = false; // fn issued its first statement: BEGIN is written, no lead statement may follow
+  const leads: Promise<unknown>[] = [];
   const tx: Executor = {
     signal: st.ctl.signal,
     query(text, params) {
+      opened = true;
       const first = begin ??= st.dead ? undefined : opener(r, st, heard);
       const out = guarded(st, r, text, params, prepare);
       if (!first) return out;
@@ -274,11 +283,22 @@ async function reserved<T>(r: PostgresJsReservedLike, st: TxState, prepare: bool
     r.release();
   };
   const last = (text: "commit" | "rollback") => finish(r, heard, text, () => (released = true));
+  // Statements before BEGIN, each its own autocommit transaction, written with BEGIN and fn's first statement.
+  const before: Executor = {
+    query(text, params) {
+      if (opened) return Promise.reject(new Error("keyq: a lead statement must be issued before the transaction's first statement."));
+      const out = guarded(st, r, text, params, prepare);
+      leads.push(out.catch(() => {}));
+      return out;
+    },
+  };
   try {
+    if (lead) lead(before);
     const work = fn(tx);
     work.catch(() => {}); // it may settle after the connection was lost
     const out = await Promise.race([work, lost]);
-    if (!begin) return out;
+    // Without BEGIN the connection goes back only once the lead's statements answered (see finish()).
+    if (!begin) return (await Promise.all(leads), out);
     if (st.dead) throw st.ctl.signal.reason;
     ended = true;
     const commit = last("commit") as Promise<{ command?: string }>;
@@ -291,6 +311,7 @@ async function reserved<T>(r: PostgresJsReservedLike, st: TxState, prepare: bool
     if (begin && !ended && !st.dead) {
       await last("rollback").catch((e: unknown) => gone(e) && kill(st, e));
     }
+    if (!begin) await Promise.race([Promise.all(leads), lost.catch(() => {})]);
     if (st.astray) throw astrayError(st.astray);
     throw err;
   } finally {
@@ -350,6 +371,12 @@ function isTransaction(x: unknown): x is PostgresJsTransactionLike {
 export function fromPostgresJs(sql: PostgresJsLike): TxDriver {
   const named = names();
   const reserve = sql.reserve ? reserver(sql as Parameters<typeof reserver>[0]) : undefined;
+  const open = async <T>(fn: (tx: Executor) => Promise<T>, lead?: (exec: Executor) => unknown): Promise<T> => {
+    if (!reserve) throw new Error("keyq: postgres.js 3.4 or newer is needed (sql.reserve)");
+    const st: TxState = { dead: false, ctl: new AbortController(), named };
+    return await reserved(await reserve(), st, sql.options?.prepare !== false, fn, lead);
+  };
+  const transaction = <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => open(fn);
   return {
     name: "postgres-js",
     connections: sql.options?.max,
@@ -365,10 +392,8 @@ export function fromPostgresJs(sql: PostgresJsLike): TxDriver {
         },
       }
       : {}),
-    async transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T> {
-      if (!reserve) throw new Error("keyq: postgres.js 3.4 or newer is needed (sql.reserve)");
-      const st: TxState = { dead: false, ctl: new AbortController(), named };
-      return await reserved(await reserve(), st, sql.options?.prepare !== false, fn);
-    },
+    transaction,
+    // The lead's statements on the reserved connection, written with BEGIN and fn's first statement (one round trip).
+    transactionAfter: pairLead(transaction, <T>(lead: (exec: Executor) => unknown, fn: (tx: Executor) => Promise<T>) => open(fn, lead)),
   };
 }

@@ -11,9 +11,9 @@ import { type BatchSettings, batchSettings } from "../batch/settings.ts";
 import { type BatchLink, type ConsumerContext, runBatch, type Ticked } from "../batch/batch.ts";
 import { engine } from "../engine/calls.ts";
 import { KeyqError } from "../errors.ts";
-import { chainOf, transactional } from "../driver.ts";
+import { chainOf, type Executor, leadOf, transactional } from "../driver.ts";
 import { type ConsumerKind, type Started, SUBSCRIBE } from "./kinds.ts";
-import { consume, emptyReport, type LoopLink, runLoop, short, workLoop } from "./loop.ts";
+import { consume, emptyReport, type LoopLink, runLoop, short, type Woke, workLoop } from "./loop.ts";
 import { observeBatch } from "../observe/batches.ts";
 import { type Hub, hub as newHub } from "../observe/observer.ts";
 import { pollWaker, type Waker, waker } from "../observe/wake.ts";
@@ -227,15 +227,20 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
     return await runLoop(s2, () => start(s2, w), (until, link) => once(s2, until, bounded, link && chain && { ...link, chain }), chain, ends);
   };
   // A tick (and plan) that tells the waker: it covers the commits heard before it, and wakes this process's other consumers.
-  const tick = async (s: BatchSettings, w: Waker): Promise<Ticked> => {
+  // On `exec` when given: a lead statement of a batch (wokeRun), issued before the tick() call returns.
+  const tick = async (s: BatchSettings, w: Waker, exec?: Executor): Promise<Ticked> => {
     const ticked = w.ticking();
     let r: Ticked | undefined;
     try {
-      return r = await k.prepare(s);
+      return r = await k.prepare(s, exec);
     } finally {
       ticked(r?.tick ?? null, r?.busy ?? true);
     }
   };
+  // Whether a woken run's tick goes with its batch's BEGIN (see wokeRun): the driver can, and the last such tick wrote one.
+  const pipelines = leadOf(ctx.driver) !== undefined;
+  let leadWrote = true;
+  const leads = { on: () => pipelines && leadWrote, heard: (id: string | null) => void (leadWrote = id !== null) };
   // A woken run (work()): no maintenance, and no tick when this worker just
   // wrote one; a kind whose batches read planned work (Tier A) still plans
   // a tick it heard from another session. A kind whose batch reads up to
@@ -253,14 +258,34 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
   // windows defers its event by deferDelay, past any look right after the
   // COMMIT; at 400 events/s the look found nothing in 43 % of a 4-worker
   // consumer's batches.
-  const wokeRun = async (s: BatchSettings, w: Waker, ticked: boolean): Promise<RunReport> => {
+  //
+  // Where the driver writes statements ahead of a transaction's BEGIN
+  // (Driver.transactionAfter), the tick such a run needs (after producers'
+  // commits; Tier A also plans another session's tick) goes with its first
+  // batch's BEGIN and receive: the server commits it before the batch
+  // reads, and the wake-up saves a round trip. A lead tick that wrote
+  // nothing (the policy's lag, another session's tick) sends the next
+  // wake-up's tick alone, as without the capability, until one writes.
+  const wokeRun = async (s: BatchSettings, w: Waker, woke: Exclude<Woke, false>): Promise<RunReport> => {
     const started = Date.now();
     const report = emptyReport();
-    if (!ticked && k.plansTicks) {
+    let epoch = 0;
+    let lead: ((exec: Executor) => Promise<unknown>) | undefined;
+    const ticks = woke === "sent" || (woke === "tick" && k.plansTicks === true);
+    if (ticks && leads.on()) {
+      report.statements = report.roundTrips = 1;
+      lead = (exec) => {
+        const p = tick(s, w, exec);
+        return p.then((t) => {
+          report.ticked = t.tick !== null;
+          if (t.tick !== null) epoch++; // this batch's own tick moved the herd's epoch after the batch noted it
+          leads.heard(t.tick);
+        }, () => leads.heard(null));
+      };
+    } else if (ticks) {
       report.ticked = (await tick(s, w)).tick !== null;
       report.statements = report.roundTrips = 1;
     }
-    let epoch = 0;
     let drained = false;
     let got = 0;
     let tookLast = false;
@@ -279,7 +304,9 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
         epoch = w.epoch();
         drained = false;
         got = 0;
-        return once(s2, until, false, link && chain && { ...link, chain });
+        const first = lead;
+        lead = undefined;
+        return once(s2, until, false, link && chain && { ...link, chain }, first);
       };
       tookLast = false;
       await consume(s2, started, report, batch, ends, chain);
@@ -287,8 +314,8 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
     }
   };
   const info = { queue, consumer: name, kind: k.kind };
-  const once = (s: BatchSettings, until?: number, bounded?: boolean, link?: BatchLink) =>
-    observeBatch(obs, info, s, (s2) => runBatch(ctx, s2, k, until, bounded, link));
+  const once = (s: BatchSettings, until?: number, bounded?: boolean, link?: BatchLink, lead?: (exec: Executor) => Promise<unknown>) =>
+    observeBatch(obs, info, s, (s2) => runBatch(ctx, s2, k, until, bounded, link, lead));
   return {
     queue,
     name,
@@ -326,8 +353,13 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
         const report = await workLoop(s, () => run(s, false, w), {
           waker: w,
           woken: () => obs.emit({ type: "work.woken", ...who }),
-          tick: () => tick(s, w),
-          woke: (ticked) => wokeRun(s, w, ticked),
+          tick: async () => {
+            const t = await tick(s, w);
+            if (t.tick !== null) leads.heard(t.tick); // a tick alone wrote one: the next goes with a batch again
+            return t;
+          },
+          leads: leads.on,
+          woke: (woke) => wokeRun(s, w, woke),
           retry: (r) => obs.emit({ type: "work.retry", ...who, ...r }),
         });
         obs.emit({ type: "work.stopped", ...who, report });

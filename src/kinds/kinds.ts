@@ -29,7 +29,7 @@ export interface ConsumerKind extends BatchKind {
   /** Refuses settings this kind cannot use, before anything is written. */
   check(s: BatchSettings): void;
   /** Ticks (and plans): the id of the tick it wrote (or null), busy when another session held the ticker. */
-  prepare(s: BatchSettings): Promise<Ticked>;
+  prepare(s: BatchSettings, exec?: Executor): Promise<Ticked>;
   /** True when a tick is read only once planned (`prepare`): a worker that heard another session's tick prepares before it reads. */
   readonly plansTicks?: boolean;
   /** True when a batch that is not full read everything up to the newest tick (one cursor, one window at a time). */
@@ -170,7 +170,7 @@ export function plainKind(t: KindTarget): ConsumerKind {
     maxEvents: PLAIN_MAX_EVENTS,
     settings: t.settings,
     check: (s) => noWorkers(s, "plain"),
-    prepare: () => ctx.tick(queue),
+    prepare: (_s, exec) => ctx.tick(queue, exec),
     start: startRun(t, "plain", 1),
     async receive(tx, s, local, until) {
       const input = { queue, consumer: name, maxEvents: s.maxEvents, waitMs: plainWait(s, until) };
@@ -215,7 +215,7 @@ export function exclusiveKind(t: KindTarget, o: ExclusiveSettings): ConsumerKind
     plansTicks: true,
     settings: t.settings,
     check: (s) => noWorkers(s, "exclusive"),
-    prepare: (s) => growth.prepare(s.maxEvents),
+    prepare: (s, exec) => growth.prepare(s.maxEvents, exec),
     start: (s, subscribe) => growth.start(s.maxEvents, subscribe),
     async receive(tx, s, local) {
       const r = await engine(tx, ctx.schema).receiveExclusive({ queue, consumer: name, maxEvents: s.maxEvents }, local);
@@ -247,15 +247,15 @@ export function exclusiveKind(t: KindTarget, o: ExclusiveSettings): ConsumerKind
  * (never in a batch), and prepares again; until it is valid the count stays.
  */
 function bucketGrowth(t: KindTarget): {
-  prepare(chunkSize: number): Promise<Ticked>;
+  prepare(chunkSize: number, exec?: Executor): Promise<Ticked>;
   start(chunkSize: number, subscribe: boolean): Promise<Started | typeof SUBSCRIBE>;
   starved(count: number): void;
 } {
   const { ctx, queue, name } = t;
   let growFrom: number | null = null;
   let inline = false;
-  const call = (chunkSize: number) =>
-    engine(ctx.driver, ctx.schema).prepareExclusive({ queue, consumer: name, chunkSize, growFrom, indexInline: inline }, "async");
+  const call = (chunkSize: number, exec: Executor = ctx.driver) =>
+    engine(exec, ctx.schema).prepareExclusive({ queue, consumer: name, chunkSize, growFrom, indexInline: inline }, "async");
   /** After a reply that asks for a slot index built concurrently: builds it, then prepares again (true when that ticked). */
   const grown = async (r: PrepareReply, chunkSize: number): Promise<{ tick: string | null; statements: number }> => {
     let tick: string | null = null;
@@ -274,8 +274,8 @@ function bucketGrowth(t: KindTarget): {
     starved(count) {
       growFrom = count;
     },
-    async prepare(chunkSize) {
-      const r = await call(chunkSize);
+    async prepare(chunkSize, exec) {
+      const r = await call(chunkSize, exec); // a retry after an index build goes on the pool
       const g = await grown(r, chunkSize);
       return { tick: r.tick ?? g.tick, busy: busyTick(r, g) };
     },
@@ -374,7 +374,7 @@ export function orderedKind(t: KindTarget, o: OrderedSettings): ConsumerKind {
     maxEvents: ORDERED_MAX_EVENTS,
     settings: t.settings,
     check: (s) => checkOrdered(o, s),
-    prepare: () => ctx.tick(queue),
+    prepare: (_s, exec) => ctx.tick(queue, exec),
     start: startRun(t, "ordered", o.slots),
     receive(tx, s, local) {
       const { slots, helpAfter } = order(s);

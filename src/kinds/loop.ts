@@ -156,10 +156,18 @@ export interface WorkHooks {
   tick?(): Promise<Ticked>;
   /**
    * The run after a wake-up: `run` less what the wake-up already did (its
-   * tick, when `ticked`) and less maintenance, which a full run does at
-   * least every {@link FULL_RUN_MS}. Without it every run is full.
+   * tick, when `"ticked"`) and less maintenance, which a full run does at
+   * least every {@link FULL_RUN_MS}; after `"sent"` it ticks itself, with
+   * its first batch's BEGIN ({@link WorkHooks.leads}). Without it every run is full.
    */
-  woke?(ticked: boolean): Promise<RunReport>;
+  woke?(woke: Exclude<Woke, false>): Promise<RunReport>;
+  /**
+   * True when the run after producers' commits can send its tick in the
+   * same network write as its first batch's BEGIN and receive
+   * (Driver.transactionAfter): the idle wait then leaves the tick to that
+   * run instead of spending a round trip on it first.
+   */
+  leads?(): boolean;
   /** A transient fault is retried. */
   retry?(info: { error: unknown; attempt: number; delayMs: number }): void;
 }
@@ -181,8 +189,12 @@ export const loopTuning: { fullRunMs: number } = { fullRunMs: FULL_RUN_MS };
 /** The pause before a tick is tried again after another session held the ticker. */
 const BUSY_TICK_MS = 2;
 
-/** Why an idle wait ended: the worker ticked itself, heard another's tick, or neither (time out, abort). */
-type Woke = false | "ticked" | "tick";
+/**
+ * Why an idle wait ended: the worker ticked itself, heard another's tick,
+ * heard producers' commits that its run ticks for (WorkHooks.leads), or
+ * none of these (time out, abort).
+ */
+export type Woke = false | "ticked" | "tick" | "sent";
 
 /**
  * Waits up to `ms` for a reason to run. Producers' commits alone first get
@@ -197,6 +209,7 @@ async function idleWait(s: BatchSettings, waker: Waker, hooks: WorkHooks, total:
     if (heard === false) return false;
     if (heard === "more") return "ticked"; // a worker of this consumer wrote and planned the tick: read at once
     if (heard === "tick" || !hooks.tick) return "tick";
+    if (hooks.leads?.()) return "sent"; // the run ticks with its first batch
     try {
       total.statements++;
       total.roundTrips = total.statements;
@@ -238,7 +251,7 @@ export async function workLoop(s: BatchSettings, run: () => Promise<RunReport>, 
       waker.running();
       const fast = woke !== false && hooks.woke !== undefined && Date.now() - lastFull < loopTuning.fullRunMs;
       if (!fast) lastFull = Date.now();
-      r = fast ? await hooks.woke!(woke === "ticked") : await run();
+      r = fast ? await hooks.woke!(woke as Exclude<Woke, false>) : await run();
       woke = false;
       attempt = 0;
     } catch (err) {

@@ -6,7 +6,7 @@
  */
 
 import * as v from "valibot";
-import type { Driver } from "../driver.ts";
+import type { Driver, Executor } from "../driver.ts";
 import { engine } from "../engine/calls.ts";
 import type { Ticked } from "../engine/declarations.ts";
 import { infoInMs, queueSettings, sameSettings } from "./queue-settings.ts";
@@ -30,7 +30,7 @@ export interface Admin {
   /** Advances one queue's ticker; the new tick id or null. */
   tickOne(queue: string, force: boolean): Promise<string | null>;
   /** A consumer's tick of one queue: its id (or null), and busy when another session held the ticker. */
-  ticked(queue: string): Promise<Ticked>;
+  ticked(queue: string, exec?: Executor): Promise<Ticked>;
   /** Maintains one queue. */
   maintainOne(queue: string, forceRotate: boolean): Promise<MaintainReport>;
 }
@@ -43,8 +43,9 @@ export function admin(driver: Driver, schema: string): Admin {
     return (await db.tick({ queue, force })).tick;
   };
   // A worker's tick, on the pool: it commits without waiting for the WAL flush (engine Commit).
-  const ticked = async (queue: string): Promise<Ticked> => {
-    const r = await db.tick({ queue, force: false }, "async");
+  // On `exec` when given (a woken worker's tick, written with its batch's BEGIN: Driver.transactionAfter).
+  const ticked = async (queue: string, exec?: Executor): Promise<Ticked> => {
+    const r = await (exec ? engine(exec, schema) : db).tick({ queue, force: false }, "async");
     return { tick: r.tick, busy: r.reason === "busy" };
   };
   const maintainOne = (queue: string, forceRotate: boolean): Promise<MaintainReport> => db.maintain({ queue, forceRotate });
