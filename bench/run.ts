@@ -59,6 +59,9 @@ function notes(): string[] {
     `Read limit: ${s.rawConns} connections read an equivalent table (keyq's event columns, one btree) by keyset, ` +
     `${s.batchSize} rows a statement, each a quarter of the id range. The three plain consumers read one backlog, each from the start.`,
     `Raw insert: insert … select … from jsonb_array_elements($1::text::jsonb), the ${s.batchSize} events as one JSON document.`,
+    `No-queue floor (wake-ups): the same producer loop inserts each due group into a plain table in one statement that also ` +
+    `pg_notify()s; a LISTENing connection hears it and a second connection reads the new rows by id (one statement, no ` +
+    `transaction, no position kept). The "vs the no-queue floor" rows repeat keyq's woken latencies against it, same round.`,
     `Round trips: a TCP proxy in front of Postgres counts client turns (the client starting to send after the server spoke); ` +
     `${s.rtStatements} statements (select $1::int) through each adapter's query, then ${s.rtStatements} q.send calls, then plain run() calls (maxEvents 10) until those events are handled.`,
     `Statements per batch: RunReport.statements / batches (keyq; no-op handlers, so none of their own); pg-boss: queries sent / non-empty fetches. ` +

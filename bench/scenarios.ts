@@ -30,6 +30,8 @@ export interface Book {
 const atLeast = (value: number, on: Target["on"] = "ratio"): Target => ({ on, op: ">=", value });
 const atMost = (value: number, on: Target["on"] = "keyq"): Target => ({ on, op: "<=", value });
 
+const FLOOR = "insert + NOTIFY, a listener, one read by id (no queue)";
+
 type RowSpec = [id: string, label: string, unit: string, reference: string, ratio: boolean, target?: Target];
 
 /** The rows each scenario fills. */
@@ -175,6 +177,11 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
           [`poll-${kind}-p50`, `${name}: latency p50 at ${s.rate}/s, polling every ${s.pollMs} ms (↓)`, "ms", ref, true],
           [`poll-${kind}-p99`, `${name}: latency p99 at ${s.rate}/s, polling every ${s.pollMs} ms (↓)`, "ms", ref, true],
         );
+      }
+      for (const [kind, name] of [["plain", "plain"], ["exclusive", "Tier A"], ["ordered", "Tier B"]] as const) {
+        for (const q of ["p50", "p99"] as const) {
+          rows.push([`floor-${kind}-${q}`, `${name}, wake-ups: latency ${q} vs the no-queue floor (↓)`, "ms", FLOOR, true]);
+        }
       }
       rows.push(
         ["idle-wake", "idle statements per minute, 1 Tier A worker, wake-ups, maxPollMs 60 s (↓)", "", "polling, default back-off (maxPollMs 5 s)", true],
@@ -387,6 +394,14 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
           if (ref && Number.isFinite(k)) row.ratios.push(k / ref);
         }
       }
+      const floor = await measure(book, `${id} (no-queue floor)`, () => wk.floorLatency(admin, s, seed));
+      for (const kind of ["plain", "exclusive", "ordered"] as const) {
+        for (const q of ["p50", "p99"] as const) {
+          const row = book.rows.get(`wake-${kind}-${q}`)!;
+          put(book, `floor-${kind}-${q}`, row.keyq.at(-1), floor?.[q]);
+        }
+      }
+      parts.push(`no-queue floor p50 ${fmt(floor?.p50)} p99 ${fmt(floor?.p99)} ms`);
       const idle = await measure(book, `${id} (idle)`, () => wk.idleStatements(admin, s.seconds * 3_000, s.seconds * 6_000));
       put(book, "idle-wake", idle?.wake, idle?.poll);
       return `${parts.join(" · ")} · pg-boss p50 ${fmt(b2?.p50)} p99 ${fmt(b2?.p99)} ms · idle statements/min wake ${fmt(idle?.wake)} poll ${fmt(idle?.poll)}`;
