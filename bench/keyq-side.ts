@@ -318,14 +318,14 @@ export function consumeOrdered(admin: Sql, sizes: Sizes, seed: number): Promise<
   return consume(admin, sizes, seed, "ordered", sizes.orderedEvents, sizes.workers, { maxEvents: sizes.maxEvents });
 }
 
-/** Tier B as above with the engine's default maxEvents (what a user gets). */
-export function consumeOrderedDefault(admin: Sql, sizes: Sizes, seed: number): Promise<ConsumeResult | null> {
-  return consume(admin, sizes, seed, "ordered", sizes.orderedEvents, sizes.workers);
+/** Tier B as above with the engine's default maxEvents (what a user gets), over `n` events (default orderedEvents). */
+export function consumeOrderedDefault(admin: Sql, sizes: Sizes, seed: number, n: number = sizes.orderedEvents): Promise<ConsumeResult | null> {
+  return consume(admin, sizes, seed, "ordered", n, sizes.workers);
 }
 
-/** One plain consumer over Tier B's events, default maxEvents: the rate Tier B should reach. */
-export function consumePlainLikeOrdered(admin: Sql, sizes: Sizes, seed: number): Promise<ConsumeResult | null> {
-  return consume(admin, sizes, seed, "plain", sizes.orderedEvents, 1);
+/** One plain consumer over Tier B's `n` events (default orderedEvents), default maxEvents: the rate Tier B should reach. */
+export function consumePlainLikeOrdered(admin: Sql, sizes: Sizes, seed: number, n: number = sizes.orderedEvents): Promise<ConsumeResult | null> {
+  return consume(admin, sizes, seed, "plain", n, 1);
 }
 
 /** One plain consumer over Tier B's events in batches of `maxEvents`: the engine's cost per batch of that size, without slots. */

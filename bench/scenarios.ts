@@ -109,6 +109,14 @@ export function rowSpecs(id: ScenarioId, s: Sizes): RowSpec[] {
           true,
           atLeast(1),
         ],
+        [
+          "ordered-plain-long",
+          `the same, ${fmt(s.orderedLongEvents)} events (each fresh connection's cold first batch weighs less)`,
+          "ev/s",
+          "plain consumer, 1 worker, default maxEvents",
+          true,
+          atLeast(1),
+        ],
         ["ra-ordered", `rows read per event: Tier B, ${s.slots} slots, default maxEvents (↓)`, "", "", false, atMost(1.05)],
       ];
     case "produce-send":
@@ -341,7 +349,16 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
       put(book, "ordered-default", d?.eventsPerSec, b?.eventsPerSec);
       put(book, "ordered-plain", d?.eventsPerSec, p?.eventsPerSec);
       put(book, "ra-ordered", d?.readAmp);
-      return `${vs(k?.eventsPerSec, b?.eventsPerSec, "pg-boss")} · default maxEvents ${ev(d?.eventsPerSec)} · plain ${ev(p?.eventsPerSec)}`;
+      const [dl, pl] = await both(
+        book,
+        "ordered-plain-long",
+        keyqFirst,
+        () => kq.consumeOrderedDefault(admin, s, seed, s.orderedLongEvents),
+        () => kq.consumePlainLikeOrdered(admin, s, seed, s.orderedLongEvents),
+      );
+      put(book, "ordered-plain-long", dl?.eventsPerSec, pl?.eventsPerSec);
+      return `${vs(k?.eventsPerSec, b?.eventsPerSec, "pg-boss")} · default maxEvents ${ev(d?.eventsPerSec)} · plain ${ev(p?.eventsPerSec)}` +
+        ` · ${fmt(s.orderedLongEvents)} events: Tier B ${ev(dl?.eventsPerSec)} · plain ${ev(pl?.eventsPerSec)}`;
     }
     case "latency": {
       const [k, b] = await both(book, id, keyqFirst, () => kq.latencyExclusive(admin, s, seed), () => boss.latencyExclusive(admin, s, seed));

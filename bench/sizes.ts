@@ -30,6 +30,12 @@ export interface Sizes {
   retryEvents: number;
   /** Events consumed in the Tier B scenario. */
   orderedEvents: number;
+  /**
+   * Events of the second "Tier B vs one plain consumer" row: long enough that
+   * each fresh connection's cold first batch (functions compiled, statements
+   * prepared, ~20 ms) weighs little against the rate.
+   */
+  orderedLongEvents: number;
   /** Tier B slots. */
   slots: number;
   /** Tier A: how long a deferred (key held elsewhere) event waits, ms. */
@@ -72,6 +78,7 @@ export const FULL: Sizes = {
   pollMs: 20,
   retryEvents: 3_000,
   orderedEvents: 10_000,
+  orderedLongEvents: 50_000,
   slots: 8,
   deferMs: 20,
   dedupSmall: 10_000,
@@ -98,6 +105,7 @@ export const QUICK: Sizes = {
   seconds: 2,
   retryEvents: 1_000,
   orderedEvents: 3_000,
+  orderedLongEvents: 10_000,
   dedupSmall: 2_000,
   dedupLarge: 20_000,
   writeEvents: 2_000,
