@@ -9,7 +9,7 @@ import { type Consumer, type Executor, type Keyq, keyq, type KeyqEvent, type Run
 import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { analyzeSchema, APP, connect, dropSchema, freshSchema, rowsRead, type Sql, waitBackendsGone } from "./db.ts";
 import type { ConsumeResult, LatencyResult, Sizes } from "./sizes.ts";
-import { type BenchEvent, type FilePayload, type KeyMix, makeEvents, nowMs, quantile, sleep, until } from "./util.ts";
+import { type BenchEvent, type FilePayload, type KeyMix, makeEvents, nowMs, produceSteadily, quantile, sleep, until } from "./util.ts";
 
 /** The queue every keyq scenario uses. */
 export const QUEUE = "files";
@@ -361,19 +361,7 @@ export async function latencyExclusive(admin: Sql, sizes: Sizes, seed: number): 
         handler: (ev) => void latencies.push(nowMs() - ev.payload.sentAt),
       })
     );
-    const total = Math.round(sizes.rate * sizes.seconds);
-    const events = makeEvents(total, seed);
-    let sent = 0;
-    const t0 = performance.now();
-    while (sent < total) {
-      const due = Math.min(total, Math.floor(((performance.now() - t0) / 1000) * sizes.rate));
-      if (due > sent) {
-        const at = nowMs();
-        await loader.q.sendBatch(QUEUE, events.slice(sent, due).map((e) => toSend(e, at)));
-        sent = due;
-      }
-      await sleep(5);
-    }
+    const { total } = await produceSteadily(sizes.rate, sizes.seconds, seed, 5, (evs, at) => loader.q.sendBatch(QUEUE, evs.map((e) => toSend(e, at))));
     await until(() => latencies.length >= total, 60_000, `keyq latency: ${total} events handled`);
     abort.abort();
     await Promise.all(working);

@@ -20,7 +20,7 @@ import { PgBoss, type QueuePolicy } from "pg-boss";
 import { analyzeSchema, APP, DATABASE_URL, dropSchema, freshSchema, rowsRead, type Sql, waitBackendsGone } from "./db.ts";
 import type { ConsumeResult, LatencyResult, Sizes } from "./sizes.ts";
 import { sinkDdl } from "./keyq-side.ts";
-import { type BenchEvent, type FilePayload, type KeyMix, makeEvents, nowMs, quantile, sleep, untilAll } from "./util.ts";
+import { type BenchEvent, type FilePayload, type KeyMix, makeEvents, nowMs, produceSteadily, quantile, sleep, untilAll } from "./util.ts";
 
 const QUEUE = "files";
 const JOB_TABLES = "job%";
@@ -257,21 +257,9 @@ export async function latencyExclusive(admin: Sql, sizes: Sizes, seed: number): 
     const died: string[] = [];
     // Awaited below; a failure must not crash the run before that, and ends the wait with its reason.
     working.forEach((w) => w.catch((err: unknown) => died.push(err instanceof Error ? err.message : String(err))));
-    const total = Math.round(sizes.rate * sizes.seconds);
-    const events = makeEvents(total, seed);
-    let sent = 0;
-    const t0 = performance.now();
-    while (sent < total) {
-      const due = Math.min(total, Math.floor(((performance.now() - t0) / 1000) * sizes.rate));
-      if (due > sent) {
-        const at = nowMs();
-        await loader.insert(QUEUE, events.slice(sent, due).map((e) => toJob(e, at)));
-        sent = due;
-      }
-      await sleep(5);
-    }
+    const { total, ms } = await produceSteadily(sizes.rate, sizes.seconds, seed, 5, (evs, at) => loader.insert(QUEUE, evs.map((e) => toJob(e, at))));
     await untilAll(`pg-boss latency (${sizes.workers} fetch loops)`, () => latencies.length, total, {
-      produceMs: performance.now() - t0,
+      produceMs: ms,
       failed: () => (died.length > 0 ? `${died.length} fetch loop(s) failed: ${died[0]}` : undefined),
     });
     stopped = true;

@@ -183,3 +183,32 @@ export async function untilAll(
     await sleep(2);
   }
 }
+
+/**
+ * Sends `rate × seconds` events of the seeded stream at a steady rate: every
+ * `stepMs` the events due by then go in one `send` call, stamped with the
+ * time of that call (the latency scenarios' producer, the same on every
+ * side). Resolves with how many went and how long sending took (ms).
+ */
+export async function produceSteadily(
+  rate: number,
+  seconds: number,
+  seed: number,
+  stepMs: number,
+  send: (events: BenchEvent[], at: number) => Promise<unknown>,
+): Promise<{ total: number; ms: number }> {
+  const total = Math.round(rate * seconds);
+  const events = makeEvents(total, seed);
+  let sent = 0;
+  const t0 = performance.now();
+  while (sent < total) {
+    const due = Math.min(total, Math.floor(((performance.now() - t0) / 1000) * rate));
+    if (due > sent) {
+      const at = nowMs();
+      await send(events.slice(sent, due), at);
+      sent = due;
+    }
+    await sleep(stepMs);
+  }
+  return { total, ms: performance.now() - t0 };
+}

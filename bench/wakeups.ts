@@ -12,7 +12,7 @@ import { fromPostgresJs } from "../src/drivers/postgres-js.ts";
 import { APP, connect, dropSchema, freshSchema, type Sql } from "./db.ts";
 import { QUEUE, setup, teardown } from "./keyq-side.ts";
 import type { LatencyResult, Sizes } from "./sizes.ts";
-import { type FilePayload, makeEvents, nowMs, quantile, sleep, until, untilAll } from "./util.ts";
+import { type FilePayload, nowMs, produceSteadily, quantile, sleep, until, untilAll } from "./util.ts";
 
 /** The consumer kinds measured. */
 export type Kind = "plain" | "exclusive" | "ordered";
@@ -74,20 +74,14 @@ export async function latency(admin: Sql, s: Sizes, seed: number, kind: Kind, wa
     await until(() => modes.length === n, 10_000, "the workers' wake-up probes");
     if (wake && modes.some((m) => m !== "listen")) throw new Error(`a worker did not listen: ${modes.join(", ")}`);
     await sleep(200); // past the first runs: workers idle (the woken ones sleep out their back-off)
-    const total = Math.round(s.rate * s.seconds);
-    const events = makeEvents(total, seed);
-    let sent = 0;
-    const t0 = performance.now();
-    while (sent < total) {
-      const due = Math.min(total, Math.floor(((performance.now() - t0) / 1000) * s.rate));
-      if (due > sent) {
-        const at = nowMs();
-        await loader.q.sendBatch(QUEUE, events.slice(sent, due).map((e) => ({ type: e.type, key: e.key, payload: { ...e.payload, sentAt: at } })));
-        sent = due;
-      }
-      await sleep(1);
-    }
-    await untilAll(`keyq ${kind} latency`, () => latencies.length, total, { produceMs: performance.now() - t0 });
+    const { total, ms } = await produceSteadily(
+      s.rate,
+      s.seconds,
+      seed,
+      1,
+      (evs, at) => loader.q.sendBatch(QUEUE, evs.map((e) => ({ type: e.type, key: e.key, payload: { ...e.payload, sentAt: at } }))),
+    );
+    await untilAll(`keyq ${kind} latency`, () => latencies.length, total, { produceMs: ms });
     abort.abort();
     await Promise.all(working);
     return { p50: quantile(latencies, 0.5), p95: quantile(latencies, 0.95), p99: quantile(latencies, 0.99), count: latencies.length };
@@ -135,25 +129,14 @@ export async function floorLatency(admin: Sql, s: Sizes, seed: number): Promise<
       reading = false;
     };
     const heard = await ear.listen(schema, () => void read().catch((err: unknown) => (broken ??= err)));
-    const total = Math.round(s.rate * s.seconds);
-    const events = makeEvents(total, seed);
-    let sent = 0;
-    const t0 = performance.now();
-    while (sent < total) {
-      const due = Math.min(total, Math.floor(((performance.now() - t0) / 1000) * s.rate));
-      if (due > sent) {
-        const at = nowMs();
-        await prod.unsafe(
-          `with i as (insert into "${schema}".ev (doc) select x from jsonb_array_elements($1::text::jsonb) x returning id)
+    const { total, ms } = await produceSteadily(s.rate, s.seconds, seed, 1, (evs, at) =>
+      prod.unsafe(
+        `with i as (insert into "${schema}".ev (doc) select x from jsonb_array_elements($1::text::jsonb) x returning id)
            select pg_catalog.pg_notify($2, pg_catalog.max(id)::text) from i`,
-          [JSON.stringify(events.slice(sent, due).map((e) => ({ ...e.payload, sentAt: at }))), schema],
-        );
-        sent = due;
-      }
-      await sleep(1);
-    }
+        [JSON.stringify(evs.map((e) => ({ ...e.payload, sentAt: at }))), schema],
+      ));
     await untilAll("no-queue floor latency", () => latencies.length, total, {
-      produceMs: performance.now() - t0,
+      produceMs: ms,
       failed: () => (broken === undefined ? undefined : `the reader failed: ${broken}`),
     });
     await heard.unlisten();
