@@ -3,15 +3,16 @@
  * keyq side: a table equivalent to keyq's event table (the same columns,
  * one btree index), filled by one-JSON-document inserts and read back by
  * keyset pagination over several connections. They bound what a queue on
- * this database and driver can reach: the producer and the read limit.
+ * this database and driver can reach: the producer, the read limit and
+ * the floor under a woken read.
  *
  * @module
  */
 
 import { APP, connect, dropSchema, freshSchema, type Sql } from "./db.ts";
 import { sinkDdl, sinkInsert } from "./keyq-side.ts";
-import type { Sizes } from "./sizes.ts";
-import { type BenchEvent, makeEvents } from "./util.ts";
+import type { LatencyResult, Sizes } from "./sizes.ts";
+import { type BenchEvent, makeEvents, nowMs, produceSteadily, quantile, untilAll } from "./util.ts";
 
 /** keyq's event columns; a primary key on ev_id stands in for keyq's (ev_txid, ev_id) index. */
 export async function createTable(sql: Sql, schema: string): Promise<void> {
@@ -163,6 +164,61 @@ export async function writeCeiling(admin: Sql, sizes: Sizes, seed: number): Prom
     return events.length / ((performance.now() - t0) / 1000);
   } finally {
     await Promise.all(pool.map((sql) => sql.end({ timeout: 5 })));
+    await dropSchema(admin, schema);
+  }
+}
+
+/**
+ * The floor under every woken row, with no queue: the same producer loop
+ * inserts each due group of events into a plain table in one statement that
+ * also sends `pg_notify` (delivered at its commit); a listener hears it and
+ * one reader connection fetches the new rows by id (one round trip, no
+ * transaction, no position kept); latency is now − sentAt per row. What a
+ * notification and a read cost on this machine at all: a queue's woken
+ * latency cannot go below it.
+ */
+export async function floorLatency(admin: Sql, s: Sizes, seed: number): Promise<LatencyResult & { p99: number }> {
+  const schema = freshSchema("raw_wake");
+  const prod = connect(`${APP}-floor-prod`);
+  const reader = connect(`${APP}-floor-read`);
+  const ear = connect(`${APP}-floor-listen`);
+  try {
+    await prod.unsafe(`create schema "${schema}"`);
+    await prod.unsafe(`create table "${schema}".ev (id bigint generated always as identity primary key, doc jsonb not null)`);
+    await reader.unsafe("select 1");
+    const latencies: number[] = [];
+    let last = 0;
+    let reading = false;
+    let again = false;
+    let broken: unknown;
+    const read = async (): Promise<void> => {
+      if (reading) return void (again = true);
+      reading = true;
+      do {
+        again = false;
+        const rows = await reader.unsafe(`select id, doc from "${schema}".ev where id > $1 order by id limit 1000`, [last]);
+        const at = nowMs();
+        for (const r of rows) latencies.push(at - (r.doc as { sentAt: number }).sentAt);
+        if (rows.length > 0) last = Number(rows.at(-1)!.id);
+        if (rows.length === 1000) again = true;
+      } while (again);
+      reading = false;
+    };
+    const heard = await ear.listen(schema, () => void read().catch((err: unknown) => (broken ??= err)));
+    const { total, ms } = await produceSteadily(s.rate, s.seconds, seed, 1, (evs, at) =>
+      prod.unsafe(
+        `with i as (insert into "${schema}".ev (doc) select x from jsonb_array_elements($1::text::jsonb) x returning id)
+           select pg_catalog.pg_notify($2, pg_catalog.max(id)::text) from i`,
+        [JSON.stringify(evs.map((e) => ({ ...e.payload, sentAt: at }))), schema],
+      ));
+    await untilAll("no-queue floor latency", () => latencies.length, total, {
+      produceMs: ms,
+      failed: () => (broken === undefined ? undefined : `the reader failed: ${broken}`),
+    });
+    await heard.unlisten();
+    return { p50: quantile(latencies, 0.5), p95: quantile(latencies, 0.95), p99: quantile(latencies, 0.99), count: latencies.length };
+  } finally {
+    await Promise.all([prod, reader, ear].map((c) => c.end({ timeout: 5 })));
     await dropSchema(admin, schema);
   }
 }

@@ -411,7 +411,7 @@ export async function runScenario(book: Book, id: ScenarioId, admin: Sql, s: Siz
           if (ref && Number.isFinite(k)) row.ratios.push(k / ref);
         }
       }
-      const floor = await measure(book, `${id} (no-queue floor)`, () => wk.floorLatency(admin, s, seed));
+      const floor = await measure(book, `${id} (no-queue floor)`, () => raw.floorLatency(admin, s, seed));
       for (const kind of ["plain", "exclusive", "ordered"] as const) {
         for (const q of ["p50", "p99"] as const) {
           const row = book.rows.get(`wake-${kind}-${q}`)!;
