@@ -184,7 +184,10 @@ async function body(a: Attempt, tx: Executor): Promise<Ended> {
   const busy = received === BUSY || (a.hooks.afterReceive !== undefined && !(await a.hooks.afterReceive(received, hooked, life)));
   a.step({ on: "received", busy });
   if (received === BUSY || busy) return { busy: true };
-  if (received.events.length > 0) a.s.received?.(received.drained === true, received.events.length);
+  if (received.events.length > 0) {
+    a.br.held?.(received.drained === true);
+    a.s.received?.(received.drained === true, received.events.length);
+  }
   const out = await handleEvents(a, received, tx);
   if (life.dead()) throw life.error();
   await a.hooks.beforeCommit?.(hooked);
@@ -317,7 +320,7 @@ export async function runBatch(
   const dl = deadline(Date.now(), s.batchTimeoutMs, bounded ? until : undefined);
   const by = dl.by === "budget" ? `the run's budget, budgetMs ${s.budgetMs} ms plus ${BUDGET_GRACE_MS} ms of grace` : undefined;
   const life = batchLife(dl.ms, s.signal, by);
-  const br: BatchRun = { life, until: until ?? Number.POSITIVE_INFINITY, inflight: Promise.resolve(), counted: { n: 0 } };
+  const br: BatchRun = { life, until: until ?? Number.POSITIVE_INFINITY, inflight: Promise.resolve(), counted: { n: 0 }, held: s.hold?.() };
   const a = attempt(ctx, s, kind, br, localTimeouts(s, dl.ms), link?.previous);
   const limits: BatchLimits = { deadlineMs: dl.ms, by: dl.by, statementTimeoutMs: statementMs(s, dl.ms) };
   try {
@@ -344,5 +347,8 @@ export async function runBatch(
     throw e;
   } finally {
     life.dispose();
+    try {
+      br.held?.();
+    } catch { /* a waker's bookkeeping must not fail the batch */ }
   }
 }

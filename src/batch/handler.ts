@@ -29,6 +29,8 @@ export interface BatchRun {
   inflight: PromiseLike<unknown>;
   /** Statements sent through counting executors: the handlers' own and the fence hooks' (report.ts). */
   counted: Tally;
+  /** BatchSettings.hold's answer for this batch. */
+  held?: (drained?: boolean) => void;
 }
 
 /** An event ready for the handler, with its wire form. */

@@ -66,6 +66,13 @@ export interface BatchSettings {
   workers: number | undefined;
   /** A batch received `events` (at least one), before any handler ran; `drained` as Received says. */
   received?: (drained: boolean, events: number) => void;
+  /**
+   * Called as a batch starts (work(): herd.ts Member.cover). The function
+   * it returns is told, when the batch received events, whether it drained
+   * what it read (`true` keeps the hold), and is called with nothing once
+   * the batch has ended (committed, rolled back, or given up on).
+   */
+  hold?: () => (drained?: boolean) => void;
 }
 
 /** Options that only some calls use; elsewhere they would be ignored without a word. */

@@ -311,6 +311,7 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
       tookLast = false;
       await consume(s2, started, report, batch, ends, chain);
       if (!tookLast || k.plansTicks || w.epoch() === epoch) return report;
+      w.running(); // this look reads the ticks heard so far (a tick that came while the batch held every slot waits for it)
     }
   };
   const info = { queue, consumer: name, kind: k.kind };
@@ -347,8 +348,13 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
       // A batch that received events lets one more idle worker of this consumer look (not for one cursor: it would wait for
       // it), unless it took the last free work (Tier A's drained). The woken run still looks once more after its COMMIT:
       // work that came meanwhile behind what it held (a chunk of the same bucket, its slot) is free only then, and the
-      // worker that found it held has stopped.
-      const s: BatchSettings = k.readsAll ? settings : { ...settings, received: (drained) => drained || w.more() };
+      // worker that found it held has stopped. A drained Tier B batch over every slot holds them all until it ends
+      // (ordered_take locks each slot it visits): until then producers' commits wake no other worker (herd.ts cover).
+      const s: BatchSettings = k.readsAll ? settings : {
+        ...settings,
+        received: (drained) => drained || w.more(),
+        ...(k.kind === "ordered" && settings.worker === undefined ? { hold: () => coverWhile(w) } : {}),
+      };
       try {
         const report = await workLoop(s, () => run(s, false, w), {
           waker: w,
@@ -368,6 +374,20 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
         await w.close();
       }
     },
+  };
+}
+
+/**
+ * A Tier B batch's hold on its consumer's work (herd.ts Member.cover), from
+ * its start: ordered_take locks every slot it visits, so while its receive
+ * is in flight and, once it read every free slot to its end (drained), until
+ * it ends, another worker's look would find them held.
+ */
+function coverWhile(w: Waker): (drained?: boolean) => void {
+  const release = w.cover();
+  return (drained) => {
+    if (drained === false) release(true); // it holds only the slots it filled up from: others may look now
+    else if (drained === undefined) release();
   };
 }
 

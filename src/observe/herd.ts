@@ -20,6 +20,14 @@
  * - A batch that received events lets one more idle worker of its consumer
  *   look ({@link Member.more}): a backlog spreads over the workers, one at a
  *   time, and a slow handler never keeps other keys of the window waiting.
+ * - A batch that holds all of its consumer's work ({@link Member.cover}: a
+ *   Tier B batch locks each slot it visits, so from its start and, once it
+ *   read every free slot to its end, until it ends) keeps notifications from
+ *   waking another worker of that consumer: its look would find every slot
+ *   held and end empty (at 400 events/s, 4 workers over 8 slots, 4 of 10
+ *   batches were such looks). Commits wait as `sent` until the batch ends,
+ *   then wake one idle worker to tick for them; a tick waits as pending for
+ *   the holder, which looks again after its COMMIT.
  *
  * Groups are named by schema, queue and consumer: two databases in one
  * process with the same names share a group. At worst a notification of one
@@ -55,6 +63,16 @@ export interface Member {
   ticking(): (id: string | null, busy: boolean) => void;
   /** A batch of this worker received events: another idle worker of its consumer may look too. */
   more(): void;
+  /**
+   * A batch of this worker holds all of its consumer's work until it ends:
+   * producers' commits and ticks heard meanwhile wake no worker of the
+   * consumer. The function it returns ends that (once): commits still
+   * uncovered then wake an idle worker; a tick heard meanwhile waits as
+   * pending (the holder looks again after its COMMIT, or takes it at its
+   * next wait) unless `wake`: the batch turned out to hold only part of the
+   * work, so an idle worker is woken for it at once.
+   */
+  cover(): (wake?: boolean) => void;
   /**
    * How many ticks of the queue this process heard of or wrote so far: a
    * worker that compares it before its batch and after its COMMIT knows
@@ -96,6 +114,8 @@ interface Group {
    */
   inflight: number;
   deferred: string[];
+  /** Batches of its workers that hold all of its work (Member.cover): commits heard wake none of its workers. */
+  covering: number;
 }
 interface Queue {
   groups: Map<string, Group>;
@@ -136,7 +156,8 @@ function tickAll(q: Queue, id: string | null, except?: Group, prefer?: Worker): 
       }
       g.ticks.add(id);
     }
-    if (!wakeOne(g, "tick", prefer)) g.tickPending = true;
+    // A batch that holds all of the group's work reads it itself once it ends (the worker looks again after a tick came).
+    if (g.covering > 0 || !wakeOne(g, "tick", prefer)) g.tickPending = true;
   }
 }
 
@@ -158,7 +179,7 @@ function settle(q: Queue, g: Group, id: string | null): void {
   const heard = g.deferred.filter((d) => !g.ticks.has(d));
   g.deferred = [];
   for (const d of heard) g.ticks.add(d);
-  if (heard.length > 0 && !wakeOne(g, "tick")) g.tickPending = true;
+  if (heard.length > 0 && (g.covering > 0 || !wakeOne(g, "tick"))) g.tickPending = true;
   if (id !== null) tickAll(q, id, g);
 }
 
@@ -180,7 +201,7 @@ export function join(channel: string, queue: string, consumer: string): Member {
   if (!q) queues.set(qk, q = { groups: new Map(), sent: 0, claimed: 0, covered: 0, ticking: 0, commits: recent(1024), epoch: 0, counted: recent(256) });
   const queue_ = q;
   let g = q.groups.get(consumer);
-  if (!g) q.groups.set(consumer, g = { workers: new Set(), tickPending: false, ticks: recent(256), inflight: 0, deferred: [] });
+  if (!g) q.groups.set(consumer, g = { workers: new Set(), tickPending: false, ticks: recent(256), inflight: 0, deferred: [], covering: 0 });
   const me: Worker = { wake: undefined, group: g };
   g.workers.add(me);
   // One worker ticks for the commits heard so far: the others need not (its tick's own wake-up follows).
@@ -189,16 +210,17 @@ export function join(channel: string, queue: string, consumer: string): Member {
   const anyIdle = (): void => {
     if (queue_.ticking > 0) return;
     for (const x of queue_.groups.values()) {
-      if (wakeOne(x, "sent", me)) return void (queue_.claimed = queue_.sent);
+      if (x.covering === 0 && wakeOne(x, "sent", me)) return void (queue_.claimed = queue_.sent);
     }
   };
+  const uncovered = (): boolean => queue_.sent > Math.max(queue_.covered, queue_.claimed);
   return {
     take() {
-      if (me.group.tickPending) {
+      if (me.group.tickPending && me.group.covering === 0) {
         me.group.tickPending = false;
         return "tick";
       }
-      if (queue_.ticking > 0 || queue_.sent <= Math.max(queue_.covered, queue_.claimed)) return false;
+      if (queue_.ticking > 0 || me.group.covering > 0 || !uncovered()) return false;
       queue_.claimed = queue_.sent;
       return "sent";
     },
@@ -235,11 +257,24 @@ export function join(channel: string, queue: string, consumer: string): Member {
         else queue_.covered = Math.max(queue_.covered, covers);
         settle(queue_, g, id);
         // Commits heard while it ran: one idle worker ticks for them (after a busy tick, this worker tries again itself).
-        if (!busy && queue_.sent > Math.max(queue_.covered, queue_.claimed)) anyIdle();
+        if (!busy && uncovered()) anyIdle();
       };
     },
     more() {
       wakeOne(me.group, "more");
+    },
+    cover() {
+      const g = me.group;
+      g.covering++;
+      let once = false;
+      return (wake) => {
+        if (once) return;
+        once = true;
+        g.covering--;
+        if (g.covering > 0) return;
+        if (wake && g.tickPending && wakeOne(g, "tick")) g.tickPending = false;
+        if (uncovered()) anyIdle();
+      };
     },
     epoch: () => queue_.epoch,
     running() {

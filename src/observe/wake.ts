@@ -51,6 +51,8 @@ export interface Waker {
   ticking(): (id: string | null, busy: boolean) => void;
   /** This worker's batch received events: one more idle worker of its consumer may look. */
   more(): void;
+  /** This worker's batch holds all of its consumer's work until the function it returns is called (herd.ts Member.cover). */
+  cover(): (wake?: boolean) => void;
   /** Ticks of the queue heard or written by this process so far (herd.ts Member.epoch); 0 while polling. */
   epoch(): number;
   /** Stops listening. */
@@ -65,6 +67,7 @@ export function pollWaker(): Waker {
     running: () => {},
     ticking: () => () => {},
     more: () => {},
+    cover: () => () => {},
     epoch: () => 0,
     close: async () => {},
   };
@@ -178,6 +181,7 @@ export function waker(
     running: () => member.running(),
     ticking: () => member.ticking(),
     more: () => member.more(),
+    cover: () => (closed ? () => {} : member.cover()),
     epoch: () => member.epoch(),
     async close() {
       if (!closed) member.leave();

@@ -10,6 +10,8 @@ import { hub, type LifecycleEvent, loggerObserver } from "../../src/observe/obse
 import { pollWaker, waker } from "../../src/observe/wake.ts";
 import type { BatchReport, KeyqEvent } from "../../src/types.ts";
 
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
 /** A handler transaction that answers nothing (the observer never queries it). */
 const fakeTx = { query: () => Promise.resolve([]), savepoint: <T>(fn: (sp: never) => Promise<T>) => fn(undefined as never) };
 
@@ -226,6 +228,58 @@ test("herd: one notification wakes one worker; a tick wakes one worker of each c
   assert.equal(await a1.wait(10), "tick", "b1's tick calls the other consumer's idle worker");
   assert.equal(await a2.wait(10), false);
   await Promise.all([a1.close(), a2.close(), b1.close()]);
+});
+
+test("herd: while a batch holds all of its consumer's work, commits wake none of its workers; its end wakes one", async () => {
+  const d = fakeDriver(true);
+  const a1 = waker(d, "cover", "jobs", "a", () => {}, 200);
+  const a2 = waker(d, "cover", "jobs", "a", () => {}, 200);
+  const b1 = waker(d, "cover", "jobs", "b", () => {}, 200);
+  await Promise.all([a1.wait(30), a2.wait(30), b1.wait(30)]); // the probes
+  // a1's batch holds every slot of consumer a: a commit wakes b1 (to tick for its own consumer), not a2.
+  let release = a1.cover();
+  let woke: string[] = [];
+  const watch = (name: string, w: typeof a1, ms = 60) => w.wait(ms).then((h) => void (h && woke.push(`${name}:${h}`)));
+  let waits = [watch("a2", a2), watch("b1", b1)];
+  d.notify("jobs:sent:200");
+  await Promise.all(waits);
+  assert.deepEqual(woke, ["b1:sent"]);
+  // b1's tick would wake an idle worker of a to read it: a2 would find every slot held.
+  b1.ticking()("50", false);
+  assert.equal(await a2.wait(20), false, "the tick waits for the holder");
+  // Consumer a alone: a commit wakes none of its workers, and a2 does not take it when it waits.
+  await b1.close();
+  woke = [];
+  d.notify("jobs:sent:201");
+  assert.equal(await a2.wait(20), false, "a2 would find every slot held");
+  // The batch ends: the commit still uncovered wakes a2, once; the tick stays for the holder.
+  waits = [watch("a2", a2)];
+  await sleep(5);
+  release();
+  release(); // once
+  await Promise.all(waits);
+  assert.deepEqual(woke, ["a2:sent"]);
+  a2.ticking()("51", false);
+  assert.equal(await a1.wait(10), "tick", "the holder, waiting again, reads the tick that came while it held every slot");
+  assert.equal(await a2.wait(10), false, "covered by a2's tick, and the tick was taken");
+  // A batch that turns out to hold only part of the work (not drained) lets an idle worker read a tick at once.
+  release = a1.cover();
+  d.notify("jobs:tick:52");
+  assert.equal(await a2.wait(10), false);
+  woke = [];
+  waits = [watch("a2", a2)];
+  await sleep(5);
+  release(true);
+  await Promise.all(waits);
+  assert.deepEqual(woke, ["a2:tick"]);
+  // Without a hold, a commit wakes an idle worker of a at once.
+  woke = [];
+  waits = [watch("a2", a2)];
+  d.notify("jobs:sent:202");
+  await Promise.all(waits);
+  assert.deepEqual(woke, ["a2:sent"]);
+  assert.equal(typeof pollWaker().cover(), "function");
+  await Promise.all([a1.close(), a2.close()]);
 });
 
 test("herd: the epoch counts each tick of the queue once, heard or written, and nothing else", async () => {
