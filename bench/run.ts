@@ -62,6 +62,9 @@ function notes(): string[] {
     `No-queue floor (wake-ups): the same producer loop inserts each due group into a plain table in one statement that also ` +
     `pg_notify()s; a LISTENing connection hears it and a second connection reads the new rows by id (one statement, no ` +
     `transaction, no position kept). The "vs the no-queue floor" rows repeat keyq's woken latencies against it, same round.`,
+    `Warm Tier B: the same ${fmt0(s.orderedEvents)} events and workers as the default-maxEvents row, measured after those ` +
+    `connections read the same events as a second consumer (not measured), so no backend pays its cold first batches ` +
+    `(functions compiled, statements planned); it runs after the round's other ordered rows, not alternated with them.`,
     `Round trips: a TCP proxy in front of Postgres counts client turns (the client starting to send after the server spoke); ` +
     `${s.rtStatements} statements (select $1::int) through each adapter's query, then ${s.rtStatements} q.send calls, then plain run() calls (maxEvents 10) until those events are handled.`,
     `Statements per batch: RunReport.statements / batches (keyq; no-op handlers, so none of their own); pg-boss: queries sent / non-empty fetches. ` +
