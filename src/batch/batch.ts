@@ -320,10 +320,11 @@ export async function runBatch(
   const dl = deadline(Date.now(), s.batchTimeoutMs, bounded ? until : undefined);
   const by = dl.by === "budget" ? `the run's budget, budgetMs ${s.budgetMs} ms plus ${BUDGET_GRACE_MS} ms of grace` : undefined;
   const life = batchLife(dl.ms, s.signal, by);
-  const br: BatchRun = { life, until: until ?? Number.POSITIVE_INFINITY, inflight: Promise.resolve(), counted: { n: 0 }, held: s.hold?.() };
+  const br: BatchRun = { life, until: until ?? Number.POSITIVE_INFINITY, inflight: Promise.resolve(), counted: { n: 0 } };
   const a = attempt(ctx, s, kind, br, localTimeouts(s, dl.ms), link?.previous);
   const limits: BatchLimits = { deadlineMs: dl.ms, by: dl.by, statementTimeoutMs: statementMs(s, dl.ms) };
   try {
+    br.held = s.hold?.(); // released in finally, whatever ends the batch
     const work = transaction(async (raw) => {
       const ended = await inTransaction(a, raw);
       if (!ended.busy) sealed = { ...ended.report, limits };
