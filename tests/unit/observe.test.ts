@@ -7,7 +7,7 @@ import type { BatchSettings } from "../../src/batch/settings.ts";
 import type { Driver } from "../../src/driver.ts";
 import { observeBatch } from "../../src/observe/batches.ts";
 import { hub, type LifecycleEvent, loggerObserver } from "../../src/observe/observer.ts";
-import { pollWaker, waker } from "../../src/observe/wake.ts";
+import { pollWaker, type Waker, waker } from "../../src/observe/wake.ts";
 import type { BatchReport, KeyqEvent } from "../../src/types.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -180,14 +180,18 @@ test("waker: the notification of a tick the worker's consumer wrote wakes none o
   await w.close();
 });
 
+/** Wakers of `channel` on `d`, one per [queue, consumer], once their probes arrived (listening). */
+async function listening(d: Driver, channel: string, ...members: [queue: string, consumer: string][]) {
+  const ws = members.map(([queue, consumer]) => waker(d, channel, queue, consumer, () => {}, 200));
+  await Promise.all(ws.map((w) => w.wait(30))); // the probes
+  return ws as [Waker, Waker, Waker];
+}
+
 test("herd: one notification wakes one worker; a tick wakes one worker of each consumer; more() wakes the next", async () => {
   const d = fakeDriver(true);
-  const a1 = waker(d, "herd", "jobs", "a", () => {}, 200);
-  const a2 = waker(d, "herd", "jobs", "a", () => {}, 200);
-  const b1 = waker(d, "herd", "jobs", "b", () => {}, 200);
-  await Promise.all([a1.wait(30), a2.wait(30), b1.wait(30)]); // the probes
+  const [a1, a2, b1] = await listening(d, "herd", ["jobs", "a"], ["jobs", "a"], ["jobs", "b"]);
   const woke: string[] = [];
-  const watch = (name: string, w: typeof a1, ms = 60) => w.wait(ms).then((h) => void (h && woke.push(`${name}:${h}`)));
+  const watch = (name: string, w: Waker, ms = 60) => w.wait(ms).then((h) => void (h && woke.push(`${name}:${h}`)));
   // Three listeners hear each commit; one worker of the queue is woken to tick.
   let waits = [watch("a1", a1), watch("a2", a2), watch("b1", b1)];
   d.notify("jobs:sent:100");
@@ -232,14 +236,11 @@ test("herd: one notification wakes one worker; a tick wakes one worker of each c
 
 test("herd: while a batch holds all of its consumer's work, commits wake none of its workers; its end wakes one", async () => {
   const d = fakeDriver(true);
-  const a1 = waker(d, "cover", "jobs", "a", () => {}, 200);
-  const a2 = waker(d, "cover", "jobs", "a", () => {}, 200);
-  const b1 = waker(d, "cover", "jobs", "b", () => {}, 200);
-  await Promise.all([a1.wait(30), a2.wait(30), b1.wait(30)]); // the probes
+  const [a1, a2, b1] = await listening(d, "cover", ["jobs", "a"], ["jobs", "a"], ["jobs", "b"]);
   // a1's batch holds every slot of consumer a: a commit wakes b1 (to tick for its own consumer), not a2.
   let release = a1.cover();
   let woke: string[] = [];
-  const watch = (name: string, w: typeof a1, ms = 60) => w.wait(ms).then((h) => void (h && woke.push(`${name}:${h}`)));
+  const watch = (name: string, w: Waker, ms = 60) => w.wait(ms).then((h) => void (h && woke.push(`${name}:${h}`)));
   let waits = [watch("a2", a2), watch("b1", b1)];
   d.notify("jobs:sent:200");
   await Promise.all(waits);
@@ -284,10 +285,7 @@ test("herd: while a batch holds all of its consumer's work, commits wake none of
 
 test("herd: the epoch counts each tick of the queue once, heard or written, and nothing else", async () => {
   const d = fakeDriver(true);
-  const a = waker(d, "epoch", "jobs", "a", () => {}, 200);
-  const b = waker(d, "epoch", "jobs", "b", () => {}, 200);
-  const other = waker(d, "epoch", "mail", "a", () => {}, 200);
-  await Promise.all([a.wait(30), b.wait(30), other.wait(30)]); // the probes
+  const [a, b, other] = await listening(d, "epoch", ["jobs", "a"], ["jobs", "b"], ["mail", "a"]);
   const e0 = a.epoch();
   assert.equal(b.epoch(), e0, "one count per queue, whatever the consumer");
   a.ticking()("7", false); // written by a worker of this process
