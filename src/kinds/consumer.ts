@@ -348,8 +348,9 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
       // A batch that received events lets one more idle worker of this consumer look (not for one cursor: it would wait for
       // it), unless it took the last free work (Tier A's drained). The woken run still looks once more after its COMMIT:
       // work that came meanwhile behind what it held (a chunk of the same bucket, its slot) is free only then, and the
-      // worker that found it held has stopped. A drained Tier B batch over every slot holds them all until it ends
-      // (ordered_take locks each slot it visits): until then producers' commits wake no other worker (herd.ts cover).
+      // worker that found it held has stopped. A Tier B batch over every slot holds them from its start and, once it
+      // read every free slot to its end, until it ends (ordered_take locks each slot it visits): meanwhile commits and
+      // ticks wake no other worker of the consumer (herd.ts cover, coverWhile below).
       const s: BatchSettings = k.readsAll ? settings : {
         ...settings,
         received: (drained) => drained || w.more(),

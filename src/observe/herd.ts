@@ -272,7 +272,8 @@ export function join(channel: string, queue: string, consumer: string): Member {
         once = true;
         g.covering--;
         if (g.covering > 0) return;
-        if (wake && g.tickPending && wakeOne(g, "tick")) g.tickPending = false;
+        // A worker that left (its work() stopped) will not look again: an idle one reads the tick instead.
+        if ((wake || !g.workers.has(me)) && g.tickPending && wakeOne(g, "tick")) g.tickPending = false;
         if (uncovered()) anyIdle();
       };
     },

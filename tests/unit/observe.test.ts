@@ -273,6 +273,16 @@ test("herd: while a batch holds all of its consumer's work, commits wake none of
   release(true);
   await Promise.all(waits);
   assert.deepEqual(woke, ["a2:tick"]);
+  // A holder whose work() stopped before its batch ended will not look again: its end wakes an idle worker for the tick.
+  release = a1.cover();
+  d.notify("jobs:tick:53");
+  await a1.close();
+  woke = [];
+  waits = [watch("a2", a2)];
+  await sleep(5);
+  release();
+  await Promise.all(waits);
+  assert.deepEqual(woke, ["a2:tick"]);
   // Without a hold, a commit wakes an idle worker of a at once.
   woke = [];
   waits = [watch("a2", a2)];
@@ -280,7 +290,7 @@ test("herd: while a batch holds all of its consumer's work, commits wake none of
   await Promise.all(waits);
   assert.deepEqual(woke, ["a2:sent"]);
   assert.equal(typeof pollWaker().cover(), "function");
-  await Promise.all([a1.close(), a2.close()]);
+  await a2.close();
 });
 
 test("herd: the epoch counts each tick of the queue once, heard or written, and nothing else", async () => {
