@@ -185,8 +185,9 @@ async function body(a: Attempt, tx: Executor): Promise<Ended> {
   a.step({ on: "received", busy });
   if (received === BUSY || busy) return { busy: true };
   if (received.events.length > 0) {
-    a.br.held?.(received.drained === true);
-    a.s.received?.(received.drained === true, received.events.length);
+    const drained = received.drained === true;
+    a.br.held?.(drained);
+    a.s.received?.(drained, received.events.length);
   }
   const out = await handleEvents(a, received, tx);
   if (life.dead()) throw life.error();
