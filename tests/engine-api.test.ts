@@ -39,7 +39,8 @@ function compare(declared: Record<string, AnyFn>, catalog: CatalogFn[], internal
       problems.push(`${ts}: no engine function ${d.name}()`);
       continue;
     }
-    if (f.returns !== d.returns || f.setof) problems.push(`${ts}: ${d.name}() returns ${f.setof ? "setof " : ""}${f.returns}, declared ${d.returns}`);
+    const returns = `${f.setof ? "setof " : ""}${f.returns}`;
+    if (returns !== d.returns) problems.push(`${ts}: ${d.name}() returns ${returns}, declared ${d.returns}`);
     const passed = new Set(d.args.map((a) => a.sql));
     const want = [...d.args.map((a) => ({ name: a.sql, type: FORMAT_TYPE[a.type] })), ...d.defaulted.map((a) => ({ name: a.sql, type: FORMAT_TYPE[a.type] }))];
     const have = f.args.map((a) => `${a.name} ${a.type}`).sort().join(", ");

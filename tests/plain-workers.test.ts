@@ -151,8 +151,12 @@ describe("batch reports", () => {
   });
 });
 
-/** A receive_plain reply as the client decodes it: the engine seam's check, then the events. */
-const decodePlain = (rows: unknown) => fromPlain(reply<PlainBatch>(rows, "receive_plain", ENGINE.receivePlain.shape, ENGINE.receivePlain.parse));
+/** A receive_plain_rows reply as the client decodes it: the engine seam's check, then the events. */
+const decodePlain = (rows: unknown) =>
+  fromPlain(reply<PlainBatch>(rows, "receive_plain_rows", ENGINE.receivePlain.shape, ENGINE.receivePlain.parse, ENGINE.receivePlain.lines));
+
+/** Rows of one text each, as the driver hands them over. */
+const textRows = (...texts: string[]) => texts.map((r) => ({ r }));
 
 describe("fenced batch reports", () => {
   test("statements count the fence on the pool and the unfence in the batch", { skip }, async () => {
@@ -176,33 +180,37 @@ describe("fenced batch reports", () => {
 
 describe("plain wire form", () => {
   test("decodes rows and retries, and refuses anything else as BAD_REPLY", () => {
-    const r = decodePlain([{
-      r: JSON.stringify({
+    const r = decodePlain(textRows(
+      JSON.stringify({
         busy: false,
         retries: [{ id: "3", txid: "9", type: "R", key: null, payload: 0, time: "2026-01-01T00:00:00+00:00", retry: 1, redelivered: true }],
-        rows: [["4", "9", "T", "k", "2026-01-01T00:00:00+00:00", null]],
-      }) + '\n{"a": [1]}',
-    }]);
+      }),
+      '["4", "9", "T", "k", "2026-01-01T00:00:00+00:00", null]\n{"a": [1]}',
+    ));
     assert.equal(r.busy, false);
     assert.deepEqual(r.events.map((e) => [e.id, e.retry, e.redelivered ?? false]), [["3", 1, true], ["4", 0, false]]);
     assert.equal(r.events[1]!.raw, '{"a": [1]}', "a row's payload stays JSON text until a handler reads it");
     assert.deepEqual(payloadOf(r.events[1]!), { a: [1] });
-    const head = '{"busy":false,"retries":[],"rows":[["1","7","T",null,"2026-01-01T00:00:00+00:00",null]]}';
-    assert.equal(decodePlain([{ r: `${head}\n1` }]).events[0]!.raw, "1", "a head and one payload make a good reply");
-    const two = '{"busy":false,"retries":[],"rows":[["1","7","T",null,"2026-01-01T00:00:00+00:00",null],["2","7","T",null,"2026-01-01T00:00:00+00:00",null]]}';
-    assert.deepEqual(decodePlain([{ r: `${two}\n"x"\n[2]` }]).events.map((e) => e.raw), ['"x"', "[2]"], "payloads follow the rows in order");
+    const head = '{"busy":false,"retries":[]}';
+    const row = (id: string) => `["${id}","7","T",null,"2026-01-01T00:00:00+00:00",null]`;
+    assert.equal(decodePlain(textRows(head, `${row("1")}\n1`)).events[0]!.raw, "1", "a head and one line make a good reply");
+    assert.deepEqual(decodePlain(textRows(head, `${row("1")}\n"x"`, `${row("2")}\n[2]`)).events.map((e) => [e.id, e.raw]), [["1", '"x"'], [
+      "2",
+      "[2]",
+    ]], "lines in order, each with its payload");
+    assert.deepEqual(decodePlain(textRows('{"busy":true,"retries":[]}')).events, [], "a busy head alone");
     for (
       const bad of [
         [],
-        [{ r: "nope" }],
-        [{ r: '{"busy":false}' }],
-        [{ r: '{"busy":false,"retries":[],"rows":[["1"]]}' }],
-        [{ r: head }], // a row without its payload
-        [{ r: `${head}\n1\n2` }], // more payloads than rows
-        [{ r: `${two}\n1` }], // fewer payloads than rows
-        [{ r: '{"busy":false,"retries":[],"rows":[["1","7","T",null,"2026-01-01T00:00:00+00:00","1",null]]}' }], // the payload inside the row: not this form
-        [{ r: '{"busy":false,"retries":[],"rows":[["1","7","T",null,"2026-01-01T00:00:00+00:00"]]}\n1' }], // no trace
-        [{ r: '{"busy":false,"retries":[{"id":"1"}],"rows":[]}' }], // a retry without its fields
+        textRows("nope"),
+        textRows('{"busy":false}'),
+        textRows(head, '["1"]\n1'), // a short row
+        textRows(head, row("1")), // a row without its payload
+        textRows(head, `${row("1")},${row("2")}\n1`), // two rows on one line
+        textRows(head, '["1","7","T",null,"2026-01-01T00:00:00+00:00"]\n1'), // no trace
+        textRows('{"busy":false,"retries":[],"rows":[]}'), // the one-text form's head
+        textRows('{"busy":false,"retries":[{"id":"1"}]}'), // a retry without its fields
+        [{ r: head }, { x: 1 }],
         [{ x: 1 }],
       ]
     ) {

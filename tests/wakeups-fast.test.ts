@@ -129,7 +129,7 @@ describe("wake-ups go straight to the read", { skip }, () => {
           const receives = after.filter((s) => s.startsWith("receive")).length;
           if (kind === "plain") {
             // One cursor: its batch reads up to the newest tick, so a batch that is not full ends the run.
-            assert.deepEqual(after, ["tick", "begin", "receive_plain", "commit"]);
+            assert.deepEqual(after, ["tick", "begin", "receive_plain_rows", "commit"]);
           } else if (kind === "exclusive") {
             // The receive says it took the last free chunk (drained): no other worker is called, and no
             // tick came while the batch held its chunk, so nothing was passed over: no look after COMMIT.

@@ -1,4 +1,4 @@
-// The wire reads (window_wire for plain consumers, window_slot_wire for a
+// The wire reads (receive_plain_rows for plain consumers, window_slot_wire for a
 // Tier B slot) read at most maxEvents rows of a window, not one more: a
 // window read to exactly maxEvents stays open at its last event, and the
 // next read closes it and goes on into the next window. Shown on a real
@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import type { Keyq } from "../mod.ts";
+import { fromPlain, parseLines, parseWire, type PlainBatch } from "../src/engine/wire.ts";
 import { dbSkip } from "./helpers/db.ts";
 import { withPg } from "./helpers/fixture.ts";
 import { readRolledBack } from "./helpers/keyq.ts";
@@ -67,6 +68,24 @@ describe("wire reads: windows against batch sizes", () => {
       assert.deepEqual(await cursor(), { open: true, last: ids[3] }, "open at the last event taken");
       assert.equal((await c.batch({ maxEvents: 4, handler: () => {} })).events, 0);
       assert.deepEqual(await cursor(), { open: false, last: null }, "the empty read closed it at its end tick");
+    });
+  });
+
+  test("plain: receive_plain, the one-text form of earlier builds, answers the batch receive_plain_rows answers", { skip }, async () => {
+    await withPg(async (f) => {
+      await f.q.createQueue("files");
+      const c = f.q.consumer<number>("files", "audit");
+      await c.subscribe();
+      const ids = await windows(f.q, [3, 2]);
+      const call = (fn: string) => `"${f.schema}".${fn}(queue => 'files', consumer => 'audit', max_events => 4, wait_ms => 0)`;
+      // Each read rolls back, so both read the same batch: 4 events across the two windows.
+      const rows = await readRolledBack(f.q, `select array_to_json(array(select ${call("receive_plain_rows")}))::text`);
+      const text = await readRolledBack(f.q, `select ${call("receive_plain")}`);
+      const byRows = fromPlain(parseLines(JSON.parse(rows) as string[]) as PlainBatch).events;
+      const byText = fromPlain(parseWire(text) as PlainBatch).events;
+      assert.deepEqual(byRows.map((e) => e.id), ids.slice(0, 4));
+      assert.deepEqual(byText, byRows);
+      assert.deepEqual(byRows.map((e) => JSON.parse(e.raw!)), [0, 1, 2, 3]);
     });
   });
 

@@ -56,10 +56,17 @@ export interface Statement {
 export function statement<In>(schema: string, f: EngineFn<In>, input: In, local: readonly [string, string][] = []): Statement {
   const list = f.args.map((a, i) => `${a.sql} => $${i + 1}::text::${a.type}`).join(", ");
   const n = f.args.length;
-  const sets = local.map(([name], i) => `set_config('${name}', $${n + i + 1}::text, true), `).join("");
+  const params = [...f.args.map((a) => encode(a.type, input[a.key])), ...local.map(([, value]) => value)];
+  const settings = local.map(([name], i) => `set_config('${name}', $${n + i + 1}::text, true)`);
+  if (f.lines && settings.length > 0) {
+    // A set-returning call: settings beside it in the select list would run once per row it returns; from a
+    // subquery (offset 0 keeps it one), they run once, before the call.
+    return { text: `select "${schema}".${f.name}(${list})::text as r from (select ${settings.join(", ")} offset 0) s`, params };
+  }
+  const sets = settings.map((s) => `${s}, `).join("");
   return {
     text: `select ${sets}"${schema}".${f.name}(${list})::text as r`,
-    params: [...f.args.map((a) => encode(a.type, input[a.key])), ...local.map(([, value]) => value)],
+    params,
   };
 }
 
@@ -72,7 +79,7 @@ async function run<In, Out>(exec: Executor, schema: string, f: EngineFn<In>, inp
   } catch (err) {
     throw mapError(err, schema);
   }
-  return reply<Out>(rows, f.name, f.shape, f.parse);
+  return reply<Out>(rows, f.name, f.shape, f.parse, f.lines);
 }
 
 // ---------------------------------------------------------------- binding

@@ -10,7 +10,7 @@
  */
 
 import { fields, listOf, type Shape } from "./reply.ts";
-import { isOrderedBatch, isPlainBatch, parseWire, type PlainBatch, type Received } from "./wire.ts";
+import { isOrderedBatch, isPlainBatch, parseLines, parseWire, type PlainBatch, type Received } from "./wire.ts";
 import type { EngineQueueStatus } from "./status.ts";
 import type { BlockedKey, DeadLetter, HistoryEvent, LogPosition, MaintainReport, QueueInfo, RoleGrants, SeekResult, SendResult } from "../types.ts";
 
@@ -50,6 +50,8 @@ export interface EngineFn<In> {
   readonly shape: Shape;
   /** How the reply's text is parsed, when it is not one JSON document (the wire form). */
   readonly parse?: (text: string) => unknown;
+  /** A set-returning call (`returns` is `setof text`): how its rows' texts, in order, are parsed. */
+  readonly lines?: (texts: string[]) => unknown;
 }
 
 /** A count or slot: a non-negative integer. */
@@ -63,8 +65,9 @@ function fn<In>(
   defaulted: readonly { sql: string; type: SqlType }[] = [],
   returns = "jsonb",
   parse?: (text: string) => unknown,
+  lines?: (texts: string[]) => unknown,
 ): EngineFn<In> {
-  return { name, args: args.map(([key, sql, type]) => ({ key, sql, type })), defaulted, returns, shape, ...(parse ? { parse } : {}) };
+  return { name, args: args.map(([key, sql, type]) => ({ key, sql, type })), defaulted, returns, shape, ...(parse ? { parse } : {}), ...(lines ? { lines } : {}) };
 }
 
 // ---------------------------------------------------------------- result types
@@ -367,7 +370,7 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
     ["maxEvents", "max_events", "int"],
   ], receiveShape),
   receivePlain: fn(
-    "receive_plain",
+    "receive_plain_rows",
     [
       ["queue", "queue", "text"],
       ["consumer", "consumer", "text"],
@@ -376,8 +379,9 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
     ],
     isPlainBatch,
     [],
-    "text",
-    parseWire,
+    "setof text",
+    undefined,
+    parseLines,
   ),
   receiveExclusive: fn("receive_exclusive", [
     ["queue", "queue", "text"],
@@ -490,6 +494,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "key_budget",
   "key_seed",
   "keys_prefix",
+  "line_select",
   "lock_key",
   "lock_keys",
   "park_events",
@@ -504,6 +509,9 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "grow_buckets",
   "queue_json",
   "read_window",
+  // receive_plain_rows' batch in the one-text form of earlier function sets
+  // (a process of an older build calls it during a rolling deploy)
+  "receive_plain",
   "ordered_consumer",
   "ordered_take",
   "release_heads",
@@ -525,7 +533,6 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "window_slot_wire",
   "window_slots",
   "window_take",
-  "window_wire",
   "wire_rows",
   "wire_select",
   "xbuckets",

@@ -48,16 +48,17 @@ export function listOf(item: Shape): Shape {
 
 /**
  * Parses the `r` column of an engine reply (one JSON document unless the
- * call has its own `parse`) and checks it, so a confused
+ * call has its own `parse`; every row's, in order, for a set-returning
+ * call's `lines`) and checks it, so a confused
  * connection (postgres.js can hand a stale COMMIT result to the next query
  * after a connection died) is a typed error instead of a crash further on.
  */
-export function reply<T>(rows: unknown, fn: string, shape: Shape, parse: (text: string) => unknown = JSON.parse): T {
+export function reply<T>(rows: unknown, fn: string, shape: Shape, parse: (text: string) => unknown = JSON.parse, lines?: (texts: string[]) => unknown): T {
   const row = Array.isArray(rows) ? (rows[0] as Record<string, unknown> | undefined) : undefined;
   const text = row?.r;
   let value: unknown;
   try {
-    value = typeof text === "string" ? parse(text) : text;
+    value = lines ? lines(texts(rows as Record<string, unknown>[])) : typeof text === "string" ? parse(text) : text;
   } catch {
     value = undefined;
   }
@@ -71,6 +72,17 @@ export function reply<T>(rows: unknown, fn: string, shape: Shape, parse: (text: 
     );
   }
   return value as T;
+}
+
+/** The `r` texts of a set-returning call's rows; throws (a bad reply) when one is not a text. */
+function texts(rows: Record<string, unknown>[]): string[] {
+  const out = new Array<string>(rows.length);
+  for (let i = 0; i < rows.length; i++) {
+    const r = rows[i]?.r;
+    if (typeof r !== "string") throw new TypeError("not a text row");
+    out[i] = r;
+  }
+  return out;
 }
 
 function describeRows(rows: unknown): string {

@@ -1,14 +1,19 @@
 /**
- * The compact wire form of a plain or ordered consumer's batch
- * (`receive_plain`, `receive_ordered_wire`): a JSON head `{"busy": b,
- * "slot": k, "retries": [event objects], "rows": [[id, txid, type, key,
- * time, trace], …]}` (no slot for plain), then each row's payload, its JSON
- * text after a newline. Neither the head nor a payload holds a raw newline
- * (the server writes both with Postgres's json and jsonb output), so the
- * client parses the head in one `JSON.parse` and splits the payloads off
- * without reading them; a payload is parsed only when a handler reads it.
- * Positional rows carry no repeated field names, and the server builds the
- * whole reply without a function call per event.
+ * The compact wire forms of a plain or ordered consumer's batch.
+ *
+ * A plain batch (`receive_plain_rows`) comes as rows of one text each: a
+ * JSON head `{"busy": b, "retries": [event objects]}`, then a row per
+ * event, `[id, txid, type, key, time, trace]` and the payload's JSON text
+ * after a newline. An ordered batch (`receive_ordered_wire`) comes as one
+ * text: a JSON head `{"busy": b, "slot": k, "retries": [event objects],
+ * "rows": [[id, txid, type, key, time, trace], …]}`, then each row's
+ * payload, its JSON text after a newline.
+ *
+ * Neither a head nor a payload holds a raw newline (the server writes both
+ * with Postgres's json and jsonb output), so the client parses the heads
+ * and splits the payloads off without reading them; a payload is parsed
+ * only when a handler reads it. Positional rows carry no repeated field
+ * names, and the server builds the reply without a function call per event.
  *
  * @module
  */
@@ -59,7 +64,7 @@ export interface Received {
  */
 export type PlainRow = [id: string, txid: string, type: string, key: string | null, time: string, payload: string, trace: string | null];
 
-/** A `receive_plain` or `receive_ordered_wire` reply as parsed, before it becomes a batch's events. */
+/** A `receive_plain_rows` or `receive_ordered_wire` reply as parsed, before it becomes a batch's events. */
 export interface PlainBatch {
   busy: boolean;
   /** Ordered: the slot read (null when none had events). */
@@ -105,6 +110,48 @@ export function parseWire(text: string): unknown {
   return head;
 }
 
+/**
+ * Parses a plain batch's rows (a head, then a line per event) into the
+ * rows' form ({@link PlainRow}): the heads in one `JSON.parse`, each payload
+ * split off unread. Undefined when the rows are not of that form, so the
+ * shape check refuses the reply as BAD_REPLY.
+ *
+ * @example
+ * ```ts
+ * import { parseLines } from "./wire.ts";
+ * const b = parseLines(['{"busy":false,"retries":[]}', '["1","7","T",null,"2026-01-01T00:00:00+00:00",null]\n{"a": 1}']) as {
+ *   rows: unknown[][];
+ * };
+ * console.log(b.rows[0]![5]); // '{"a": 1}'
+ * ```
+ */
+export function parseLines(texts: string[]): unknown {
+  if (texts.length === 0) return undefined;
+  const head = JSON.parse(texts[0]!) as Record<string, unknown> | null;
+  if (typeof head !== "object" || head === null || Array.isArray(head) || "rows" in head) return undefined;
+  const n = texts.length - 1;
+  const heads = new Array<string>(n);
+  const payloads = new Array<string>(n);
+  for (let i = 0; i < n; i++) {
+    const line = texts[i + 1]!;
+    const nl = line.indexOf("\n");
+    if (nl < 0) return undefined;
+    heads[i] = line.slice(0, nl);
+    payloads[i] = line.slice(nl + 1);
+  }
+  const rows = n === 0 ? [] : JSON.parse(`[${heads.join(",")}]`) as unknown[];
+  // A head that is not one array would change the count.
+  if (rows.length !== n) return undefined;
+  for (let i = 0; i < n; i++) {
+    const r = rows[i];
+    if (!Array.isArray(r) || r.length !== 6) return undefined;
+    r.push(r[5]);
+    r[5] = payloads[i];
+  }
+  head.rows = rows;
+  return head;
+}
+
 function isRow(x: unknown): x is PlainRow {
   return Array.isArray(x) && x.length === 7 && typeof x[0] === "string" && typeof x[1] === "string" && typeof x[2] === "string" &&
     (x[3] === null || typeof x[3] === "string") && typeof x[4] === "string" && typeof x[5] === "string" &&
@@ -120,7 +167,7 @@ const isRetry = (x: unknown): boolean => {
 };
 
 /**
- * The shape a `receive_plain` reply must have (a reply of another shape is
+ * The shape a `receive_plain_rows` reply must have (a reply of another shape is
  * BAD_REPLY, like every engine reply).
  *
  * @example
@@ -164,7 +211,7 @@ export function isOrderedBatch(x: unknown): boolean {
 }
 
 /**
- * A checked `receive_plain` reply as a batch's events: retries first (as the
+ * A checked `receive_plain_rows` reply as a batch's events: retries first (as the
  * engine ordered them), then the window's rows.
  *
  * @example

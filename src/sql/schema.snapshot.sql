@@ -806,7 +806,7 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.entry_functions()
 AS $function$
   select f, p from (values
     ('send', 'produce'), ('send_batch', 'produce'), ('send_rows', 'produce'), ('status', 'produce'),
-    ('subscribe', 'consume'), ('receive', 'consume'), ('receive_plain', 'consume'),
+    ('subscribe', 'consume'), ('receive', 'consume'), ('receive_plain', 'consume'), ('receive_plain_rows', 'consume'),
     ('receive_exclusive', 'consume'), ('receive_ordered', 'consume'), ('receive_ordered_wire', 'consume'),
     ('prepare_exclusive', 'consume'), ('start_run', 'consume'),
     ('ack', 'consume'), ('fence', 'consume'), ('unfence', 'consume'), ('consumer_slot_of', 'consume'),
@@ -822,7 +822,8 @@ AS $function$
   union all
   -- operate reaches every function the other grants reach.
   select f, 'operate' from (values ('send'), ('send_batch'), ('send_rows'), ('status'), ('subscribe'), ('receive'),
-    ('receive_plain'), ('receive_exclusive'), ('receive_ordered'), ('receive_ordered_wire'), ('prepare_exclusive'), ('start_run'), ('ack'),
+    ('receive_plain'), ('receive_plain_rows'), ('receive_exclusive'), ('receive_ordered'), ('receive_ordered_wire'), ('prepare_exclusive'),
+    ('start_run'), ('ack'),
     ('fence'), ('unfence'), ('consumer_slot_of'), ('blocked_keys'), ('tick'), ('maintain'),
     ('dlq_list'), ('dlq_count')) v(f)
 $function$;
@@ -1136,6 +1137,16 @@ begin
                            and row_number() over (partition by (evs[i]).ev_key order by i) = 1 as fresh
                       from generate_subscripts(evs, 1) i) f) k
      where keys <= budget);
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.line_select()
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  return $s$pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time, r.ev_trace)::text
+            || E'\n' || r.ev_data::text$s$;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.list_grants()
  RETURNS jsonb
@@ -1839,19 +1850,44 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_plain(queue text, consumer text,
 AS $function$
 #variable_conflict use_variable
 declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
+declare head text; heads text; payloads text;
+begin
+  select min(l) filter (where i = 1),
+         string_agg(split_part(l, E'\n', 1), ',' order by i) filter (where i > 1),
+         string_agg(E'\n' || substr(l, strpos(l, E'\n') + 1), '' order by i) filter (where i > 1)
+    into head, heads, payloads
+    from :KEYQ_SCHEMA.receive_plain_rows(queue, consumer, max_events, wait_ms) with ordinality as t(l, i);
+  return left(head, -1) || ',"rows":[' || coalesce(heads, '') || ']}' || coalesce(payloads, '');
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_plain_rows(queue text, consumer text, max_events integer, wait_ms integer DEFAULT 0)
+ RETURNS SETOF text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   cur :KEYQ_SCHEMA.cursor;
   retries jsonb;
-  w record;
   prev text;
+  s1 pg_snapshot;
+  s2 pg_snapshot;
+  room int;
+  got int;
+  at text[];
+  -- The read's plan settings (window_array's), for the read only: the
+  -- batch's own statements keep the caller's.
+  saved text[];
 begin
   if c.kind <> 'plain' then
     raise exception 'Consumer "%" of queue "%" is a % consumer; read it with the matching API.', consumer, queue, c.kind
       using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
   end if;
   if c.paused_at is not null then  -- paused by an operator (07_positions.sql)
-    return '{"busy":true,"retries":[],"rows":[]}';
+    return next '{"busy":true,"retries":[]}';
+    return;
   end if;
   select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0
     for update skip locked;
@@ -1867,11 +1903,57 @@ begin
     perform set_config('lock_timeout', prev, true);
   end if;
   if cur.consumer_id is null then
-    return '{"busy":true,"retries":[],"rows":[]}';
+    return next '{"busy":true,"retries":[]}';
+    return;
   end if;
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
-  w := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(retries), true);
-  return '{"busy":false,"retries":' || retries::text || ',"rows":[' || w.rows || ']}' || w.payloads;
+  return next '{"busy":false,"retries":' || retries::text || '}';
+  room := max_events - jsonb_array_length(retries);
+  if room <= 0 then return; end if;
+  if cur.end_tick_id is null then
+    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
+     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    if cur.end_tick_id is null then
+      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = 0;
+      return;
+    end if;
+  end if;
+  saved := array[current_setting('enable_sort'), current_setting('enable_seqscan'), current_setting('jit'),
+                 current_setting('plan_cache_mode')];
+  perform set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
+          set_config('plan_cache_mode', 'force_generic_plan', true);
+  select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
+  loop
+    select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
+    return query execute :KEYQ_SCHEMA.prepared_call(
+      format('select %s from (%s) r where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null',
+             :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.window_range_sql(c.queue_id)),
+      'pg_snapshot, pg_snapshot, xid8, bigint, int',
+      array[s1::text, s2::text, coalesce(cur.last_txid, '0'::xid8)::text, coalesce(cur.last_id, 0)::text, room::text]);
+    get diagnostics got = row_count;
+    if got = room then
+      -- Full: the window stays open at the last event taken.
+      at := string_to_array(current_setting('keyq.read_at'), ' ');
+      cur.last_txid := at[1]::xid8;
+      cur.last_id := at[2]::bigint;
+      exit;
+    end if;
+    -- Read to its end: the window closes at its end tick.
+    room := room - got;
+    cur.tick_id := cur.end_tick_id;
+    cur.end_tick_id := null;
+    cur.last_txid := null;
+    cur.last_id := null;
+    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
+     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    exit when cur.end_tick_id is null;
+    s1 := s2;
+  end loop;
+  perform set_config('enable_sort', saved[1], true), set_config('enable_seqscan', saved[2], true), set_config('jit', saved[3], true),
+          set_config('plan_cache_mode', saved[4], true);
+  update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
+         last_id = cur.last_id, polled_at = now(), batch_at = now()
+   where consumer_id = c.consumer_id and slot = 0;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.recut_chunks(c :KEYQ_SCHEMA.consumer)
  RETURNS integer
@@ -3099,11 +3181,8 @@ begin
     a_txid := coalesce(cur.last_txid, '0'::xid8);
     a_id := coalesce(cur.last_id, 0);
     if wire then
-      if c.kind = 'ordered' then
-        w := :KEYQ_SCHEMA.window_slot_wire(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
-      else
-        w := :KEYQ_SCHEMA.window_wire(c.queue_id, s1, s2, a_txid, a_id, room);
-      end if;
+      -- Ordered consumers only: a plain batch reads rows (receive_plain_rows).
+      w := :KEYQ_SCHEMA.window_slot_wire(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
       got := w.n;
       if got > 0 then
         -- Most batches read one window: its text is the reply's, uncopied.
@@ -3143,22 +3222,6 @@ begin
   update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
          last_id = cur.last_id, polled_at = now(), batch_at = now()
    where consumer_id = c.consumer_id and slot = cur.slot;
-end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_wire(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, OUT n integer, OUT last_txid xid8, OUT last_id bigint, OUT rows text, OUT payloads text)
- RETURNS record
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
- SET enable_sort TO 'off'
- SET enable_seqscan TO 'off'
- SET jit TO 'off'
- SET plan_cache_mode TO 'force_generic_plan'
-AS $function$
-begin
-  execute :KEYQ_SCHEMA.prepared_call(format('select %s from (%s) r', :KEYQ_SCHEMA.wire_select(), :KEYQ_SCHEMA.window_range_sql(qid)),
-  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text])
-    into n, last_txid, last_id, rows, payloads;
-  rows := coalesce(rows, '');
-  payloads := coalesce(payloads, '');
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.wire_rows(evs :KEYQ_SCHEMA.event[], OUT rows text, OUT payloads text)
  RETURNS record

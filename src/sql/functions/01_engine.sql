@@ -548,8 +548,8 @@ end $$;
 -- Window reads ----------------------------------------------------------------
 
 -- The statement that reads window ($1, $2] of queue qid after position
--- ($3, $4), at most $5 rows, as window_array describes; window_array and
--- window_wire (02_failures.sql) aggregate its rows r. This and the other
+-- ($3, $4), at most $5 rows, as window_array describes; window_array
+-- aggregates its rows r, receive_plain_rows (02_failures.sql) returns them. This and the other
 -- statement-text helpers are plpgsql: a language sql function with a SET
 -- clause is never inlined, so each call would parse and plan its query.
 create function :KEYQ_SCHEMA.window_range_sql(qid int) returns text

@@ -58,7 +58,7 @@ end $$;
 -- the next read finds out whether it holds more, and closes it when it
 -- does not (reading one more row to know at once cost the wire reads a
 -- tuplestore). The events come as an array (evs), or with wire as their
--- count and wire_rows' text (window_wire, window_slot_wire: no array built).
+-- count and wire_rows' text (window_slot_wire: no array built).
 create function :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int,
                                          wire boolean default false,
                                          out evs :KEYQ_SCHEMA.event[], out n int, out rows text, out payloads text)
@@ -95,11 +95,8 @@ begin
     a_txid := coalesce(cur.last_txid, '0'::xid8);
     a_id := coalesce(cur.last_id, 0);
     if wire then
-      if c.kind = 'ordered' then
-        w := :KEYQ_SCHEMA.window_slot_wire(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
-      else
-        w := :KEYQ_SCHEMA.window_wire(c.queue_id, s1, s2, a_txid, a_id, room);
-      end if;
+      -- Ordered consumers only: a plain batch reads rows (receive_plain_rows).
+      w := :KEYQ_SCHEMA.window_slot_wire(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
       got := w.n;
       if got > 0 then
         -- Most batches read one window: its text is the reply's, uncopied.
@@ -141,36 +138,7 @@ begin
    where consumer_id = c.consumer_id and slot = cur.slot;
 end $$;
 
--- window_array for a plain consumer's reply: the window's next events
--- (at most max_rows) in wire_rows' form, built by the statement that reads
--- them, with their count and the position of the last. No array of events
--- is built, sliced, copied, unnested and sorted again on the way to the
--- reply (perf of a 1,000-event batch: those copies' page faults, tuple
--- forming and sorts were a third of the backend's time). The rows reach
--- the aggregates in the statement's order, as window_array's array_agg
--- relies on. It reads max_rows, not one more to see whether the window goes
--- on (numbering the rows to leave the extra one out kept them all in a
--- tuplestore): a window read to exactly max_rows stays open (window_take).
-create function :KEYQ_SCHEMA.window_wire(
-  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int,
-  out n int, out last_txid xid8, out last_id bigint, out rows text, out payloads text
-)
-language plpgsql volatile
-set search_path = pg_catalog, pg_temp
-set enable_sort = off
-set enable_seqscan = off
-set jit = off
-set plan_cache_mode = force_generic_plan
-as $$
-begin
-  execute :KEYQ_SCHEMA.prepared_call(format('select %s from (%s) r', :KEYQ_SCHEMA.wire_select(), :KEYQ_SCHEMA.window_range_sql(qid)),
-  'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, max_rows::text])
-    into n, last_txid, last_id, rows, payloads;
-  rows := coalesce(rows, '');
-  payloads := coalesce(payloads, '');
-end $$;
-
--- The select list of window_wire and window_slot_wire over their rows r,
+-- The select list of window_slot_wire over its rows r,
 -- in order: count, the last row's txid and id, wire_rows' rows and payloads.
 create function :KEYQ_SCHEMA.wire_select() returns text
 language plpgsql immutable
@@ -247,16 +215,23 @@ begin
     from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i);
 end $$;
 
--- One batch of a plain consumer in the compact wire form (src/engine/wire.ts):
--- {"busy": b, "retries": [event objects], "rows": wire_rows' rows} followed
--- by wire_rows' payloads, built as text (no jsonb re-parse of payloads, no
--- function call per event).
+-- One batch of a plain consumer in its row form (src/engine/wire.ts): a
+-- first row {"busy": b, "retries": [event objects]}, then a row per event
+-- of the window, [id, txid, type, key, time, trace] and the payload's JSON
+-- text after a newline. The window's rows go to the reply as the statement
+-- reads them: no text of the whole batch is built and copied on the way
+-- (one 1,000-event document was copied five times, each copy into fresh
+-- pages: half the backend's time went to memmove and page faults).
 -- When another batch holds the cursor, waits for it up to wait_ms (its
 -- commit hands the cursor over, so a second worker reads the next batch at
 -- once instead of polling), then fails with 55P03 (the client: busy). Order is unchanged: a batch
 -- starts only after the previous one committed.
-create function :KEYQ_SCHEMA.receive_plain(queue text, consumer text, max_events int, wait_ms int default 0)
-returns text
+-- The window is read as window_take reads it (see there), up to the newest
+-- tick; the read records the position of each row it returns (a
+-- transaction-local setting, keyq.read_at), so a window read to the room
+-- left stays open at its last event without reading the rows again.
+create function :KEYQ_SCHEMA.receive_plain_rows(queue text, consumer text, max_events int, wait_ms int default 0)
+returns setof text
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -266,15 +241,23 @@ declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.get_consumer(queue, consumer);
   cur :KEYQ_SCHEMA.cursor;
   retries jsonb;
-  w record;
   prev text;
+  s1 pg_snapshot;
+  s2 pg_snapshot;
+  room int;
+  got int;
+  at text[];
+  -- The read's plan settings (window_array's), for the read only: the
+  -- batch's own statements keep the caller's.
+  saved text[];
 begin
   if c.kind <> 'plain' then
     raise exception 'Consumer "%" of queue "%" is a % consumer; read it with the matching API.', consumer, queue, c.kind
       using errcode = 'KQ003', hint = 'KEYQ:CONSUMER_KIND_MISMATCH';
   end if;
   if c.paused_at is not null then  -- paused by an operator (07_positions.sql)
-    return '{"busy":true,"retries":[],"rows":[]}';
+    return next '{"busy":true,"retries":[]}';
+    return;
   end if;
   select * into cur from :KEYQ_SCHEMA.cursor where consumer_id = c.consumer_id and slot = 0
     for update skip locked;
@@ -290,11 +273,90 @@ begin
     perform set_config('lock_timeout', prev, true);
   end if;
   if cur.consumer_id is null then
-    return '{"busy":true,"retries":[],"rows":[]}';
+    return next '{"busy":true,"retries":[]}';
+    return;
   end if;
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
-  w := :KEYQ_SCHEMA.window_take(c, cur, max_events - jsonb_array_length(retries), true);
-  return '{"busy":false,"retries":' || retries::text || ',"rows":[' || w.rows || ']}' || w.payloads;
+  return next '{"busy":false,"retries":' || retries::text || '}';
+  room := max_events - jsonb_array_length(retries);
+  if room <= 0 then return; end if;
+  if cur.end_tick_id is null then
+    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
+     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    if cur.end_tick_id is null then
+      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = 0;
+      return;
+    end if;
+  end if;
+  saved := array[current_setting('enable_sort'), current_setting('enable_seqscan'), current_setting('jit'),
+                 current_setting('plan_cache_mode')];
+  perform set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
+          set_config('plan_cache_mode', 'force_generic_plan', true);
+  select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
+  loop
+    select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
+    return query execute :KEYQ_SCHEMA.prepared_call(
+      format('select %s from (%s) r where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null',
+             :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.window_range_sql(c.queue_id)),
+      'pg_snapshot, pg_snapshot, xid8, bigint, int',
+      array[s1::text, s2::text, coalesce(cur.last_txid, '0'::xid8)::text, coalesce(cur.last_id, 0)::text, room::text]);
+    get diagnostics got = row_count;
+    if got = room then
+      -- Full: the window stays open at the last event taken.
+      at := string_to_array(current_setting('keyq.read_at'), ' ');
+      cur.last_txid := at[1]::xid8;
+      cur.last_id := at[2]::bigint;
+      exit;
+    end if;
+    -- Read to its end: the window closes at its end tick.
+    room := room - got;
+    cur.tick_id := cur.end_tick_id;
+    cur.end_tick_id := null;
+    cur.last_txid := null;
+    cur.last_id := null;
+    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
+     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    exit when cur.end_tick_id is null;
+    s1 := s2;
+  end loop;
+  perform set_config('enable_sort', saved[1], true), set_config('enable_seqscan', saved[2], true), set_config('jit', saved[3], true),
+          set_config('plan_cache_mode', saved[4], true);
+  update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
+         last_id = cur.last_id, polled_at = now(), batch_at = now()
+   where consumer_id = c.consumer_id and slot = 0;
+end $$;
+
+-- An event line of receive_plain_rows: the row r's head, then its payload.
+-- Neither json_build_array nor jsonb's output writes a raw newline, so the
+-- client splits a line at its first one without parsing the payload.
+create function :KEYQ_SCHEMA.line_select() returns text
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return $s$pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time, r.ev_trace)::text
+            || E'\n' || r.ev_data::text$s$;
+end $$;
+
+-- receive_plain_rows' batch as one text, the form clients of earlier function
+-- sets read (a process of an older build during a rolling deploy):
+-- {"busy": b, "retries": [...], "rows": [row heads]} followed by each
+-- payload after a newline.
+create function :KEYQ_SCHEMA.receive_plain(queue text, consumer text, max_events int, wait_ms int default 0)
+returns text
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
+declare head text; heads text; payloads text;
+begin
+  select min(l) filter (where i = 1),
+         string_agg(split_part(l, E'\n', 1), ',' order by i) filter (where i > 1),
+         string_agg(E'\n' || substr(l, strpos(l, E'\n') + 1), '' order by i) filter (where i > 1)
+    into head, heads, payloads
+    from :KEYQ_SCHEMA.receive_plain_rows(queue, consumer, max_events, wait_ms) with ordinality as t(l, i);
+  return left(head, -1) || ',"rows":[' || coalesce(heads, '') || ']}' || coalesce(payloads, '');
 end $$;
 
 -- Parks events (JSON with id, txid) of consumer slot s in the retry rows

@@ -203,8 +203,7 @@ begin
   return array(select w from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows);
 end $$;
 
--- window_slot_array in the wire form, as window_wire is window_array's:
--- at most max_rows events of the slot, their count, the position of the
+-- window_slot_array in the wire form: at most max_rows events of the slot, their count, the position of the
 -- last, and wire_rows' text, built by the statement that reads the slot's
 -- range. A window where the slot has events of stragglers (transactions of
 -- this queue that committed across a tick: rare) is read as an array,
