@@ -219,19 +219,30 @@ describe("plain wire form", () => {
   });
 
   test("an ordered reply carries its slot, checked", () => {
-    const decode = (r: string) =>
-      fromPlain(reply<PlainBatch>([{ r }], "receive_ordered_wire", ENGINE.receiveOrderedWire.shape, ENGINE.receiveOrderedWire.parse));
-    const ok = decode('{"busy":false,"slot":5,"retries":[],"rows":[["1","7","T","k","2026-01-01T00:00:00+00:00",null]]}\n2');
+    const decode = (...texts: string[]) =>
+      fromPlain(
+        reply<PlainBatch>(
+          textRows(...texts),
+          "receive_ordered_rows",
+          ENGINE.receiveOrderedWire.shape,
+          ENGINE.receiveOrderedWire.parse,
+          ENGINE.receiveOrderedWire.lines,
+        ),
+      );
+    const ok = decode('["1","7","T","k","2026-01-01T00:00:00+00:00",null]\n2', '{"busy":false,"slot":5,"retries":[]}');
     assert.equal(ok.slot, 5);
-    assert.equal(decode('{"busy":true,"slot":null,"retries":[],"rows":[]}').slot, undefined);
+    assert.equal(ok.events[0]!.raw, "2", "the head comes last, after the rows");
+    assert.equal(decode('{"busy":true,"slot":null,"retries":[]}').slot, undefined);
     for (
       const bad of [
-        '{"busy":false,"retries":[],"rows":[]}',
-        '{"busy":false,"slot":-1,"retries":[],"rows":[]}',
-        '{"busy":false,"slot":"1","retries":[],"rows":[]}',
+        ['{"busy":false,"retries":[]}'],
+        ['{"busy":false,"slot":-1,"retries":[]}'],
+        ['{"busy":false,"slot":"1","retries":[]}'],
+        ['{"busy":false,"slot":5,"retries":[]}', '["1","7","T","k","2026-01-01T00:00:00+00:00",null]\n2'], // the head first
+        ['{"busy":false,"slot":5,"retries":[],"rows":[]}'], // the one-text form's head
       ]
     ) {
-      assert.throws(() => decode(bad), (e: unknown) => e instanceof KeyqError && e.code === "BAD_REPLY", bad);
+      assert.throws(() => decode(...bad), (e: unknown) => e instanceof KeyqError && e.code === "BAD_REPLY", JSON.stringify(bad));
     }
   });
 });

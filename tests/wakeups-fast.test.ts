@@ -139,7 +139,7 @@ describe("wake-ups go straight to the read", { skip }, () => {
             // tick came while it held its slots, so no look after its COMMIT either; no worker wakes
             // for the notification of the tick its consumer wrote.
             assert.equal(receives, 1, `looks: ${after.join(" ")}`);
-            assert.deepEqual(after, ["tick", "begin", "receive_ordered_wire", "commit"]);
+            assert.deepEqual(after, ["tick", "begin", "receive_ordered_rows", "commit"]);
           }
         }
         assert.equal(handled.length, 3);

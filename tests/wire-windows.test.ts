@@ -1,4 +1,4 @@
-// The wire reads (receive_plain_rows for plain consumers, window_slot_wire for a
+// The row reads (window_lines: receive_plain_rows for plain consumers, receive_ordered_rows for a
 // Tier B slot) read at most maxEvents rows of a window, not one more: a
 // window read to exactly maxEvents stays open at its last event, and the
 // next read closes it and goes on into the next window. Shown on a real

@@ -10,7 +10,7 @@
  */
 
 import { fields, listOf, type Shape } from "./reply.ts";
-import { isOrderedBatch, isPlainBatch, parseLines, parseWire, type PlainBatch, type Received } from "./wire.ts";
+import { isOrderedBatch, isPlainBatch, parseLines, parseOrderedLines, type PlainBatch, type Received } from "./wire.ts";
 import type { EngineQueueStatus } from "./status.ts";
 import type { BlockedKey, DeadLetter, HistoryEvent, LogPosition, MaintainReport, QueueInfo, RoleGrants, SeekResult, SendResult } from "../types.ts";
 
@@ -402,7 +402,7 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
     [{ sql: "skip_try_lock", type: "boolean" }],
   ),
   receiveOrderedWire: fn(
-    "receive_ordered_wire",
+    "receive_ordered_rows",
     [
       ["queue", "queue", "text"],
       ["consumer", "consumer", "text"],
@@ -414,8 +414,9 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
     ],
     isOrderedBatch,
     [{ sql: "skip_try_lock", type: "boolean" }],
-    "text",
-    parseWire,
+    "setof text",
+    undefined,
+    parseOrderedLines,
   ),
   ack: fn("ack", [
     ["queue", "queue", "text"],
@@ -509,9 +510,11 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "grow_buckets",
   "queue_json",
   "read_window",
-  // receive_plain_rows' batch in the one-text form of earlier function sets
-  // (a process of an older build calls it during a rolling deploy)
+  // receive_plain_rows' and receive_ordered_rows' batches in the one-text
+  // form of earlier function sets (a process of an older build calls them
+  // during a rolling deploy)
   "receive_plain",
+  "receive_ordered_wire",
   "ordered_consumer",
   "ordered_take",
   "release_heads",
@@ -530,11 +533,9 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "window_events",
   "window_range_sql",
   "window_slot_array",
-  "window_slot_wire",
   "window_slots",
+  "window_lines",
   "window_take",
-  "wire_rows",
-  "wire_select",
   "xbuckets",
   // least privilege (functions/00_roles.sql)
   "apply_grants",

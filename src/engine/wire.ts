@@ -1,13 +1,15 @@
 /**
  * The compact wire forms of a plain or ordered consumer's batch.
  *
- * A plain batch (`receive_plain_rows`) comes as rows of one text each: a
- * JSON head `{"busy": b, "retries": [event objects]}`, then a row per
- * event, `[id, txid, type, key, time, trace]` and the payload's JSON text
- * after a newline. An ordered batch (`receive_ordered_wire`) comes as one
- * text: a JSON head `{"busy": b, "slot": k, "retries": [event objects],
- * "rows": [[id, txid, type, key, time, trace], …]}`, then each row's
- * payload, its JSON text after a newline.
+ * A batch comes as rows of one text each (`receive_plain_rows`,
+ * `receive_ordered_rows`): a row per event, `[id, txid, type, key, time,
+ * trace]` and the payload's JSON text after a newline, and a JSON head, the
+ * first row of a plain batch (`{"busy": b, "retries": [event objects]}`)
+ * and the last of an ordered one (`{"busy": b, "slot": k, "retries": […],
+ * "groups": […], "drained": true}`). Processes of earlier builds read one
+ * text (`receive_plain`, `receive_ordered_wire`, {@link parseWire}): the
+ * head with `"rows": [[id, txid, type, key, time, trace], …]`, then each
+ * row's payload after a newline.
  *
  * Neither a head nor a payload holds a raw newline (the server writes both
  * with Postgres's json and jsonb output), so the client parses the heads
@@ -64,7 +66,7 @@ export interface Received {
  */
 export type PlainRow = [id: string, txid: string, type: string, key: string | null, time: string, payload: string, trace: string | null];
 
-/** A `receive_plain_rows` or `receive_ordered_wire` reply as parsed, before it becomes a batch's events. */
+/** A `receive_plain_rows` or `receive_ordered_rows` reply as parsed, before it becomes a batch's events. */
 export interface PlainBatch {
   busy: boolean;
   /** Ordered: the slot read (null when none had events). */
@@ -80,7 +82,8 @@ export interface PlainBatch {
 }
 
 /**
- * Parses a wire reply (head, then one payload per row): the head with each
+ * Parses a reply in the one-text form of earlier builds (`receive_plain`,
+ * `receive_ordered_wire`: the head, then one payload per row): the head with each
  * row's payload text put in its place (the rows' form, {@link PlainRow}).
  * Undefined when the payloads do not match the rows one to one, so the
  * shape check refuses the reply as BAD_REPLY.
@@ -126,14 +129,36 @@ export function parseWire(text: string): unknown {
  * ```
  */
 export function parseLines(texts: string[]): unknown {
-  if (texts.length === 0) return undefined;
-  const head = JSON.parse(texts[0]!) as Record<string, unknown> | null;
+  return texts.length === 0 ? undefined : withLines(texts[0]!, texts, 1, texts.length);
+}
+
+/**
+ * Parses an ordered batch's rows (a line per event, then the head, last)
+ * as {@link parseLines} parses a plain batch's.
+ *
+ * @example
+ * ```ts
+ * import { parseOrderedLines } from "./wire.ts";
+ * const b = parseOrderedLines(['["1","7","T","k","2026-01-01T00:00:00+00:00",null]\n2', '{"busy":false,"slot":3,"retries":[]}']) as {
+ *   slot: number;
+ *   rows: unknown[][];
+ * };
+ * console.log(b.slot, b.rows[0]![5]); // 3 "2"
+ * ```
+ */
+export function parseOrderedLines(texts: string[]): unknown {
+  return texts.length === 0 ? undefined : withLines(texts[texts.length - 1]!, texts, 0, texts.length - 1);
+}
+
+/** The head `head` with texts[from, to) as its rows (each a row's head and payload). */
+function withLines(headText: string, texts: string[], from: number, to: number): unknown {
+  const head = JSON.parse(headText) as Record<string, unknown> | null;
   if (typeof head !== "object" || head === null || Array.isArray(head) || "rows" in head) return undefined;
-  const n = texts.length - 1;
+  const n = to - from;
   const heads = new Array<string>(n);
   const payloads = new Array<string>(n);
   for (let i = 0; i < n; i++) {
-    const line = texts[i + 1]!;
+    const line = texts[from + i]!;
     const nl = line.indexOf("\n");
     if (nl < 0) return undefined;
     heads[i] = line.slice(0, nl);
@@ -184,7 +209,7 @@ export function isPlainBatch(x: unknown): boolean {
 }
 
 /**
- * The shape a `receive_ordered_wire` reply must have: a plain batch's, plus
+ * The shape a `receive_ordered_rows` reply must have: a plain batch's, plus
  * the slot it read (a non-negative integer, or null when no slot had events).
  *
  * @example

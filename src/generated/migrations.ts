@@ -1912,6 +1912,7 @@ as $$
     ('send', 'produce'), ('send_batch', 'produce'), ('send_rows', 'produce'), ('status', 'produce'),
     ('subscribe', 'consume'), ('receive', 'consume'), ('receive_plain', 'consume'), ('receive_plain_rows', 'consume'),
     ('receive_exclusive', 'consume'), ('receive_ordered', 'consume'), ('receive_ordered_wire', 'consume'),
+    ('receive_ordered_rows', 'consume'),
     ('prepare_exclusive', 'consume'), ('start_run', 'consume'),
     ('ack', 'consume'), ('fence', 'consume'), ('unfence', 'consume'), ('consumer_slot_of', 'consume'),
     ('blocked_keys', 'consume'), ('tick', 'consume'), ('maintain', 'consume'), ('status', 'consume'),
@@ -1926,7 +1927,8 @@ as $$
   union all
   -- operate reaches every function the other grants reach.
   select f, 'operate' from (values ('send'), ('send_batch'), ('send_rows'), ('status'), ('subscribe'), ('receive'),
-    ('receive_plain'), ('receive_plain_rows'), ('receive_exclusive'), ('receive_ordered'), ('receive_ordered_wire'), ('prepare_exclusive'),
+    ('receive_plain'), ('receive_plain_rows'), ('receive_exclusive'), ('receive_ordered'), ('receive_ordered_wire'),
+    ('receive_ordered_rows'), ('prepare_exclusive'),
     ('start_run'), ('ack'),
     ('fence'), ('unfence'), ('consumer_slot_of'), ('blocked_keys'), ('tick'), ('maintain'),
     ('dlq_list'), ('dlq_count')) v(f)
@@ -3108,36 +3110,30 @@ end $$;
 -- A window read to exactly the room left stays open at its last event:
 -- the next read finds out whether it holds more, and closes it when it
 -- does not (reading one more row to know at once cost the wire reads a
--- tuplestore). The events come as an array (evs), or with wire as their
--- count and wire_rows' text (window_slot_wire: no array built).
-create function :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int,
-                                         wire boolean default false,
-                                         out evs :KEYQ_SCHEMA.event[], out n int, out rows text, out payloads text)
+-- tuplestore). window_lines reads the same windows as rows for a reply.
+create function :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int)
+returns :KEYQ_SCHEMA.event[]
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
 declare
+  evs :KEYQ_SCHEMA.event[] := '{}';
   s1 pg_snapshot;
   s2 pg_snapshot;
   part :KEYQ_SCHEMA.event[];
-  w record;
   got int;
   room int := max_rows;
   a_txid xid8;
   a_id bigint;
 begin
-  evs := '{}';
-  n := 0;
-  rows := '';
-  payloads := '';
-  if max_rows <= 0 then return; end if;
+  if max_rows <= 0 then return evs; end if;
   if cur.end_tick_id is null then
     select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
      where queue_id = c.queue_id and tick_id > cur.tick_id;
     if cur.end_tick_id is null then
       update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
-      return;
+      return evs;
     end if;
   end if;
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
@@ -3145,32 +3141,18 @@ begin
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
     a_txid := coalesce(cur.last_txid, '0'::xid8);
     a_id := coalesce(cur.last_id, 0);
-    if wire then
-      -- Ordered consumers only: a plain batch reads rows (receive_plain_rows).
-      w := :KEYQ_SCHEMA.window_slot_wire(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
-      got := w.n;
-      if got > 0 then
-        -- Most batches read one window: its text is the reply's, uncopied.
-        rows := case when rows = '' then w.rows else rows || ',' || w.rows end;
-        payloads := case when payloads = '' then w.payloads else payloads || w.payloads end;
-        cur.last_txid := w.last_txid;
-        cur.last_id := w.last_id;
-      end if;
+    if c.kind = 'ordered' then
+      part := :KEYQ_SCHEMA.window_slot_array(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
     else
-      if c.kind = 'ordered' then
-        part := :KEYQ_SCHEMA.window_slot_array(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
-      else
-        part := :KEYQ_SCHEMA.window_array(c.queue_id, s1, s2, a_txid, a_id, room);
-      end if;
-      got := coalesce(cardinality(part), 0);
-      if got > 0 then
-        -- Most batches read one window: its array is the batch's, uncopied.
-        evs := case when cardinality(evs) = 0 then part else evs || part end;
-        cur.last_txid := part[got].ev_txid;
-        cur.last_id := part[got].ev_id;
-      end if;
+      part := :KEYQ_SCHEMA.window_array(c.queue_id, s1, s2, a_txid, a_id, room);
     end if;
-    n := n + got;
+    got := coalesce(cardinality(part), 0);
+    if got > 0 then
+      -- Most batches read one window: its array is the batch's, uncopied.
+      evs := case when cardinality(evs) = 0 then part else evs || part end;
+      cur.last_txid := part[got].ev_txid;
+      cur.last_id := part[got].ev_id;
+    end if;
     -- Full: the window stays open at the last event taken.
     exit when got = room;
     -- Read to its end: the window closes at its end tick.
@@ -3187,20 +3169,7 @@ begin
   update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
          last_id = cur.last_id, polled_at = now(), batch_at = now()
    where consumer_id = c.consumer_id and slot = cur.slot;
-end $$;
-
--- The select list of window_slot_wire over its rows r,
--- in order: count, the last row's txid and id, wire_rows' rows and payloads.
-create function :KEYQ_SCHEMA.wire_select() returns text
-language plpgsql immutable
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-  return $s$pg_catalog.count(*)::int,
-         (pg_catalog.array_agg(r.ev_txid))[pg_catalog.count(*)], (pg_catalog.array_agg(r.ev_id))[pg_catalog.count(*)],
-         pg_catalog.string_agg(pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time,
-                                                           r.ev_trace)::text, ','),
-         pg_catalog.string_agg(E'\\n' || r.ev_data::text, '')$s$;
+  return evs;
 end $$;
 
 -- window_take as the engine's JSON event objects (Tier B's receive).
@@ -3208,7 +3177,7 @@ create function :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHE
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
-declare evs :KEYQ_SCHEMA.event[] := (:KEYQ_SCHEMA.window_take(c, cur, max_rows)).evs;
+declare evs :KEYQ_SCHEMA.event[] := :KEYQ_SCHEMA.window_take(c, cur, max_rows);
 begin
   return coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i)
                      from generate_subscripts(evs, 1) i), '[]');
@@ -3245,42 +3214,13 @@ begin
     retries || :KEYQ_SCHEMA.read_window(c, cur, max_events - jsonb_array_length(retries)));
 end $$;
 
--- Events in the client's wire form (src/engine/wire.ts): rows, the
--- elements of a json array (the caller adds the brackets, so parts join
--- with a comma) of [id, txid, type, key, time, trace], and payloads, each event's JSON
--- text after a newline, in row order. A reply is its JSON head followed by
--- the payloads: neither the head (json_build_array and jsonb write no raw
--- newline) nor a payload's jsonb text holds a newline, so the client splits
--- them without parsing the payloads, and the server does not escape them
--- as JSON strings (a third of a 1,000-event reply's server time).
-create function :KEYQ_SCHEMA.wire_rows(evs :KEYQ_SCHEMA.event[], out rows text, out payloads text)
-language plpgsql stable
-set search_path = pg_catalog, pg_temp
-as $$
-#variable_conflict use_column
-begin
-  select coalesce(string_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_trace)::text,
-                             ',' order by e.i), ''),
-         coalesce(string_agg(E'\\n' || e.ev_data::text, '' order by e.i), '')
-    into rows, payloads
-    from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i);
-end $$;
-
 -- One batch of a plain consumer in its row form (src/engine/wire.ts): a
 -- first row {"busy": b, "retries": [event objects]}, then a row per event
--- of the window, [id, txid, type, key, time, trace] and the payload's JSON
--- text after a newline. The window's rows go to the reply as the statement
--- reads them: no text of the whole batch is built and copied on the way
--- (one 1,000-event document was copied five times, each copy into fresh
--- pages: half the backend's time went to memmove and page faults).
+-- of the window (window_lines).
 -- When another batch holds the cursor, waits for it up to wait_ms (its
 -- commit hands the cursor over, so a second worker reads the next batch at
 -- once instead of polling), then fails with 55P03 (the client: busy). Order is unchanged: a batch
 -- starts only after the previous one committed.
--- The window is read as window_take reads it (see there), up to the newest
--- tick; the read records the position of each row it returns (a
--- transaction-local setting, keyq.read_at), so a window read to the room
--- left stays open at its last event without reading the rows again.
 create function :KEYQ_SCHEMA.receive_plain_rows(queue text, consumer text, max_events int, wait_ms int default 0)
 returns setof text
 language plpgsql
@@ -3293,14 +3233,6 @@ declare
   cur :KEYQ_SCHEMA.cursor;
   retries jsonb;
   prev text;
-  s1 pg_snapshot;
-  s2 pg_snapshot;
-  room int;
-  got int;
-  at text[];
-  -- The read's plan settings (window_array's), for the read only: the
-  -- batch's own statements keep the caller's.
-  saved text[];
 begin
   if c.kind <> 'plain' then
     raise exception 'Consumer "%" of queue "%" is a % consumer; read it with the matching API.', consumer, queue, c.kind
@@ -3329,32 +3261,105 @@ begin
   end if;
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
   return next '{"busy":false,"retries":' || retries::text || '}';
-  room := max_events - jsonb_array_length(retries);
-  if room <= 0 then return; end if;
+  return query select l from :KEYQ_SCHEMA.window_lines(c, cur, max_events - jsonb_array_length(retries)) l;
+end $$;
+
+-- window_take's read for a batch's reply (receive_plain_rows,
+-- receive_ordered_rows): the same windows, positions and cursor update,
+-- each event a line (line_select) returned by the statement that reads the
+-- window. No text of the whole batch is built and copied on the way (one
+-- 1,000-event text was copied five times, each copy into fresh pages: half
+-- the backend's time went to memmove and page faults). The read records
+-- the position of each row it returns (a transaction-local setting,
+-- keyq.read_at), so a window read to the room left stays open at its last
+-- event without reading its rows again. An ordered slot whose window has
+-- events of stragglers (transactions of this queue that committed across a
+-- tick: rare) is read as an array, merged (window_slot_array) and written
+-- out; on a busy database most windows have stragglers of other queues and
+-- tables, and the count of the slot's straggler rows tells them apart
+-- without reading a row.
+create function :KEYQ_SCHEMA.window_lines(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int)
+returns setof text
+language plpgsql
+set search_path = pg_catalog, pg_temp
+set enable_sort = off
+set enable_seqscan = off
+set jit = off
+set plan_cache_mode = force_generic_plan
+as $$
+#variable_conflict use_variable
+declare
+  s1 pg_snapshot;
+  s2 pg_snapshot;
+  room int := max_rows;
+  got int;
+  a_txid xid8;
+  a_id bigint;
+  lo_txid xid8;
+  lo_id bigint;
+  strag xid8[];
+  late int;
+  part :KEYQ_SCHEMA.event[];
+  at text[];
+  -- Rows that pass it record their position as they go out.
+  noted constant text := 'where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null';
+begin
+  if max_rows <= 0 then return; end if;
   if cur.end_tick_id is null then
     select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
      where queue_id = c.queue_id and tick_id > cur.tick_id;
     if cur.end_tick_id is null then
-      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = 0;
+      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
       return;
     end if;
   end if;
-  saved := array[current_setting('enable_sort'), current_setting('enable_seqscan'), current_setting('jit'),
-                 current_setting('plan_cache_mode')];
-  perform set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
-          set_config('plan_cache_mode', 'force_generic_plan', true);
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
-    return query execute :KEYQ_SCHEMA.prepared_call(
-      format('select %s from (%s) r where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null',
-             :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.window_range_sql(c.queue_id)),
-      'pg_snapshot, pg_snapshot, xid8, bigint, int',
-      array[s1::text, s2::text, coalesce(cur.last_txid, '0'::xid8)::text, coalesce(cur.last_id, 0)::text, room::text]);
-    get diagnostics got = row_count;
+    a_txid := coalesce(cur.last_txid, '0'::xid8);
+    a_id := coalesce(cur.last_id, 0);
+    late := 0;
+    if c.kind = 'ordered' then
+      strag := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
+      if cardinality(strag) > 0 then
+        execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.count(*)::int from (%s) e', :KEYQ_SCHEMA.slot_late_sql(c.queue_id, c.slots)),
+          'int, xid8, bigint, int, int, int, xid8[]',
+          array[c.queue_id::text, a_txid::text, a_id::text, cur.slot::text, room::text, c.slots::text, strag::text])
+          into late;
+      end if;
+    end if;
+    if late > 0 then
+      part := :KEYQ_SCHEMA.window_slot_array(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
+      got := coalesce(cardinality(part), 0);
+      return query execute format('select %s from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
+                                  :KEYQ_SCHEMA.line_select()) using part;
+      if got > 0 then
+        at := array[part[got].ev_txid::text, part[got].ev_id::text];
+      end if;
+    elsif c.kind = 'ordered' then
+      -- The slot's range starts at xmax of s1 at the lowest: below it are only s1's stragglers (none of this slot's here).
+      lo_txid := a_txid;
+      lo_id := a_id;
+      if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
+        lo_txid := pg_snapshot_xmax(s1);
+        lo_id := 0;
+      end if;
+      return query execute :KEYQ_SCHEMA.prepared_call(
+        format('select %s from (%s) r %s', :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.slot_range_sql(c.queue_id, c.slots), noted),
+        'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint',
+        array[c.queue_id::text, s1::text, s2::text, a_txid::text, a_id::text, room::text, cur.slot::text, lo_txid::text, lo_id::text]);
+      get diagnostics got = row_count;
+      at := null;
+    else
+      return query execute :KEYQ_SCHEMA.prepared_call(
+        format('select %s from (%s) r %s', :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.window_range_sql(c.queue_id), noted),
+        'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, room::text]);
+      get diagnostics got = row_count;
+      at := null;
+    end if;
     if got = room then
       -- Full: the window stays open at the last event taken.
-      at := string_to_array(current_setting('keyq.read_at'), ' ');
+      at := coalesce(at, string_to_array(current_setting('keyq.read_at'), ' '));
       cur.last_txid := at[1]::xid8;
       cur.last_id := at[2]::bigint;
       exit;
@@ -3370,14 +3375,12 @@ begin
     exit when cur.end_tick_id is null;
     s1 := s2;
   end loop;
-  perform set_config('enable_sort', saved[1], true), set_config('enable_seqscan', saved[2], true), set_config('jit', saved[3], true),
-          set_config('plan_cache_mode', saved[4], true);
   update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
          last_id = cur.last_id, polled_at = now(), batch_at = now()
-   where consumer_id = c.consumer_id and slot = 0;
+   where consumer_id = c.consumer_id and slot = cur.slot;
 end $$;
 
--- An event line of receive_plain_rows: the row r's head, then its payload.
+-- An event line of window_lines: the row r's head, then its payload.
 -- Neither json_build_array nor jsonb's output writes a raw newline, so the
 -- client splits a line at its first one without parsing the payload.
 create function :KEYQ_SCHEMA.line_select() returns text
@@ -4338,61 +4341,6 @@ begin
   return array(select w from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows);
 end $$;
 
--- window_slot_array in the wire form: at most max_rows events of the slot, their count, the position of the
--- last, and wire_rows' text, built by the statement that reads the slot's
--- range. A window where the slot has events of stragglers (transactions of
--- this queue that committed across a tick: rare) is read as an array,
--- merged (window_slot_array) and written out. On a busy database most
--- windows have stragglers of other queues and tables; the count of the
--- slot's straggler rows tells them apart without reading a row.
-create function :KEYQ_SCHEMA.window_slot_wire(
-  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int, slot_count int, slot int,
-  out n int, out last_txid xid8, out last_id bigint, out rows text, out payloads text
-)
-language plpgsql volatile
-set search_path = pg_catalog, pg_temp
-set enable_sort = off
-set enable_seqscan = off
-set jit = off
-set plan_cache_mode = force_generic_plan
-as $$
-#variable_conflict use_variable
-declare
-  lo_txid xid8 := a_txid;
-  lo_id bigint := a_id;
-  strag xid8[] := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
-  late int := 0;
-  part :KEYQ_SCHEMA.event[];
-  w record;
-begin
-  if cardinality(strag) > 0 then
-    execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.count(*)::int from (%s) e', :KEYQ_SCHEMA.slot_late_sql(qid, slot_count)),
-      'int, xid8, bigint, int, int, int, xid8[]',
-      array[qid::text, a_txid::text, a_id::text, slot::text, max_rows::text, slot_count::text, strag::text])
-      into late;
-  end if;
-  if late > 0 then
-    part := :KEYQ_SCHEMA.window_slot_array(qid, s1, s2, a_txid, a_id, max_rows, slot_count, slot);
-    n := coalesce(cardinality(part), 0);
-    last_txid := part[n].ev_txid;
-    last_id := part[n].ev_id;
-    w := :KEYQ_SCHEMA.wire_rows(part);
-    rows := w.rows;
-    payloads := w.payloads;
-    return;
-  end if;
-  if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
-    lo_txid := pg_snapshot_xmax(s1);
-    lo_id := 0;
-  end if;
-  execute :KEYQ_SCHEMA.prepared_call(format('select %s from (%s) r', :KEYQ_SCHEMA.wire_select(), :KEYQ_SCHEMA.slot_range_sql(qid, slot_count)),
-    'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint',
-    array[qid::text, s1::text, s2::text, a_txid::text, a_id::text, max_rows::text, slot::text, lo_txid::text, lo_id::text])
-    into n, last_txid, last_id, rows, payloads;
-  rows := coalesce(rows, '');
-  payloads := coalesce(payloads, '');
-end $$;
-
 -- Blocks key \`key\` of slot \`slot\` behind its failed head (pause); holds the key's other
 -- pending retry rows too, so nothing of the key overtakes the head.
 create function :KEYQ_SCHEMA.block_key(c :KEYQ_SCHEMA.consumer, slot int, key text, head bigint) returns void
@@ -4462,7 +4410,7 @@ begin
 end $$;
 
 -- One batch of an ordered consumer, as receive_ordered and
--- receive_ordered_wire return it. Tries the slots in \`slots\` order (then,
+-- receive_ordered_rows return it. Tries the slots in \`slots\` order (then,
 -- when help_after is given, any slot not polled for that many seconds):
 -- try-lock (skip a slot another worker holds), then the cursor row lock —
 -- the backstop: a caller that skips the try-lock blocks, never duplicates.
@@ -4478,16 +4426,18 @@ end $$;
 -- a backlog fills each batch from its first slot as before. Only with the
 -- try-lock: two callers that block on cursor rows in different orders
 -- could deadlock. o_drained: multi read every slot of the list that was
--- free to its end (another look finds nothing until a new tick). With
--- wire, the window's events come as wire_rows' text (o_rows, o_payloads),
--- read by window_take, and o_evs stays empty; a slot with blocked keys (pause)
--- is read as an array, filtered, then written out.
+-- free to its end (another look finds nothing until a new tick).
+-- The last row returned holds the batch (o_line null). With lines, the
+-- window's events come before it as rows of their own (o_line: window_lines),
+-- and o_evs stays empty; a slot with blocked keys (pause) is read as an
+-- array, filtered, then written out.
 create function :KEYQ_SCHEMA.ordered_take(
   c :KEYQ_SCHEMA.consumer, slots int[], max_events int, help_after float8, skip_try_lock boolean, multi boolean,
-  wire boolean default false,
-  out o_busy boolean, out o_slot int, out o_retries jsonb, out o_evs :KEYQ_SCHEMA.event[], out o_groups jsonb,
-  out o_drained boolean, out o_rows text, out o_payloads text
+  lines boolean default false,
+  out o_line text, out o_busy boolean, out o_slot int, out o_retries jsonb, out o_evs :KEYQ_SCHEMA.event[], out o_groups jsonb,
+  out o_drained boolean
 )
+returns setof record
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -4506,13 +4456,11 @@ declare
   known_from bigint;
   known int[];
   n int;
-  tw record;
+  ended boolean := false;
 begin
   o_busy := false;
   o_retries := '[]';
   o_evs := '{}';
-  o_rows := '';
-  o_payloads := '';
   o_groups := '[]';
   o_drained := false;
   multi := multi and not skip_try_lock;
@@ -4553,17 +4501,14 @@ begin
       end if;
     end if;
     n := case when evs is not null then 0 end;
-    if wire and n is null and (c.settings->>'onFailure' is distinct from 'pause'
-                               or not exists (select 1 from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k)) then
-      tw := :KEYQ_SCHEMA.window_take(c, cur, room - nr, true);
-      n := tw.n;
-      if n > 0 then
-        o_rows := case when o_rows = '' then tw.rows else o_rows || ',' || tw.rows end;
-        o_payloads := case when o_payloads = '' then tw.payloads else o_payloads || tw.payloads end;
-      end if;
+    if lines and n is null and (c.settings->>'onFailure' is distinct from 'pause'
+                                or not exists (select 1 from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k)) then
+      return query select l, null::boolean, null::int, null::jsonb, null:::KEYQ_SCHEMA.event[], null::jsonb, null::boolean
+                     from :KEYQ_SCHEMA.window_lines(c, cur, room - nr) l;
+      get diagnostics n = row_count;
     end if;
     if n is null then
-      evs := (:KEYQ_SCHEMA.window_take(c, cur, room - nr)).evs;
+      evs := :KEYQ_SCHEMA.window_take(c, cur, room - nr);
     end if;
     if n is null and c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
       blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
@@ -4578,10 +4523,11 @@ begin
     end if;
     if n is null then
       n := cardinality(evs);
-      if wire and n > 0 then
-        tw := :KEYQ_SCHEMA.wire_rows(evs);
-        o_rows := case when o_rows = '' then tw.rows else o_rows || ',' || tw.rows end;
-        o_payloads := o_payloads || tw.payloads;
+      if lines and n > 0 then
+        return query execute format(
+          'select %s, null::boolean, null::int, null::jsonb, null::%I.event[], null::jsonb, null::boolean
+             from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
+          :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA_NAME) using evs;
       elsif n > 0 then
         -- Most batches read one slot: its array is the batch's, uncopied.
         o_evs := case when cardinality(o_evs) = 0 then evs else o_evs || evs end;
@@ -4593,13 +4539,18 @@ begin
       o_groups := o_groups || jsonb_build_array(jsonb_build_array(k, nr, n));
       room := room - nr - n;
       if not multi or room <= 0 then
-        return;
+        ended := true;
+        exit;
       end if;
     end if;
   end loop;
-  o_busy := o_slot is null and tried = 0 and cardinality(todo) > 0;
-  -- Every slot of the list was read to its end or is another worker's now.
-  o_drained := multi;
+  if not ended then
+    o_busy := o_slot is null and tried = 0 and cardinality(todo) > 0;
+    -- Every slot of the list was read to its end or is another worker's now.
+    o_drained := multi;
+  end if;
+  o_line := null;
+  return next;
 end $$;
 
 -- The checks every receive of an ordered consumer makes first: the kind and
@@ -4641,7 +4592,7 @@ begin
   if c.consumer_id is null then
     return jsonb_build_object('busy', true, 'slot', null, 'events', '[]'::jsonb);
   end if;
-  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, false);
+  select * into t from :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, false);
   if t.o_slot is null then
     return jsonb_build_object('busy', t.o_busy, 'slot', null, 'events', '[]'::jsonb);
   end if;
@@ -4649,14 +4600,42 @@ begin
     coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(t.o_evs[i]) order by i) from generate_subscripts(t.o_evs, 1) i), '[]'));
 end $$;
 
--- One batch of an ordered consumer in the client's wire form
--- (src/engine/wire.ts): {"busy": b, "slot": k, "retries": [event objects],
--- "rows": [[id, txid, type, key, time, trace], …]} and the payloads after
--- it (wire_rows), as receive_plain: built as text, no function call per
--- event, each payload parsed by the client only when a handler reads it. With
--- multi_slot (ordered_take's multi), "groups": [[slot, retries, rows], …]
--- says which slot each retry and row came from; "slot" is the first; and
--- "drained": true when the batch read every free slot to its end.
+-- One batch of an ordered consumer in its row form (src/engine/wire.ts): a
+-- row per event of the windows read (window_lines: its fields as a JSON
+-- array, its payload's JSON text after a newline), then a last row
+-- {"busy": b, "slot": k, "retries": [event objects]}. With multi_slot
+-- (ordered_take's multi), "groups": [[slot, retries, rows], …] says which
+-- slot each retry and row came from; "slot" is the first; and "drained":
+-- true when the batch read every free slot to its end.
+create function :KEYQ_SCHEMA.receive_ordered_rows(
+  queue text, consumer text, slots int[], max_events int,
+  help_after float8 default null, skip_try_lock boolean default false,
+  slot_count int default null, multi_slot boolean default false
+) returns setof text
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.ordered_consumer(queue, consumer, slot_count);
+begin
+  if c.consumer_id is null then
+    return next '{"busy":true,"slot":null,"retries":[]}';
+    return;
+  end if;
+  return query
+    select case when t.o_line is not null then t.o_line
+                when t.o_slot is null then '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[]}'
+                else '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text ||
+                     case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
+                     case when t.o_drained then ',"drained":true' else '' end || '}' end
+      from :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, multi_slot, true) t;
+end $$;
+
+-- receive_ordered_rows' batch as one text, the form processes of earlier
+-- builds read during a rolling deploy: its last row with "rows": [row
+-- heads], followed by each payload after a newline.
 create function :KEYQ_SCHEMA.receive_ordered_wire(
   queue text, consumer text, slots int[], max_events int,
   help_after float8 default null, skip_try_lock boolean default false,
@@ -4667,21 +4646,15 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
 declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
-declare
-  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.ordered_consumer(queue, consumer, slot_count);
-  t record;
-  w record;
+declare head text; heads text; payloads text;
 begin
-  if c.consumer_id is null then
-    return '{"busy":true,"slot":null,"retries":[],"rows":[]}';
-  end if;
-  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, multi_slot, true);
-  if t.o_slot is null then
-    return '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[],"rows":[]}';
-  end if;
-  return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":[' ||
-    t.o_rows || ']' || case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
-    case when t.o_drained then ',"drained":true' else '' end || '}' || t.o_payloads;
+  select (array_agg(l order by i desc))[1],
+         string_agg(split_part(l, E'\\n', 1), ',' order by i) filter (where strpos(l, E'\\n') > 0),
+         string_agg(E'\\n' || substr(l, strpos(l, E'\\n') + 1), '' order by i) filter (where strpos(l, E'\\n') > 0)
+    into head, heads, payloads
+    from :KEYQ_SCHEMA.receive_ordered_rows(queue, consumer, slots, max_events, help_after, skip_try_lock, slot_count, multi_slot)
+           with ordinality as t(l, i);
+  return left(head, -1) || ',"rows":[' || coalesce(heads, '') || ']}' || coalesce(payloads, '');
 end $$;
 
 -- Releases key k of slot s outright (its head was dead-lettered, possibly in
@@ -5575,7 +5548,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "5bf3fdbfd62f373fd62987f22e0916423cb241e390c6083c85093aa19fccd67e";
+export const functionsHash: string = "db1e7694f458ec6f02b1ef0dfad7618fd0be3722ab11d9e74955166f11b3aea8";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5585,4 +5558,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 62;
+export const functionsSerial: number = 64;

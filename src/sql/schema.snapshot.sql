@@ -808,6 +808,7 @@ AS $function$
     ('send', 'produce'), ('send_batch', 'produce'), ('send_rows', 'produce'), ('status', 'produce'),
     ('subscribe', 'consume'), ('receive', 'consume'), ('receive_plain', 'consume'), ('receive_plain_rows', 'consume'),
     ('receive_exclusive', 'consume'), ('receive_ordered', 'consume'), ('receive_ordered_wire', 'consume'),
+    ('receive_ordered_rows', 'consume'),
     ('prepare_exclusive', 'consume'), ('start_run', 'consume'),
     ('ack', 'consume'), ('fence', 'consume'), ('unfence', 'consume'), ('consumer_slot_of', 'consume'),
     ('blocked_keys', 'consume'), ('tick', 'consume'), ('maintain', 'consume'), ('status', 'consume'),
@@ -822,7 +823,8 @@ AS $function$
   union all
   -- operate reaches every function the other grants reach.
   select f, 'operate' from (values ('send'), ('send_batch'), ('send_rows'), ('status'), ('subscribe'), ('receive'),
-    ('receive_plain'), ('receive_plain_rows'), ('receive_exclusive'), ('receive_ordered'), ('receive_ordered_wire'), ('prepare_exclusive'),
+    ('receive_plain'), ('receive_plain_rows'), ('receive_exclusive'), ('receive_ordered'), ('receive_ordered_wire'),
+    ('receive_ordered_rows'), ('prepare_exclusive'),
     ('start_run'), ('ack'),
     ('fence'), ('unfence'), ('consumer_slot_of'), ('blocked_keys'), ('tick'), ('maintain'),
     ('dlq_list'), ('dlq_count')) v(f)
@@ -1236,8 +1238,8 @@ begin
   end if;
   return c;
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.ordered_take(c :KEYQ_SCHEMA.consumer, slots integer[], max_events integer, help_after double precision, skip_try_lock boolean, multi boolean, wire boolean DEFAULT false, OUT o_busy boolean, OUT o_slot integer, OUT o_retries jsonb, OUT o_evs :KEYQ_SCHEMA.event[], OUT o_groups jsonb, OUT o_drained boolean, OUT o_rows text, OUT o_payloads text)
- RETURNS record
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.ordered_take(c :KEYQ_SCHEMA.consumer, slots integer[], max_events integer, help_after double precision, skip_try_lock boolean, multi boolean, lines boolean DEFAULT false, OUT o_line text, OUT o_busy boolean, OUT o_slot integer, OUT o_retries jsonb, OUT o_evs :KEYQ_SCHEMA.event[], OUT o_groups jsonb, OUT o_drained boolean)
+ RETURNS SETOF record
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
@@ -1256,13 +1258,11 @@ declare
   known_from bigint;
   known int[];
   n int;
-  tw record;
+  ended boolean := false;
 begin
   o_busy := false;
   o_retries := '[]';
   o_evs := '{}';
-  o_rows := '';
-  o_payloads := '';
   o_groups := '[]';
   o_drained := false;
   multi := multi and not skip_try_lock;
@@ -1303,17 +1303,14 @@ begin
       end if;
     end if;
     n := case when evs is not null then 0 end;
-    if wire and n is null and (c.settings->>'onFailure' is distinct from 'pause'
-                               or not exists (select 1 from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k)) then
-      tw := :KEYQ_SCHEMA.window_take(c, cur, room - nr, true);
-      n := tw.n;
-      if n > 0 then
-        o_rows := case when o_rows = '' then tw.rows else o_rows || ',' || tw.rows end;
-        o_payloads := case when o_payloads = '' then tw.payloads else o_payloads || tw.payloads end;
-      end if;
+    if lines and n is null and (c.settings->>'onFailure' is distinct from 'pause'
+                                or not exists (select 1 from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k)) then
+      return query select l, null::boolean, null::int, null::jsonb, null:::KEYQ_SCHEMA.event[], null::jsonb, null::boolean
+                     from :KEYQ_SCHEMA.window_lines(c, cur, room - nr) l;
+      get diagnostics n = row_count;
     end if;
     if n is null then
-      evs := (:KEYQ_SCHEMA.window_take(c, cur, room - nr)).evs;
+      evs := :KEYQ_SCHEMA.window_take(c, cur, room - nr);
     end if;
     if n is null and c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
       blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
@@ -1328,10 +1325,11 @@ begin
     end if;
     if n is null then
       n := cardinality(evs);
-      if wire and n > 0 then
-        tw := :KEYQ_SCHEMA.wire_rows(evs);
-        o_rows := case when o_rows = '' then tw.rows else o_rows || ',' || tw.rows end;
-        o_payloads := o_payloads || tw.payloads;
+      if lines and n > 0 then
+        return query execute format(
+          'select %s, null::boolean, null::int, null::jsonb, null::%I.event[], null::jsonb, null::boolean
+             from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
+          :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA_NAME) using evs;
       elsif n > 0 then
         -- Most batches read one slot: its array is the batch's, uncopied.
         o_evs := case when cardinality(o_evs) = 0 then evs else o_evs || evs end;
@@ -1343,13 +1341,18 @@ begin
       o_groups := o_groups || jsonb_build_array(jsonb_build_array(k, nr, n));
       room := room - nr - n;
       if not multi or room <= 0 then
-        return;
+        ended := true;
+        exit;
       end if;
     end if;
   end loop;
-  o_busy := o_slot is null and tried = 0 and cardinality(todo) > 0;
-  -- Every slot of the list was read to its end or is another worker's now.
-  o_drained := multi;
+  if not ended then
+    o_busy := o_slot is null and tried = 0 and cardinality(todo) > 0;
+    -- Every slot of the list was read to its end or is another worker's now.
+    o_drained := multi;
+  end if;
+  o_line := null;
+  return next;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.out_of_range(q :KEYQ_SCHEMA.queue, what text)
  RETURNS void
@@ -1652,7 +1655,7 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.read_window(c :KEYQ_SCHEMA.consumer, cur
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-declare evs :KEYQ_SCHEMA.event[] := (:KEYQ_SCHEMA.window_take(c, cur, max_rows)).evs;
+declare evs :KEYQ_SCHEMA.event[] := :KEYQ_SCHEMA.window_take(c, cur, max_rows);
 begin
   return coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(evs[i]) order by i)
                      from generate_subscripts(evs, 1) i), '[]');
@@ -1811,12 +1814,35 @@ begin
   if c.consumer_id is null then
     return jsonb_build_object('busy', true, 'slot', null, 'events', '[]'::jsonb);
   end if;
-  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, false);
+  select * into t from :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, false);
   if t.o_slot is null then
     return jsonb_build_object('busy', t.o_busy, 'slot', null, 'events', '[]'::jsonb);
   end if;
   return jsonb_build_object('busy', false, 'slot', t.o_slot, 'events', t.o_retries ||
     coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(t.o_evs[i]) order by i) from generate_subscripts(t.o_evs, 1) i), '[]'));
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_ordered_rows(queue text, consumer text, slots integer[], max_events integer, help_after double precision DEFAULT NULL::double precision, skip_try_lock boolean DEFAULT false, slot_count integer DEFAULT NULL::integer, multi_slot boolean DEFAULT false)
+ RETURNS SETOF text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.ordered_consumer(queue, consumer, slot_count);
+begin
+  if c.consumer_id is null then
+    return next '{"busy":true,"slot":null,"retries":[]}';
+    return;
+  end if;
+  return query
+    select case when t.o_line is not null then t.o_line
+                when t.o_slot is null then '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[]}'
+                else '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text ||
+                     case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
+                     case when t.o_drained then ',"drained":true' else '' end || '}' end
+      from :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, multi_slot, true) t;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_ordered_wire(queue text, consumer text, slots integer[], max_events integer, help_after double precision DEFAULT NULL::double precision, skip_try_lock boolean DEFAULT false, slot_count integer DEFAULT NULL::integer, multi_slot boolean DEFAULT false)
  RETURNS text
@@ -1826,21 +1852,15 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_ordered_wire(queue text, consume
 AS $function$
 #variable_conflict use_variable
 declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
-declare
-  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.ordered_consumer(queue, consumer, slot_count);
-  t record;
-  w record;
+declare head text; heads text; payloads text;
 begin
-  if c.consumer_id is null then
-    return '{"busy":true,"slot":null,"retries":[],"rows":[]}';
-  end if;
-  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, multi_slot, true);
-  if t.o_slot is null then
-    return '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[],"rows":[]}';
-  end if;
-  return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":[' ||
-    t.o_rows || ']' || case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
-    case when t.o_drained then ',"drained":true' else '' end || '}' || t.o_payloads;
+  select (array_agg(l order by i desc))[1],
+         string_agg(split_part(l, E'\n', 1), ',' order by i) filter (where strpos(l, E'\n') > 0),
+         string_agg(E'\n' || substr(l, strpos(l, E'\n') + 1), '' order by i) filter (where strpos(l, E'\n') > 0)
+    into head, heads, payloads
+    from :KEYQ_SCHEMA.receive_ordered_rows(queue, consumer, slots, max_events, help_after, skip_try_lock, slot_count, multi_slot)
+           with ordinality as t(l, i);
+  return left(head, -1) || ',"rows":[' || coalesce(heads, '') || ']}' || coalesce(payloads, '');
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.receive_plain(queue text, consumer text, max_events integer, wait_ms integer DEFAULT 0)
  RETURNS text
@@ -1872,14 +1892,6 @@ declare
   cur :KEYQ_SCHEMA.cursor;
   retries jsonb;
   prev text;
-  s1 pg_snapshot;
-  s2 pg_snapshot;
-  room int;
-  got int;
-  at text[];
-  -- The read's plan settings (window_array's), for the read only: the
-  -- batch's own statements keep the caller's.
-  saved text[];
 begin
   if c.kind <> 'plain' then
     raise exception 'Consumer "%" of queue "%" is a % consumer; read it with the matching API.', consumer, queue, c.kind
@@ -1908,52 +1920,7 @@ begin
   end if;
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
   return next '{"busy":false,"retries":' || retries::text || '}';
-  room := max_events - jsonb_array_length(retries);
-  if room <= 0 then return; end if;
-  if cur.end_tick_id is null then
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
-    if cur.end_tick_id is null then
-      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = 0;
-      return;
-    end if;
-  end if;
-  saved := array[current_setting('enable_sort'), current_setting('enable_seqscan'), current_setting('jit'),
-                 current_setting('plan_cache_mode')];
-  perform set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
-          set_config('plan_cache_mode', 'force_generic_plan', true);
-  select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
-  loop
-    select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
-    return query execute :KEYQ_SCHEMA.prepared_call(
-      format('select %s from (%s) r where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null',
-             :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.window_range_sql(c.queue_id)),
-      'pg_snapshot, pg_snapshot, xid8, bigint, int',
-      array[s1::text, s2::text, coalesce(cur.last_txid, '0'::xid8)::text, coalesce(cur.last_id, 0)::text, room::text]);
-    get diagnostics got = row_count;
-    if got = room then
-      -- Full: the window stays open at the last event taken.
-      at := string_to_array(current_setting('keyq.read_at'), ' ');
-      cur.last_txid := at[1]::xid8;
-      cur.last_id := at[2]::bigint;
-      exit;
-    end if;
-    -- Read to its end: the window closes at its end tick.
-    room := room - got;
-    cur.tick_id := cur.end_tick_id;
-    cur.end_tick_id := null;
-    cur.last_txid := null;
-    cur.last_id := null;
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
-    exit when cur.end_tick_id is null;
-    s1 := s2;
-  end loop;
-  perform set_config('enable_sort', saved[1], true), set_config('enable_seqscan', saved[2], true), set_config('jit', saved[3], true),
-          set_config('plan_cache_mode', saved[4], true);
-  update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
-         last_id = cur.last_id, polled_at = now(), batch_at = now()
-   where consumer_id = c.consumer_id and slot = 0;
+  return query select l from :KEYQ_SCHEMA.window_lines(c, cur, max_events - jsonb_array_length(retries)) l;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.recut_chunks(c :KEYQ_SCHEMA.consumer)
  RETURNS integer
@@ -3002,6 +2969,107 @@ CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_events(qid integer, s1 pg_snapsho
 AS $function$
   select * from unnest(:KEYQ_SCHEMA.window_array(qid, s1, s2, a_txid, a_id, max_rows, prepare))
 $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_lines(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows integer)
+ RETURNS SETOF text
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_sort TO 'off'
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+#variable_conflict use_variable
+declare
+  s1 pg_snapshot;
+  s2 pg_snapshot;
+  room int := max_rows;
+  got int;
+  a_txid xid8;
+  a_id bigint;
+  lo_txid xid8;
+  lo_id bigint;
+  strag xid8[];
+  late int;
+  part :KEYQ_SCHEMA.event[];
+  at text[];
+  -- Rows that pass it record their position as they go out.
+  noted constant text := 'where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null';
+begin
+  if max_rows <= 0 then return; end if;
+  if cur.end_tick_id is null then
+    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
+     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    if cur.end_tick_id is null then
+      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
+      return;
+    end if;
+  end if;
+  select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
+  loop
+    select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
+    a_txid := coalesce(cur.last_txid, '0'::xid8);
+    a_id := coalesce(cur.last_id, 0);
+    late := 0;
+    if c.kind = 'ordered' then
+      strag := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
+      if cardinality(strag) > 0 then
+        execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.count(*)::int from (%s) e', :KEYQ_SCHEMA.slot_late_sql(c.queue_id, c.slots)),
+          'int, xid8, bigint, int, int, int, xid8[]',
+          array[c.queue_id::text, a_txid::text, a_id::text, cur.slot::text, room::text, c.slots::text, strag::text])
+          into late;
+      end if;
+    end if;
+    if late > 0 then
+      part := :KEYQ_SCHEMA.window_slot_array(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
+      got := coalesce(cardinality(part), 0);
+      return query execute format('select %s from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
+                                  :KEYQ_SCHEMA.line_select()) using part;
+      if got > 0 then
+        at := array[part[got].ev_txid::text, part[got].ev_id::text];
+      end if;
+    elsif c.kind = 'ordered' then
+      -- The slot's range starts at xmax of s1 at the lowest: below it are only s1's stragglers (none of this slot's here).
+      lo_txid := a_txid;
+      lo_id := a_id;
+      if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
+        lo_txid := pg_snapshot_xmax(s1);
+        lo_id := 0;
+      end if;
+      return query execute :KEYQ_SCHEMA.prepared_call(
+        format('select %s from (%s) r %s', :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.slot_range_sql(c.queue_id, c.slots), noted),
+        'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint',
+        array[c.queue_id::text, s1::text, s2::text, a_txid::text, a_id::text, room::text, cur.slot::text, lo_txid::text, lo_id::text]);
+      get diagnostics got = row_count;
+      at := null;
+    else
+      return query execute :KEYQ_SCHEMA.prepared_call(
+        format('select %s from (%s) r %s', :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.window_range_sql(c.queue_id), noted),
+        'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, room::text]);
+      get diagnostics got = row_count;
+      at := null;
+    end if;
+    if got = room then
+      -- Full: the window stays open at the last event taken.
+      at := coalesce(at, string_to_array(current_setting('keyq.read_at'), ' '));
+      cur.last_txid := at[1]::xid8;
+      cur.last_id := at[2]::bigint;
+      exit;
+    end if;
+    -- Read to its end: the window closes at its end tick.
+    room := room - got;
+    cur.tick_id := cur.end_tick_id;
+    cur.end_tick_id := null;
+    cur.last_txid := null;
+    cur.last_id := null;
+    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
+     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    exit when cur.end_tick_id is null;
+    s1 := s2;
+  end loop;
+  update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
+         last_id = cur.last_id, polled_at = now(), batch_at = now()
+   where consumer_id = c.consumer_id and slot = cur.slot;
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_range_sql(qid integer)
  RETURNS text
  LANGUAGE plpgsql
@@ -3074,51 +3142,6 @@ begin
   perform set_config('enable_sort', 'on', true);
   return array(select w from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows);
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_slot_wire(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, slot_count integer, slot integer, OUT n integer, OUT last_txid xid8, OUT last_id bigint, OUT rows text, OUT payloads text)
- RETURNS record
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
- SET enable_sort TO 'off'
- SET enable_seqscan TO 'off'
- SET jit TO 'off'
- SET plan_cache_mode TO 'force_generic_plan'
-AS $function$
-#variable_conflict use_variable
-declare
-  lo_txid xid8 := a_txid;
-  lo_id bigint := a_id;
-  strag xid8[] := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
-  late int := 0;
-  part :KEYQ_SCHEMA.event[];
-  w record;
-begin
-  if cardinality(strag) > 0 then
-    execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.count(*)::int from (%s) e', :KEYQ_SCHEMA.slot_late_sql(qid, slot_count)),
-      'int, xid8, bigint, int, int, int, xid8[]',
-      array[qid::text, a_txid::text, a_id::text, slot::text, max_rows::text, slot_count::text, strag::text])
-      into late;
-  end if;
-  if late > 0 then
-    part := :KEYQ_SCHEMA.window_slot_array(qid, s1, s2, a_txid, a_id, max_rows, slot_count, slot);
-    n := coalesce(cardinality(part), 0);
-    last_txid := part[n].ev_txid;
-    last_id := part[n].ev_id;
-    w := :KEYQ_SCHEMA.wire_rows(part);
-    rows := w.rows;
-    payloads := w.payloads;
-    return;
-  end if;
-  if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
-    lo_txid := pg_snapshot_xmax(s1);
-    lo_id := 0;
-  end if;
-  execute :KEYQ_SCHEMA.prepared_call(format('select %s from (%s) r', :KEYQ_SCHEMA.wire_select(), :KEYQ_SCHEMA.slot_range_sql(qid, slot_count)),
-    'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint',
-    array[qid::text, s1::text, s2::text, a_txid::text, a_id::text, max_rows::text, slot::text, lo_txid::text, lo_id::text])
-    into n, last_txid, last_id, rows, payloads;
-  rows := coalesce(rows, '');
-  payloads := coalesce(payloads, '');
-end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_slots(c :KEYQ_SCHEMA.consumer, t1 bigint, t2 bigint, max_rows integer)
  RETURNS integer[]
  LANGUAGE plpgsql
@@ -3146,33 +3169,29 @@ begin
   end if;
   return array(select distinct :KEYQ_SCHEMA.slot_of(k, c.slots) from unnest(keys) k);
 end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows integer, wire boolean DEFAULT false, OUT evs :KEYQ_SCHEMA.event[], OUT n integer, OUT rows text, OUT payloads text)
- RETURNS record
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_take(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows integer)
+ RETURNS :KEYQ_SCHEMA.event[]
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_variable
 declare
+  evs :KEYQ_SCHEMA.event[] := '{}';
   s1 pg_snapshot;
   s2 pg_snapshot;
   part :KEYQ_SCHEMA.event[];
-  w record;
   got int;
   room int := max_rows;
   a_txid xid8;
   a_id bigint;
 begin
-  evs := '{}';
-  n := 0;
-  rows := '';
-  payloads := '';
-  if max_rows <= 0 then return; end if;
+  if max_rows <= 0 then return evs; end if;
   if cur.end_tick_id is null then
     select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
      where queue_id = c.queue_id and tick_id > cur.tick_id;
     if cur.end_tick_id is null then
       update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
-      return;
+      return evs;
     end if;
   end if;
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
@@ -3180,32 +3199,18 @@ begin
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
     a_txid := coalesce(cur.last_txid, '0'::xid8);
     a_id := coalesce(cur.last_id, 0);
-    if wire then
-      -- Ordered consumers only: a plain batch reads rows (receive_plain_rows).
-      w := :KEYQ_SCHEMA.window_slot_wire(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
-      got := w.n;
-      if got > 0 then
-        -- Most batches read one window: its text is the reply's, uncopied.
-        rows := case when rows = '' then w.rows else rows || ',' || w.rows end;
-        payloads := case when payloads = '' then w.payloads else payloads || w.payloads end;
-        cur.last_txid := w.last_txid;
-        cur.last_id := w.last_id;
-      end if;
+    if c.kind = 'ordered' then
+      part := :KEYQ_SCHEMA.window_slot_array(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
     else
-      if c.kind = 'ordered' then
-        part := :KEYQ_SCHEMA.window_slot_array(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
-      else
-        part := :KEYQ_SCHEMA.window_array(c.queue_id, s1, s2, a_txid, a_id, room);
-      end if;
-      got := coalesce(cardinality(part), 0);
-      if got > 0 then
-        -- Most batches read one window: its array is the batch's, uncopied.
-        evs := case when cardinality(evs) = 0 then part else evs || part end;
-        cur.last_txid := part[got].ev_txid;
-        cur.last_id := part[got].ev_id;
-      end if;
+      part := :KEYQ_SCHEMA.window_array(c.queue_id, s1, s2, a_txid, a_id, room);
     end if;
-    n := n + got;
+    got := coalesce(cardinality(part), 0);
+    if got > 0 then
+      -- Most batches read one window: its array is the batch's, uncopied.
+      evs := case when cardinality(evs) = 0 then part else evs || part end;
+      cur.last_txid := part[got].ev_txid;
+      cur.last_id := part[got].ev_id;
+    end if;
     -- Full: the window stays open at the last event taken.
     exit when got = room;
     -- Read to its end: the window closes at its end tick.
@@ -3222,33 +3227,7 @@ begin
   update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
          last_id = cur.last_id, polled_at = now(), batch_at = now()
    where consumer_id = c.consumer_id and slot = cur.slot;
-end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.wire_rows(evs :KEYQ_SCHEMA.event[], OUT rows text, OUT payloads text)
- RETURNS record
- LANGUAGE plpgsql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-#variable_conflict use_column
-begin
-  select coalesce(string_agg(json_build_array(e.ev_id::text, e.ev_txid::text, e.ev_type, e.ev_key, e.ev_time, e.ev_trace)::text,
-                             ',' order by e.i), ''),
-         coalesce(string_agg(E'\n' || e.ev_data::text, '' order by e.i), '')
-    into rows, payloads
-    from unnest(evs) with ordinality as e(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i);
-end $function$;
-CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.wire_select()
- RETURNS text
- LANGUAGE plpgsql
- IMMUTABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-begin
-  return $s$pg_catalog.count(*)::int,
-         (pg_catalog.array_agg(r.ev_txid))[pg_catalog.count(*)], (pg_catalog.array_agg(r.ev_id))[pg_catalog.count(*)],
-         pg_catalog.string_agg(pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time,
-                                                           r.ev_trace)::text, ','),
-         pg_catalog.string_agg(E'\n' || r.ev_data::text, '')$s$;
+  return evs;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.xbuckets()
  RETURNS integer

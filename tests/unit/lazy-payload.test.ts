@@ -17,16 +17,11 @@ function rows(payloads: string[]): unknown[] {
   return payloads.map((p, i) => [String(i + 1), "7", "T", `k${i}`, TIME, p, null]);
 }
 
-/** An ordered reply in the wire form: the head (rows without their payloads), then each row's payload after a newline. */
-function wire(reply: Record<string, unknown>): string {
-  const all = reply.rows as unknown[][];
-  return JSON.stringify({ ...reply, rows: all.map((r) => [...r.slice(0, 5), r[6]]) }) + all.map((r) => `\n${r[5]}`).join("");
-}
-
-/** A plain reply in the row form: the head, then a row per event (its head, a newline, its payload). */
-function lines(reply: Record<string, unknown>): { r: string }[] {
+/** A reply in the row form: a row per event (its head, a newline, its payload) and the head, first (plain) or last (ordered). */
+function lines(reply: Record<string, unknown>, headLast: boolean): { r: string }[] {
   const { rows: all, ...head } = reply as { rows: unknown[][] };
-  return [JSON.stringify(head), ...all.map((r) => `${JSON.stringify([...r.slice(0, 5), r[6]])}\n${r[5]}`)].map((r) => ({ r }));
+  const events = all.map((r) => `${JSON.stringify([...r.slice(0, 5), r[6]])}\n${r[5]}`);
+  return (headLast ? [...events, JSON.stringify(head)] : [JSON.stringify(head), ...events]).map((r) => ({ r }));
 }
 
 /**
@@ -38,11 +33,11 @@ function fake(reply: Record<string, unknown>): TxDriver & { acks: unknown[] } {
   let given = false;
   const exec: Executor = {
     query(text, params) {
-      if (text.includes(".receive_plain_rows(") || text.includes(".receive_ordered_wire(")) {
+      if (text.includes(".receive_plain_rows(") || text.includes(".receive_ordered_rows(")) {
         const empty = { busy: false, retries: [], rows: [], ...("slot" in reply ? { slot: null } : {}) };
         const r = given ? empty : reply;
         given = true;
-        return Promise.resolve(text.includes(".receive_plain_rows(") ? lines(r) : [{ r: wire(r) }]);
+        return Promise.resolve(lines(r, text.includes(".receive_ordered_rows(")));
       }
       if (text.includes(".ack(")) {
         acks.push(JSON.parse(params![3]!));

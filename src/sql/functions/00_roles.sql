@@ -42,6 +42,7 @@ as $$
     ('send', 'produce'), ('send_batch', 'produce'), ('send_rows', 'produce'), ('status', 'produce'),
     ('subscribe', 'consume'), ('receive', 'consume'), ('receive_plain', 'consume'), ('receive_plain_rows', 'consume'),
     ('receive_exclusive', 'consume'), ('receive_ordered', 'consume'), ('receive_ordered_wire', 'consume'),
+    ('receive_ordered_rows', 'consume'),
     ('prepare_exclusive', 'consume'), ('start_run', 'consume'),
     ('ack', 'consume'), ('fence', 'consume'), ('unfence', 'consume'), ('consumer_slot_of', 'consume'),
     ('blocked_keys', 'consume'), ('tick', 'consume'), ('maintain', 'consume'), ('status', 'consume'),
@@ -56,7 +57,8 @@ as $$
   union all
   -- operate reaches every function the other grants reach.
   select f, 'operate' from (values ('send'), ('send_batch'), ('send_rows'), ('status'), ('subscribe'), ('receive'),
-    ('receive_plain'), ('receive_plain_rows'), ('receive_exclusive'), ('receive_ordered'), ('receive_ordered_wire'), ('prepare_exclusive'),
+    ('receive_plain'), ('receive_plain_rows'), ('receive_exclusive'), ('receive_ordered'), ('receive_ordered_wire'),
+    ('receive_ordered_rows'), ('prepare_exclusive'),
     ('start_run'), ('ack'),
     ('fence'), ('unfence'), ('consumer_slot_of'), ('blocked_keys'), ('tick'), ('maintain'),
     ('dlq_list'), ('dlq_count')) v(f)

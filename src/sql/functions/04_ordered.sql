@@ -203,61 +203,6 @@ begin
   return array(select w from unnest(late || coalesce(ranged, '{}')) w order by w.ev_txid, w.ev_id limit max_rows);
 end $$;
 
--- window_slot_array in the wire form: at most max_rows events of the slot, their count, the position of the
--- last, and wire_rows' text, built by the statement that reads the slot's
--- range. A window where the slot has events of stragglers (transactions of
--- this queue that committed across a tick: rare) is read as an array,
--- merged (window_slot_array) and written out. On a busy database most
--- windows have stragglers of other queues and tables; the count of the
--- slot's straggler rows tells them apart without reading a row.
-create function :KEYQ_SCHEMA.window_slot_wire(
-  qid int, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows int, slot_count int, slot int,
-  out n int, out last_txid xid8, out last_id bigint, out rows text, out payloads text
-)
-language plpgsql volatile
-set search_path = pg_catalog, pg_temp
-set enable_sort = off
-set enable_seqscan = off
-set jit = off
-set plan_cache_mode = force_generic_plan
-as $$
-#variable_conflict use_variable
-declare
-  lo_txid xid8 := a_txid;
-  lo_id bigint := a_id;
-  strag xid8[] := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
-  late int := 0;
-  part :KEYQ_SCHEMA.event[];
-  w record;
-begin
-  if cardinality(strag) > 0 then
-    execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.count(*)::int from (%s) e', :KEYQ_SCHEMA.slot_late_sql(qid, slot_count)),
-      'int, xid8, bigint, int, int, int, xid8[]',
-      array[qid::text, a_txid::text, a_id::text, slot::text, max_rows::text, slot_count::text, strag::text])
-      into late;
-  end if;
-  if late > 0 then
-    part := :KEYQ_SCHEMA.window_slot_array(qid, s1, s2, a_txid, a_id, max_rows, slot_count, slot);
-    n := coalesce(cardinality(part), 0);
-    last_txid := part[n].ev_txid;
-    last_id := part[n].ev_id;
-    w := :KEYQ_SCHEMA.wire_rows(part);
-    rows := w.rows;
-    payloads := w.payloads;
-    return;
-  end if;
-  if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
-    lo_txid := pg_snapshot_xmax(s1);
-    lo_id := 0;
-  end if;
-  execute :KEYQ_SCHEMA.prepared_call(format('select %s from (%s) r', :KEYQ_SCHEMA.wire_select(), :KEYQ_SCHEMA.slot_range_sql(qid, slot_count)),
-    'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint',
-    array[qid::text, s1::text, s2::text, a_txid::text, a_id::text, max_rows::text, slot::text, lo_txid::text, lo_id::text])
-    into n, last_txid, last_id, rows, payloads;
-  rows := coalesce(rows, '');
-  payloads := coalesce(payloads, '');
-end $$;
-
 -- Blocks key `key` of slot `slot` behind its failed head (pause); holds the key's other
 -- pending retry rows too, so nothing of the key overtakes the head.
 create function :KEYQ_SCHEMA.block_key(c :KEYQ_SCHEMA.consumer, slot int, key text, head bigint) returns void
@@ -327,7 +272,7 @@ begin
 end $$;
 
 -- One batch of an ordered consumer, as receive_ordered and
--- receive_ordered_wire return it. Tries the slots in `slots` order (then,
+-- receive_ordered_rows return it. Tries the slots in `slots` order (then,
 -- when help_after is given, any slot not polled for that many seconds):
 -- try-lock (skip a slot another worker holds), then the cursor row lock —
 -- the backstop: a caller that skips the try-lock blocks, never duplicates.
@@ -343,16 +288,18 @@ end $$;
 -- a backlog fills each batch from its first slot as before. Only with the
 -- try-lock: two callers that block on cursor rows in different orders
 -- could deadlock. o_drained: multi read every slot of the list that was
--- free to its end (another look finds nothing until a new tick). With
--- wire, the window's events come as wire_rows' text (o_rows, o_payloads),
--- read by window_take, and o_evs stays empty; a slot with blocked keys (pause)
--- is read as an array, filtered, then written out.
+-- free to its end (another look finds nothing until a new tick).
+-- The last row returned holds the batch (o_line null). With lines, the
+-- window's events come before it as rows of their own (o_line: window_lines),
+-- and o_evs stays empty; a slot with blocked keys (pause) is read as an
+-- array, filtered, then written out.
 create function :KEYQ_SCHEMA.ordered_take(
   c :KEYQ_SCHEMA.consumer, slots int[], max_events int, help_after float8, skip_try_lock boolean, multi boolean,
-  wire boolean default false,
-  out o_busy boolean, out o_slot int, out o_retries jsonb, out o_evs :KEYQ_SCHEMA.event[], out o_groups jsonb,
-  out o_drained boolean, out o_rows text, out o_payloads text
+  lines boolean default false,
+  out o_line text, out o_busy boolean, out o_slot int, out o_retries jsonb, out o_evs :KEYQ_SCHEMA.event[], out o_groups jsonb,
+  out o_drained boolean
 )
+returns setof record
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
@@ -371,13 +318,11 @@ declare
   known_from bigint;
   known int[];
   n int;
-  tw record;
+  ended boolean := false;
 begin
   o_busy := false;
   o_retries := '[]';
   o_evs := '{}';
-  o_rows := '';
-  o_payloads := '';
   o_groups := '[]';
   o_drained := false;
   multi := multi and not skip_try_lock;
@@ -418,17 +363,14 @@ begin
       end if;
     end if;
     n := case when evs is not null then 0 end;
-    if wire and n is null and (c.settings->>'onFailure' is distinct from 'pause'
-                               or not exists (select 1 from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k)) then
-      tw := :KEYQ_SCHEMA.window_take(c, cur, room - nr, true);
-      n := tw.n;
-      if n > 0 then
-        o_rows := case when o_rows = '' then tw.rows else o_rows || ',' || tw.rows end;
-        o_payloads := case when o_payloads = '' then tw.payloads else o_payloads || tw.payloads end;
-      end if;
+    if lines and n is null and (c.settings->>'onFailure' is distinct from 'pause'
+                                or not exists (select 1 from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k)) then
+      return query select l, null::boolean, null::int, null::jsonb, null:::KEYQ_SCHEMA.event[], null::jsonb, null::boolean
+                     from :KEYQ_SCHEMA.window_lines(c, cur, room - nr) l;
+      get diagnostics n = row_count;
     end if;
     if n is null then
-      evs := (:KEYQ_SCHEMA.window_take(c, cur, room - nr)).evs;
+      evs := :KEYQ_SCHEMA.window_take(c, cur, room - nr);
     end if;
     if n is null and c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
       blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
@@ -443,10 +385,11 @@ begin
     end if;
     if n is null then
       n := cardinality(evs);
-      if wire and n > 0 then
-        tw := :KEYQ_SCHEMA.wire_rows(evs);
-        o_rows := case when o_rows = '' then tw.rows else o_rows || ',' || tw.rows end;
-        o_payloads := o_payloads || tw.payloads;
+      if lines and n > 0 then
+        return query execute format(
+          'select %s, null::boolean, null::int, null::jsonb, null::%I.event[], null::jsonb, null::boolean
+             from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
+          :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA_NAME) using evs;
       elsif n > 0 then
         -- Most batches read one slot: its array is the batch's, uncopied.
         o_evs := case when cardinality(o_evs) = 0 then evs else o_evs || evs end;
@@ -458,13 +401,18 @@ begin
       o_groups := o_groups || jsonb_build_array(jsonb_build_array(k, nr, n));
       room := room - nr - n;
       if not multi or room <= 0 then
-        return;
+        ended := true;
+        exit;
       end if;
     end if;
   end loop;
-  o_busy := o_slot is null and tried = 0 and cardinality(todo) > 0;
-  -- Every slot of the list was read to its end or is another worker's now.
-  o_drained := multi;
+  if not ended then
+    o_busy := o_slot is null and tried = 0 and cardinality(todo) > 0;
+    -- Every slot of the list was read to its end or is another worker's now.
+    o_drained := multi;
+  end if;
+  o_line := null;
+  return next;
 end $$;
 
 -- The checks every receive of an ordered consumer makes first: the kind and
@@ -506,7 +454,7 @@ begin
   if c.consumer_id is null then
     return jsonb_build_object('busy', true, 'slot', null, 'events', '[]'::jsonb);
   end if;
-  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, false);
+  select * into t from :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, false);
   if t.o_slot is null then
     return jsonb_build_object('busy', t.o_busy, 'slot', null, 'events', '[]'::jsonb);
   end if;
@@ -514,14 +462,42 @@ begin
     coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(t.o_evs[i]) order by i) from generate_subscripts(t.o_evs, 1) i), '[]'));
 end $$;
 
--- One batch of an ordered consumer in the client's wire form
--- (src/engine/wire.ts): {"busy": b, "slot": k, "retries": [event objects],
--- "rows": [[id, txid, type, key, time, trace], …]} and the payloads after
--- it (wire_rows), as receive_plain: built as text, no function call per
--- event, each payload parsed by the client only when a handler reads it. With
--- multi_slot (ordered_take's multi), "groups": [[slot, retries, rows], …]
--- says which slot each retry and row came from; "slot" is the first; and
--- "drained": true when the batch read every free slot to its end.
+-- One batch of an ordered consumer in its row form (src/engine/wire.ts): a
+-- row per event of the windows read (window_lines: its fields as a JSON
+-- array, its payload's JSON text after a newline), then a last row
+-- {"busy": b, "slot": k, "retries": [event objects]}. With multi_slot
+-- (ordered_take's multi), "groups": [[slot, retries, rows], …] says which
+-- slot each retry and row came from; "slot" is the first; and "drained":
+-- true when the batch read every free slot to its end.
+create function :KEYQ_SCHEMA.receive_ordered_rows(
+  queue text, consumer text, slots int[], max_events int,
+  help_after float8 default null, skip_try_lock boolean default false,
+  slot_count int default null, multi_slot boolean default false
+) returns setof text
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
+declare
+  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.ordered_consumer(queue, consumer, slot_count);
+begin
+  if c.consumer_id is null then
+    return next '{"busy":true,"slot":null,"retries":[]}';
+    return;
+  end if;
+  return query
+    select case when t.o_line is not null then t.o_line
+                when t.o_slot is null then '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[]}'
+                else '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text ||
+                     case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
+                     case when t.o_drained then ',"drained":true' else '' end || '}' end
+      from :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, multi_slot, true) t;
+end $$;
+
+-- receive_ordered_rows' batch as one text, the form processes of earlier
+-- builds read during a rolling deploy: its last row with "rows": [row
+-- heads], followed by each payload after a newline.
 create function :KEYQ_SCHEMA.receive_ordered_wire(
   queue text, consumer text, slots int[], max_events int,
   help_after float8 default null, skip_try_lock boolean default false,
@@ -532,21 +508,15 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_variable
 declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
-declare
-  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.ordered_consumer(queue, consumer, slot_count);
-  t record;
-  w record;
+declare head text; heads text; payloads text;
 begin
-  if c.consumer_id is null then
-    return '{"busy":true,"slot":null,"retries":[],"rows":[]}';
-  end if;
-  t := :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, multi_slot, true);
-  if t.o_slot is null then
-    return '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[],"rows":[]}';
-  end if;
-  return '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text || ',"rows":[' ||
-    t.o_rows || ']' || case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
-    case when t.o_drained then ',"drained":true' else '' end || '}' || t.o_payloads;
+  select (array_agg(l order by i desc))[1],
+         string_agg(split_part(l, E'\n', 1), ',' order by i) filter (where strpos(l, E'\n') > 0),
+         string_agg(E'\n' || substr(l, strpos(l, E'\n') + 1), '' order by i) filter (where strpos(l, E'\n') > 0)
+    into head, heads, payloads
+    from :KEYQ_SCHEMA.receive_ordered_rows(queue, consumer, slots, max_events, help_after, skip_try_lock, slot_count, multi_slot)
+           with ordinality as t(l, i);
+  return left(head, -1) || ',"rows":[' || coalesce(heads, '') || ']}' || coalesce(payloads, '');
 end $$;
 
 -- Releases key k of slot s outright (its head was dead-lettered, possibly in
