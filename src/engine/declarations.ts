@@ -516,7 +516,6 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "receive_plain",
   "receive_ordered_wire",
   "ordered_consumer",
-  "ordered_take",
   "release_heads",
   "release_key",
   "resolve_claims",

@@ -3216,11 +3216,22 @@ end $$;
 
 -- One batch of a plain consumer in its row form (src/engine/wire.ts): a
 -- first row {"busy": b, "retries": [event objects]}, then a row per event
--- of the window (window_lines).
+-- of the window, [id, txid, type, key, time, trace] and the payload's JSON
+-- text after a newline. The window's rows go to the reply as the statement
+-- reads them: no text of the whole batch is built and copied on the way
+-- (one 1,000-event document was copied five times, each copy into fresh
+-- pages: half the backend's time went to memmove and page faults).
 -- When another batch holds the cursor, waits for it up to wait_ms (its
 -- commit hands the cursor over, so a second worker reads the next batch at
 -- once instead of polling), then fails with 55P03 (the client: busy). Order is unchanged: a batch
 -- starts only after the previous one committed.
+-- The windows are read as window_take reads them (see there), up to the
+-- newest tick, and window_lines reads a Tier B slot's: the read records the
+-- position of each row it returns (a transaction-local setting,
+-- keyq.read_at), so a window read to the room left stays open at its last
+-- event without reading the rows again. The loop is written out here, not
+-- called from window_lines: a set-returning function's rows are copied
+-- into its caller's result once more (a tenth of a 1,000-event batch).
 create function :KEYQ_SCHEMA.receive_plain_rows(queue text, consumer text, max_events int, wait_ms int default 0)
 returns setof text
 language plpgsql
@@ -3233,6 +3244,14 @@ declare
   cur :KEYQ_SCHEMA.cursor;
   retries jsonb;
   prev text;
+  s1 pg_snapshot;
+  s2 pg_snapshot;
+  room int;
+  got int;
+  at text[];
+  -- The read's plan settings (window_array's), for the read only: the
+  -- batch's own statements keep the caller's.
+  saved text[];
 begin
   if c.kind <> 'plain' then
     raise exception 'Consumer "%" of queue "%" is a % consumer; read it with the matching API.', consumer, queue, c.kind
@@ -3261,105 +3280,32 @@ begin
   end if;
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
   return next '{"busy":false,"retries":' || retries::text || '}';
-  return query select l from :KEYQ_SCHEMA.window_lines(c, cur, max_events - jsonb_array_length(retries)) l;
-end $$;
-
--- window_take's read for a batch's reply (receive_plain_rows,
--- receive_ordered_rows): the same windows, positions and cursor update,
--- each event a line (line_select) returned by the statement that reads the
--- window. No text of the whole batch is built and copied on the way (one
--- 1,000-event text was copied five times, each copy into fresh pages: half
--- the backend's time went to memmove and page faults). The read records
--- the position of each row it returns (a transaction-local setting,
--- keyq.read_at), so a window read to the room left stays open at its last
--- event without reading its rows again. An ordered slot whose window has
--- events of stragglers (transactions of this queue that committed across a
--- tick: rare) is read as an array, merged (window_slot_array) and written
--- out; on a busy database most windows have stragglers of other queues and
--- tables, and the count of the slot's straggler rows tells them apart
--- without reading a row.
-create function :KEYQ_SCHEMA.window_lines(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int)
-returns setof text
-language plpgsql
-set search_path = pg_catalog, pg_temp
-set enable_sort = off
-set enable_seqscan = off
-set jit = off
-set plan_cache_mode = force_generic_plan
-as $$
-#variable_conflict use_variable
-declare
-  s1 pg_snapshot;
-  s2 pg_snapshot;
-  room int := max_rows;
-  got int;
-  a_txid xid8;
-  a_id bigint;
-  lo_txid xid8;
-  lo_id bigint;
-  strag xid8[];
-  late int;
-  part :KEYQ_SCHEMA.event[];
-  at text[];
-  -- Rows that pass it record their position as they go out.
-  noted constant text := 'where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null';
-begin
-  if max_rows <= 0 then return; end if;
+  room := max_events - jsonb_array_length(retries);
+  if room <= 0 then return; end if;
   if cur.end_tick_id is null then
     select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
      where queue_id = c.queue_id and tick_id > cur.tick_id;
     if cur.end_tick_id is null then
-      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
+      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = 0;
       return;
     end if;
   end if;
+  saved := array[current_setting('enable_sort'), current_setting('enable_seqscan'), current_setting('jit'),
+                 current_setting('plan_cache_mode')];
+  perform set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
+          set_config('plan_cache_mode', 'force_generic_plan', true);
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
-    a_txid := coalesce(cur.last_txid, '0'::xid8);
-    a_id := coalesce(cur.last_id, 0);
-    late := 0;
-    if c.kind = 'ordered' then
-      strag := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
-      if cardinality(strag) > 0 then
-        execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.count(*)::int from (%s) e', :KEYQ_SCHEMA.slot_late_sql(c.queue_id, c.slots)),
-          'int, xid8, bigint, int, int, int, xid8[]',
-          array[c.queue_id::text, a_txid::text, a_id::text, cur.slot::text, room::text, c.slots::text, strag::text])
-          into late;
-      end if;
-    end if;
-    if late > 0 then
-      part := :KEYQ_SCHEMA.window_slot_array(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
-      got := coalesce(cardinality(part), 0);
-      return query execute format('select %s from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
-                                  :KEYQ_SCHEMA.line_select()) using part;
-      if got > 0 then
-        at := array[part[got].ev_txid::text, part[got].ev_id::text];
-      end if;
-    elsif c.kind = 'ordered' then
-      -- The slot's range starts at xmax of s1 at the lowest: below it are only s1's stragglers (none of this slot's here).
-      lo_txid := a_txid;
-      lo_id := a_id;
-      if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
-        lo_txid := pg_snapshot_xmax(s1);
-        lo_id := 0;
-      end if;
-      return query execute :KEYQ_SCHEMA.prepared_call(
-        format('select %s from (%s) r %s', :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.slot_range_sql(c.queue_id, c.slots), noted),
-        'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint',
-        array[c.queue_id::text, s1::text, s2::text, a_txid::text, a_id::text, room::text, cur.slot::text, lo_txid::text, lo_id::text]);
-      get diagnostics got = row_count;
-      at := null;
-    else
-      return query execute :KEYQ_SCHEMA.prepared_call(
-        format('select %s from (%s) r %s', :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.window_range_sql(c.queue_id), noted),
-        'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, room::text]);
-      get diagnostics got = row_count;
-      at := null;
-    end if;
+    return query execute :KEYQ_SCHEMA.prepared_call(
+      format('select %s from (%s) r where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null',
+             :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.window_range_sql(c.queue_id)),
+      'pg_snapshot, pg_snapshot, xid8, bigint, int',
+      array[s1::text, s2::text, coalesce(cur.last_txid, '0'::xid8)::text, coalesce(cur.last_id, 0)::text, room::text]);
+    get diagnostics got = row_count;
     if got = room then
       -- Full: the window stays open at the last event taken.
-      at := coalesce(at, string_to_array(current_setting('keyq.read_at'), ' '));
+      at := string_to_array(current_setting('keyq.read_at'), ' ');
       cur.last_txid := at[1]::xid8;
       cur.last_id := at[2]::bigint;
       exit;
@@ -3375,12 +3321,15 @@ begin
     exit when cur.end_tick_id is null;
     s1 := s2;
   end loop;
+  perform set_config('enable_sort', saved[1], true), set_config('enable_seqscan', saved[2], true), set_config('jit', saved[3], true),
+          set_config('plan_cache_mode', saved[4], true);
   update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
          last_id = cur.last_id, polled_at = now(), batch_at = now()
-   where consumer_id = c.consumer_id and slot = cur.slot;
+   where consumer_id = c.consumer_id and slot = 0;
 end $$;
 
--- An event line of window_lines: the row r's head, then its payload.
+-- An event line of receive_plain_rows and window_lines: the row r's head,
+-- then its payload.
 -- Neither json_build_array nor jsonb's output writes a raw newline, so the
 -- client splits a line at its first one without parsing the payload.
 create function :KEYQ_SCHEMA.line_select() returns text
@@ -4379,7 +4328,7 @@ end $$;
 -- The slots of c with events in window (t1, t2] of its queue, or null when
 -- the window holds more than max_rows events (each slot then reads its own
 -- rows through the slot index). One read of a small window tells
--- ordered_take which closed slots have nothing new: those close at t2
+-- receive_ordered_rows which closed slots have nothing new: those close at t2
 -- without a read of their own (a wake-up's window of one event visited
 -- every slot, reading each through its own prepared statement).
 create function :KEYQ_SCHEMA.window_slots(c :KEYQ_SCHEMA.consumer, t1 bigint, t2 bigint, max_rows int) returns int[]
@@ -4409,150 +4358,6 @@ begin
   return array(select distinct :KEYQ_SCHEMA.slot_of(k, c.slots) from unnest(keys) k);
 end $$;
 
--- One batch of an ordered consumer, as receive_ordered and
--- receive_ordered_rows return it. Tries the slots in \`slots\` order (then,
--- when help_after is given, any slot not polled for that many seconds):
--- try-lock (skip a slot another worker holds), then the cursor row lock —
--- the backstop: a caller that skips the try-lock blocks, never duplicates.
--- An empty slot still has its window closed, so no slot pins rotation. The
--- first slot with events is returned (o_slot; null when none had any): its
--- due retries (event objects) and its window's events; with pause, window
--- events of blocked keys are held instead of returned (retries never are).
--- With multi, a slot that filled less than the batch does not end it: the
--- next slots fill the rest, each one's retries and events in order, and
--- o_groups lists [slot, retries, events] per slot read, in the order of
--- o_retries and o_evs. A sparse window then costs one batch, not one per
--- slot (a cold run() of 10 events over 4 slots, or a wake-up's few events);
--- a backlog fills each batch from its first slot as before. Only with the
--- try-lock: two callers that block on cursor rows in different orders
--- could deadlock. o_drained: multi read every slot of the list that was
--- free to its end (another look finds nothing until a new tick).
--- The last row returned holds the batch (o_line null). With lines, the
--- window's events come before it as rows of their own (o_line: window_lines),
--- and o_evs stays empty; a slot with blocked keys (pause) is read as an
--- array, filtered, then written out.
-create function :KEYQ_SCHEMA.ordered_take(
-  c :KEYQ_SCHEMA.consumer, slots int[], max_events int, help_after float8, skip_try_lock boolean, multi boolean,
-  lines boolean default false,
-  out o_line text, out o_busy boolean, out o_slot int, out o_retries jsonb, out o_evs :KEYQ_SCHEMA.event[], out o_groups jsonb,
-  out o_drained boolean
-)
-returns setof record
-language plpgsql
-set search_path = pg_catalog, pg_temp
-as $$
-#variable_conflict use_variable
-declare
-  cur :KEYQ_SCHEMA.cursor;
-  k int;
-  todo int[];
-  blocked_keys text[];
-  tried int := 0;
-  retries jsonb;
-  nr int;
-  evs :KEYQ_SCHEMA.event[];
-  room int := max_events;
-  newest bigint;
-  known_from bigint;
-  known int[];
-  n int;
-  ended boolean := false;
-begin
-  o_busy := false;
-  o_retries := '[]';
-  o_evs := '{}';
-  o_groups := '[]';
-  o_drained := false;
-  multi := multi and not skip_try_lock;
-  todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);
-  if help_after is not null then
-    todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu
-                           where cu.consumer_id = c.consumer_id and cu.slot <> all (todo)
-                             and cu.polled_at < clock_timestamp() - make_interval(secs => help_after)
-                           order by cu.polled_at);
-  end if;
-  foreach k in array todo loop
-    if not skip_try_lock
-       and not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('slot', c.consumer_id::bigint * 4096 + k)) then
-      continue;
-    end if;
-    tried := tried + 1;
-    select * into cur from :KEYQ_SCHEMA.cursor cu where cu.consumer_id = c.consumer_id and cu.slot = k for update;
-    retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, room);
-    nr := jsonb_array_length(retries);
-    evs := null;
-    -- A closed slot behind the newest tick whose new window (one read for
-    -- every slot closed at the same tick) holds nothing of it: closed at
-    -- the newest tick, as window_take would after reading nothing.
-    if cur.end_tick_id is null and cur.last_txid is null and room > nr then
-      if newest is null then
-        select max(tick_id) into newest from :KEYQ_SCHEMA.tick where queue_id = c.queue_id;
-      end if;
-      if newest > cur.tick_id then
-        if known_from is distinct from cur.tick_id then
-          known_from := cur.tick_id;
-          known := :KEYQ_SCHEMA.window_slots(c, cur.tick_id, newest, 128);
-        end if;
-        if known is not null and not (k = any (known)) then
-          update :KEYQ_SCHEMA.cursor set tick_id = newest, polled_at = now(), batch_at = now()
-           where consumer_id = c.consumer_id and slot = k;
-          evs := '{}';
-        end if;
-      end if;
-    end if;
-    n := case when evs is not null then 0 end;
-    if lines and n is null and (c.settings->>'onFailure' is distinct from 'pause'
-                                or not exists (select 1 from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k)) then
-      return query select l, null::boolean, null::int, null::jsonb, null:::KEYQ_SCHEMA.event[], null::jsonb, null::boolean
-                     from :KEYQ_SCHEMA.window_lines(c, cur, room - nr) l;
-      get diagnostics n = row_count;
-    end if;
-    if n is null then
-      evs := :KEYQ_SCHEMA.window_take(c, cur, room - nr);
-    end if;
-    if n is null and c.settings->>'onFailure' = 'pause' and cardinality(evs) > 0 then
-      blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
-      if cardinality(blocked_keys) > 0 then
-        perform :KEYQ_SCHEMA.park_events(c, k,
-          (select coalesce(jsonb_agg(jsonb_build_object('id', (evs[i]).ev_id::text, 'txid', (evs[i]).ev_txid::text) order by i), '[]')
-             from generate_subscripts(evs, 1) i where (evs[i]).ev_key = any (blocked_keys)),
-          'infinity');
-        evs := array(select evs[i] from generate_subscripts(evs, 1) i
-                      where (evs[i]).ev_key is null or not (evs[i]).ev_key = any (blocked_keys) order by i);
-      end if;
-    end if;
-    if n is null then
-      n := cardinality(evs);
-      if lines and n > 0 then
-        return query execute format(
-          'select %s, null::boolean, null::int, null::jsonb, null::%I.event[], null::jsonb, null::boolean
-             from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
-          :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA_NAME) using evs;
-      elsif n > 0 then
-        -- Most batches read one slot: its array is the batch's, uncopied.
-        o_evs := case when cardinality(o_evs) = 0 then evs else o_evs || evs end;
-      end if;
-    end if;
-    if nr > 0 or n > 0 then
-      o_slot := coalesce(o_slot, k);
-      o_retries := o_retries || retries;
-      o_groups := o_groups || jsonb_build_array(jsonb_build_array(k, nr, n));
-      room := room - nr - n;
-      if not multi or room <= 0 then
-        ended := true;
-        exit;
-      end if;
-    end if;
-  end loop;
-  if not ended then
-    o_busy := o_slot is null and tried = 0 and cardinality(todo) > 0;
-    -- Every slot of the list was read to its end or is another worker's now.
-    o_drained := multi;
-  end if;
-  o_line := null;
-  return next;
-end $$;
-
 -- The checks every receive of an ordered consumer makes first: the kind and
 -- the slot count; null when an operator paused it (07_positions.sql).
 create function :KEYQ_SCHEMA.ordered_consumer(queue text, consumer text, slot_count int) returns :KEYQ_SCHEMA.consumer
@@ -4573,40 +4378,132 @@ begin
   return c;
 end $$;
 
--- One batch of an ordered consumer (ordered_take) as JSON event objects,
--- for SQL callers; the client reads receive_ordered_wire.
-create function :KEYQ_SCHEMA.receive_ordered(
-  queue text, consumer text, slots int[], max_events int,
-  help_after float8 default null, skip_try_lock boolean default false,
-  slot_count int default null
-) returns jsonb
+-- window_take's read of a Tier B slot for a batch's reply
+-- (receive_ordered_rows): the same windows, positions and cursor update,
+-- each event a line (line_select) returned by the statement that reads the
+-- window, as receive_plain_rows reads a plain consumer's (see there). A
+-- window where the slot has events of stragglers (transactions of this
+-- queue that committed across a tick: rare) is read as an array, merged
+-- (window_slot_array) and written out; on a busy database most windows have
+-- stragglers of other queues and tables, and the count of the slot's
+-- straggler rows tells them apart without reading a row.
+create function :KEYQ_SCHEMA.window_lines(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int)
+returns setof text
 language plpgsql
 set search_path = pg_catalog, pg_temp
+set enable_sort = off
+set enable_seqscan = off
+set jit = off
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_variable
-declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
-  c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.ordered_consumer(queue, consumer, slot_count);
-  t record;
+  s1 pg_snapshot;
+  s2 pg_snapshot;
+  room int := max_rows;
+  got int;
+  a_txid xid8;
+  a_id bigint;
+  lo_txid xid8;
+  lo_id bigint;
+  strag xid8[];
+  late int;
+  part :KEYQ_SCHEMA.event[];
+  at text[];
+  -- Rows that pass it record their position as they go out.
+  noted constant text := 'where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null';
 begin
-  if c.consumer_id is null then
-    return jsonb_build_object('busy', true, 'slot', null, 'events', '[]'::jsonb);
+  if max_rows <= 0 then return; end if;
+  if cur.end_tick_id is null then
+    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
+     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    if cur.end_tick_id is null then
+      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
+      return;
+    end if;
   end if;
-  select * into t from :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, false);
-  if t.o_slot is null then
-    return jsonb_build_object('busy', t.o_busy, 'slot', null, 'events', '[]'::jsonb);
-  end if;
-  return jsonb_build_object('busy', false, 'slot', t.o_slot, 'events', t.o_retries ||
-    coalesce((select jsonb_agg(:KEYQ_SCHEMA.event_json(t.o_evs[i]) order by i) from generate_subscripts(t.o_evs, 1) i), '[]'));
+  select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
+  loop
+    select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
+    a_txid := coalesce(cur.last_txid, '0'::xid8);
+    a_id := coalesce(cur.last_id, 0);
+    late := 0;
+    strag := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
+    if cardinality(strag) > 0 then
+      execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.count(*)::int from (%s) e', :KEYQ_SCHEMA.slot_late_sql(c.queue_id, c.slots)),
+        'int, xid8, bigint, int, int, int, xid8[]',
+        array[c.queue_id::text, a_txid::text, a_id::text, cur.slot::text, room::text, c.slots::text, strag::text])
+        into late;
+    end if;
+    if late > 0 then
+      part := :KEYQ_SCHEMA.window_slot_array(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
+      got := coalesce(cardinality(part), 0);
+      return query execute format('select %s from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
+                                  :KEYQ_SCHEMA.line_select()) using part;
+      if got > 0 then
+        at := array[part[got].ev_txid::text, part[got].ev_id::text];
+      end if;
+    else
+      -- The slot's range starts at xmax of s1 at the lowest: below it are only s1's stragglers (none of this slot's here).
+      lo_txid := a_txid;
+      lo_id := a_id;
+      if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
+        lo_txid := pg_snapshot_xmax(s1);
+        lo_id := 0;
+      end if;
+      return query execute :KEYQ_SCHEMA.prepared_call(
+        format('select %s from (%s) r %s', :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.slot_range_sql(c.queue_id, c.slots), noted),
+        'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint',
+        array[c.queue_id::text, s1::text, s2::text, a_txid::text, a_id::text, room::text, cur.slot::text, lo_txid::text, lo_id::text]);
+      get diagnostics got = row_count;
+      at := null;
+    end if;
+    if got = room then
+      -- Full: the window stays open at the last event taken.
+      at := coalesce(at, string_to_array(current_setting('keyq.read_at'), ' '));
+      cur.last_txid := at[1]::xid8;
+      cur.last_id := at[2]::bigint;
+      exit;
+    end if;
+    -- Read to its end: the window closes at its end tick.
+    room := room - got;
+    cur.tick_id := cur.end_tick_id;
+    cur.end_tick_id := null;
+    cur.last_txid := null;
+    cur.last_id := null;
+    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
+     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    exit when cur.end_tick_id is null;
+    s1 := s2;
+  end loop;
+  update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
+         last_id = cur.last_id, polled_at = now(), batch_at = now()
+   where consumer_id = c.consumer_id and slot = cur.slot;
 end $$;
 
 -- One batch of an ordered consumer in its row form (src/engine/wire.ts): a
 -- row per event of the windows read (window_lines: its fields as a JSON
 -- array, its payload's JSON text after a newline), then a last row
--- {"busy": b, "slot": k, "retries": [event objects]}. With multi_slot
--- (ordered_take's multi), "groups": [[slot, retries, rows], …] says which
--- slot each retry and row came from; "slot" is the first; and "drained":
--- true when the batch read every free slot to its end.
+-- {"busy": b, "slot": k, "retries": [event objects]}.
+-- Tries the slots in \`slots\` order (then, when help_after is given, any
+-- slot not polled for that many seconds): try-lock (skip a slot another
+-- worker holds), then the cursor row lock — the backstop: a caller that
+-- skips the try-lock blocks, never duplicates. An empty slot still has its
+-- window closed, so no slot pins rotation. The first slot with events is
+-- the batch's ("slot"; null when none had any): its due retries (event
+-- objects) and its window's events; with pause, window events of blocked
+-- keys are held instead of returned (retries never are): such a slot is
+-- read as an array, filtered, then written out.
+-- With multi_slot, a slot that filled less than the batch does not end it:
+-- the next slots fill the rest, each one's retries and events in order,
+-- and "groups": [[slot, retries, rows], …] says which slot each retry and
+-- row came from. A sparse window then costs one batch, not one per slot (a
+-- cold run() of 10 events over 4 slots, or a wake-up's few events); a
+-- backlog fills each batch from its first slot as before. Only with the
+-- try-lock: two callers that block on cursor rows in different orders
+-- could deadlock. "drained": true when the batch read every slot of the
+-- list that was free to its end (another look finds nothing until a new
+-- tick).
 create function :KEYQ_SCHEMA.receive_ordered_rows(
   queue text, consumer text, slots int[], max_events int,
   help_after float8 default null, skip_try_lock boolean default false,
@@ -4619,18 +4516,132 @@ as $$
 declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
 declare
   c :KEYQ_SCHEMA.consumer := :KEYQ_SCHEMA.ordered_consumer(queue, consumer, slot_count);
+  multi boolean := multi_slot and not skip_try_lock;
+  cur :KEYQ_SCHEMA.cursor;
+  k int;
+  todo int[];
+  blocked_keys text[];
+  tried int := 0;
+  retries jsonb;
+  nr int;
+  evs :KEYQ_SCHEMA.event[];
+  room int := max_events;
+  newest bigint;
+  known_from bigint;
+  known int[];
+  n int;
+  first_slot int;
+  all_retries jsonb := '[]';
+  groups jsonb := '[]';
+  ended boolean := false;
 begin
   if c.consumer_id is null then
     return next '{"busy":true,"slot":null,"retries":[]}';
     return;
   end if;
-  return query
-    select case when t.o_line is not null then t.o_line
-                when t.o_slot is null then '{"busy":' || t.o_busy::text || ',"slot":null,"retries":[]}'
-                else '{"busy":false,"slot":' || t.o_slot || ',"retries":' || t.o_retries::text ||
-                     case when multi_slot then ',"groups":' || t.o_groups::text else '' end ||
-                     case when t.o_drained then ',"drained":true' else '' end || '}' end
-      from :KEYQ_SCHEMA.ordered_take(c, slots, max_events, help_after, skip_try_lock, multi_slot, true) t;
+  todo := array(select s from unnest(slots) s where s >= 0 and s < c.slots);
+  if help_after is not null then
+    todo := todo || array(select cu.slot from :KEYQ_SCHEMA.cursor cu
+                           where cu.consumer_id = c.consumer_id and cu.slot <> all (todo)
+                             and cu.polled_at < clock_timestamp() - make_interval(secs => help_after)
+                           order by cu.polled_at);
+  end if;
+  foreach k in array todo loop
+    if not skip_try_lock
+       and not pg_try_advisory_xact_lock(:KEYQ_SCHEMA.lock_key('slot', c.consumer_id::bigint * 4096 + k)) then
+      continue;
+    end if;
+    tried := tried + 1;
+    select * into cur from :KEYQ_SCHEMA.cursor cu where cu.consumer_id = c.consumer_id and cu.slot = k for update;
+    retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, k, room);
+    nr := jsonb_array_length(retries);
+    n := null;
+    -- A closed slot behind the newest tick whose new window (one read for
+    -- every slot closed at the same tick) holds nothing of it: closed at
+    -- the newest tick, as window_take would after reading nothing.
+    if cur.end_tick_id is null and cur.last_txid is null and room > nr then
+      if newest is null then
+        select max(tick_id) into newest from :KEYQ_SCHEMA.tick where queue_id = c.queue_id;
+      end if;
+      if newest > cur.tick_id then
+        if known_from is distinct from cur.tick_id then
+          known_from := cur.tick_id;
+          known := :KEYQ_SCHEMA.window_slots(c, cur.tick_id, newest, 128);
+        end if;
+        if known is not null and not (k = any (known)) then
+          update :KEYQ_SCHEMA.cursor set tick_id = newest, polled_at = now(), batch_at = now()
+           where consumer_id = c.consumer_id and slot = k;
+          n := 0;
+        end if;
+      end if;
+    end if;
+    if n is null and (c.settings->>'onFailure' is distinct from 'pause'
+                      or not exists (select 1 from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k)) then
+      return query select l from :KEYQ_SCHEMA.window_lines(c, cur, room - nr) l;
+      get diagnostics n = row_count;
+    end if;
+    if n is null then
+      evs := :KEYQ_SCHEMA.window_take(c, cur, room - nr);
+      blocked_keys := array(select b.ev_key from :KEYQ_SCHEMA.blocked b where b.consumer_id = c.consumer_id and b.slot = k);
+      if cardinality(evs) > 0 and cardinality(blocked_keys) > 0 then
+        perform :KEYQ_SCHEMA.park_events(c, k,
+          (select coalesce(jsonb_agg(jsonb_build_object('id', (evs[i]).ev_id::text, 'txid', (evs[i]).ev_txid::text) order by i), '[]')
+             from generate_subscripts(evs, 1) i where (evs[i]).ev_key = any (blocked_keys)),
+          'infinity');
+        evs := array(select evs[i] from generate_subscripts(evs, 1) i
+                      where (evs[i]).ev_key is null or not (evs[i]).ev_key = any (blocked_keys) order by i);
+      end if;
+      n := cardinality(evs);
+      if n > 0 then
+        return query execute format(
+          'select %s from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
+          :KEYQ_SCHEMA.line_select()) using evs;
+      end if;
+    end if;
+    if nr > 0 or n > 0 then
+      first_slot := coalesce(first_slot, k);
+      all_retries := all_retries || retries;
+      groups := groups || jsonb_build_array(jsonb_build_array(k, nr, n));
+      room := room - nr - n;
+      if not multi or room <= 0 then
+        ended := true;
+        exit;
+      end if;
+    end if;
+  end loop;
+  if first_slot is null then
+    return next '{"busy":' || (tried = 0 and cardinality(todo) > 0)::text || ',"slot":null,"retries":[]}';
+    return;
+  end if;
+  return next '{"busy":false,"slot":' || first_slot || ',"retries":' || all_retries::text ||
+    case when multi_slot then ',"groups":' || groups::text else '' end ||
+    -- Every slot of the list was read to its end or is another worker's now.
+    case when multi and not ended then ',"drained":true' else '' end || '}';
+end $$;
+
+-- receive_ordered_rows' batch (one slot) as the engine's JSON event objects,
+-- for SQL callers: {"busy": b, "slot": k, "events": [retries, then the
+-- window's events]}.
+create function :KEYQ_SCHEMA.receive_ordered(
+  queue text, consumer text, slots int[], max_events int,
+  help_after float8 default null, skip_try_lock boolean default false,
+  slot_count int default null
+) returns jsonb
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_variable
+declare authorized boolean := :KEYQ_SCHEMA.authorize('consume', queue, consumer);
+declare head jsonb; evs jsonb;
+begin
+  select (array_agg(l::jsonb order by i desc) filter (where strpos(l, E'\\n') = 0))[1],
+         coalesce(jsonb_agg(jsonb_build_object('id', h->0, 'txid', h->1, 'type', h->2, 'key', h->3,
+                                               'payload', substr(l, strpos(l, E'\\n') + 1)::jsonb, 'time', h->4, 'retry', 0, 'trace', h->5)
+                            order by i) filter (where strpos(l, E'\\n') > 0), '[]')
+    into head, evs
+    from :KEYQ_SCHEMA.receive_ordered_rows(queue, consumer, slots, max_events, help_after, skip_try_lock, slot_count) with ordinality as t(l, i),
+         lateral (select case when strpos(l, E'\\n') > 0 then split_part(l, E'\\n', 1)::jsonb end as h) x;
+  return jsonb_build_object('busy', head->'busy', 'slot', head->'slot', 'events', (head->'retries') || evs);
 end $$;
 
 -- receive_ordered_rows' batch as one text, the form processes of earlier
@@ -5548,7 +5559,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "db1e7694f458ec6f02b1ef0dfad7618fd0be3722ab11d9e74955166f11b3aea8";
+export const functionsHash: string = "cef88345cd751de516c1db6166dcbfc1bcd230647ddf8f6d12073f09d3880321";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5558,4 +5569,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 64;
+export const functionsSerial: number = 66;

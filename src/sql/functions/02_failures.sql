@@ -163,11 +163,22 @@ end $$;
 
 -- One batch of a plain consumer in its row form (src/engine/wire.ts): a
 -- first row {"busy": b, "retries": [event objects]}, then a row per event
--- of the window (window_lines).
+-- of the window, [id, txid, type, key, time, trace] and the payload's JSON
+-- text after a newline. The window's rows go to the reply as the statement
+-- reads them: no text of the whole batch is built and copied on the way
+-- (one 1,000-event document was copied five times, each copy into fresh
+-- pages: half the backend's time went to memmove and page faults).
 -- When another batch holds the cursor, waits for it up to wait_ms (its
 -- commit hands the cursor over, so a second worker reads the next batch at
 -- once instead of polling), then fails with 55P03 (the client: busy). Order is unchanged: a batch
 -- starts only after the previous one committed.
+-- The windows are read as window_take reads them (see there), up to the
+-- newest tick, and window_lines reads a Tier B slot's: the read records the
+-- position of each row it returns (a transaction-local setting,
+-- keyq.read_at), so a window read to the room left stays open at its last
+-- event without reading the rows again. The loop is written out here, not
+-- called from window_lines: a set-returning function's rows are copied
+-- into its caller's result once more (a tenth of a 1,000-event batch).
 create function :KEYQ_SCHEMA.receive_plain_rows(queue text, consumer text, max_events int, wait_ms int default 0)
 returns setof text
 language plpgsql
@@ -180,6 +191,14 @@ declare
   cur :KEYQ_SCHEMA.cursor;
   retries jsonb;
   prev text;
+  s1 pg_snapshot;
+  s2 pg_snapshot;
+  room int;
+  got int;
+  at text[];
+  -- The read's plan settings (window_array's), for the read only: the
+  -- batch's own statements keep the caller's.
+  saved text[];
 begin
   if c.kind <> 'plain' then
     raise exception 'Consumer "%" of queue "%" is a % consumer; read it with the matching API.', consumer, queue, c.kind
@@ -208,105 +227,32 @@ begin
   end if;
   retries := :KEYQ_SCHEMA.take_retries(c.consumer_id, 0, max_events);
   return next '{"busy":false,"retries":' || retries::text || '}';
-  return query select l from :KEYQ_SCHEMA.window_lines(c, cur, max_events - jsonb_array_length(retries)) l;
-end $$;
-
--- window_take's read for a batch's reply (receive_plain_rows,
--- receive_ordered_rows): the same windows, positions and cursor update,
--- each event a line (line_select) returned by the statement that reads the
--- window. No text of the whole batch is built and copied on the way (one
--- 1,000-event text was copied five times, each copy into fresh pages: half
--- the backend's time went to memmove and page faults). The read records
--- the position of each row it returns (a transaction-local setting,
--- keyq.read_at), so a window read to the room left stays open at its last
--- event without reading its rows again. An ordered slot whose window has
--- events of stragglers (transactions of this queue that committed across a
--- tick: rare) is read as an array, merged (window_slot_array) and written
--- out; on a busy database most windows have stragglers of other queues and
--- tables, and the count of the slot's straggler rows tells them apart
--- without reading a row.
-create function :KEYQ_SCHEMA.window_lines(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor, max_rows int)
-returns setof text
-language plpgsql
-set search_path = pg_catalog, pg_temp
-set enable_sort = off
-set enable_seqscan = off
-set jit = off
-set plan_cache_mode = force_generic_plan
-as $$
-#variable_conflict use_variable
-declare
-  s1 pg_snapshot;
-  s2 pg_snapshot;
-  room int := max_rows;
-  got int;
-  a_txid xid8;
-  a_id bigint;
-  lo_txid xid8;
-  lo_id bigint;
-  strag xid8[];
-  late int;
-  part :KEYQ_SCHEMA.event[];
-  at text[];
-  -- Rows that pass it record their position as they go out.
-  noted constant text := 'where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null';
-begin
-  if max_rows <= 0 then return; end if;
+  room := max_events - jsonb_array_length(retries);
+  if room <= 0 then return; end if;
   if cur.end_tick_id is null then
     select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
      where queue_id = c.queue_id and tick_id > cur.tick_id;
     if cur.end_tick_id is null then
-      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
+      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = 0;
       return;
     end if;
   end if;
+  saved := array[current_setting('enable_sort'), current_setting('enable_seqscan'), current_setting('jit'),
+                 current_setting('plan_cache_mode')];
+  perform set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
+          set_config('plan_cache_mode', 'force_generic_plan', true);
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
-    a_txid := coalesce(cur.last_txid, '0'::xid8);
-    a_id := coalesce(cur.last_id, 0);
-    late := 0;
-    if c.kind = 'ordered' then
-      strag := array(select x from pg_snapshot_xip(s1) x where pg_visible_in_snapshot(x, s2));
-      if cardinality(strag) > 0 then
-        execute :KEYQ_SCHEMA.prepared_call(format('select pg_catalog.count(*)::int from (%s) e', :KEYQ_SCHEMA.slot_late_sql(c.queue_id, c.slots)),
-          'int, xid8, bigint, int, int, int, xid8[]',
-          array[c.queue_id::text, a_txid::text, a_id::text, cur.slot::text, room::text, c.slots::text, strag::text])
-          into late;
-      end if;
-    end if;
-    if late > 0 then
-      part := :KEYQ_SCHEMA.window_slot_array(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
-      got := coalesce(cardinality(part), 0);
-      return query execute format('select %s from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
-                                  :KEYQ_SCHEMA.line_select()) using part;
-      if got > 0 then
-        at := array[part[got].ev_txid::text, part[got].ev_id::text];
-      end if;
-    elsif c.kind = 'ordered' then
-      -- The slot's range starts at xmax of s1 at the lowest: below it are only s1's stragglers (none of this slot's here).
-      lo_txid := a_txid;
-      lo_id := a_id;
-      if (a_txid, a_id) < (pg_snapshot_xmax(s1), 0::bigint) then
-        lo_txid := pg_snapshot_xmax(s1);
-        lo_id := 0;
-      end if;
-      return query execute :KEYQ_SCHEMA.prepared_call(
-        format('select %s from (%s) r %s', :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.slot_range_sql(c.queue_id, c.slots), noted),
-        'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint',
-        array[c.queue_id::text, s1::text, s2::text, a_txid::text, a_id::text, room::text, cur.slot::text, lo_txid::text, lo_id::text]);
-      get diagnostics got = row_count;
-      at := null;
-    else
-      return query execute :KEYQ_SCHEMA.prepared_call(
-        format('select %s from (%s) r %s', :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.window_range_sql(c.queue_id), noted),
-        'pg_snapshot, pg_snapshot, xid8, bigint, int', array[s1::text, s2::text, a_txid::text, a_id::text, room::text]);
-      get diagnostics got = row_count;
-      at := null;
-    end if;
+    return query execute :KEYQ_SCHEMA.prepared_call(
+      format('select %s from (%s) r where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null',
+             :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.window_range_sql(c.queue_id)),
+      'pg_snapshot, pg_snapshot, xid8, bigint, int',
+      array[s1::text, s2::text, coalesce(cur.last_txid, '0'::xid8)::text, coalesce(cur.last_id, 0)::text, room::text]);
+    get diagnostics got = row_count;
     if got = room then
       -- Full: the window stays open at the last event taken.
-      at := coalesce(at, string_to_array(current_setting('keyq.read_at'), ' '));
+      at := string_to_array(current_setting('keyq.read_at'), ' ');
       cur.last_txid := at[1]::xid8;
       cur.last_id := at[2]::bigint;
       exit;
@@ -322,12 +268,15 @@ begin
     exit when cur.end_tick_id is null;
     s1 := s2;
   end loop;
+  perform set_config('enable_sort', saved[1], true), set_config('enable_seqscan', saved[2], true), set_config('jit', saved[3], true),
+          set_config('plan_cache_mode', saved[4], true);
   update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
          last_id = cur.last_id, polled_at = now(), batch_at = now()
-   where consumer_id = c.consumer_id and slot = cur.slot;
+   where consumer_id = c.consumer_id and slot = 0;
 end $$;
 
--- An event line of window_lines: the row r's head, then its payload.
+-- An event line of receive_plain_rows and window_lines: the row r's head,
+-- then its payload.
 -- Neither json_build_array nor jsonb's output writes a raw newline, so the
 -- client splits a line at its first one without parsing the payload.
 create function :KEYQ_SCHEMA.line_select() returns text
