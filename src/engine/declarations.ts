@@ -67,7 +67,15 @@ function fn<In>(
   parse?: (text: string) => unknown,
   lines?: (texts: string[]) => unknown,
 ): EngineFn<In> {
-  return { name, args: args.map(([key, sql, type]) => ({ key, sql, type })), defaulted, returns, shape, ...(parse ? { parse } : {}), ...(lines ? { lines } : {}) };
+  return {
+    name,
+    args: args.map(([key, sql, type]) => ({ key, sql, type })),
+    defaulted,
+    returns,
+    shape,
+    ...(parse ? { parse } : {}),
+    ...(lines ? { lines } : {}),
+  };
 }
 
 // ---------------------------------------------------------------- result types
