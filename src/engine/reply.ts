@@ -58,7 +58,12 @@ export function reply<T>(rows: unknown, fn: string, shape: Shape, parse: (text: 
   const text = row?.r;
   let value: unknown;
   try {
-    value = lines ? lines(texts(rows as Record<string, unknown>[])) : typeof text === "string" ? parse(text) : text;
+    if (lines) {
+      const all = texts(rows);
+      value = all === undefined ? undefined : lines(all);
+    } else {
+      value = typeof text === "string" ? parse(text) : text;
+    }
   } catch {
     value = undefined;
   }
@@ -74,12 +79,13 @@ export function reply<T>(rows: unknown, fn: string, shape: Shape, parse: (text: 
   return value as T;
 }
 
-/** The `r` texts of a set-returning call's rows; throws (a bad reply) when one is not a text. */
-function texts(rows: Record<string, unknown>[]): string[] {
+/** The `r` texts of a set-returning call's rows; undefined (a bad reply) when one is not a text. */
+function texts(rows: unknown): string[] | undefined {
+  if (!Array.isArray(rows)) return undefined;
   const out = new Array<string>(rows.length);
   for (let i = 0; i < rows.length; i++) {
-    const r = rows[i]?.r;
-    if (typeof r !== "string") throw new TypeError("not a text row");
+    const r = (rows[i] as Record<string, unknown> | null | undefined)?.r;
+    if (typeof r !== "string") return undefined;
     out[i] = r;
   }
   return out;
