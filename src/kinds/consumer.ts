@@ -349,7 +349,7 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
       // it), unless it took the last free work (Tier A's drained). The woken run still looks once more after its COMMIT:
       // work that came meanwhile behind what it held (a chunk of the same bucket, its slot) is free only then, and the
       // worker that found it held has stopped. A Tier B batch over every slot holds them from its start and, once it
-      // read every free slot to its end, until it ends (ordered_take locks each slot it visits): meanwhile commits and
+      // read every free slot to its end, until it ends (receive_ordered_rows locks each slot it visits): meanwhile commits and
       // ticks wake no other worker of the consumer (herd.ts cover, coverWhile below).
       const s: BatchSettings = k.readsAll ? settings : {
         ...settings,
@@ -380,7 +380,7 @@ export function makeConsumer<P>(ctx: ConsumerContext, name: string, k: ConsumerK
 
 /**
  * A Tier B batch's hold on its consumer's work (herd.ts Member.cover), from
- * its start: ordered_take locks every slot it visits, so while its receive
+ * its start: receive_ordered_rows locks every slot it visits, so while its receive
  * is in flight and, once it read every free slot to its end (drained), until
  * it ends, another worker's look would find them held.
  */
