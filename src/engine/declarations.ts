@@ -542,6 +542,9 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "window_slot_array",
   "window_slots",
   "window_lines",
+  "window_next",
+  "window_open",
+  "window_save",
   "window_take",
   "xbuckets",
   // least privilege (functions/00_roles.sql)

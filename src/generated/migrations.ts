@@ -3099,6 +3099,51 @@ begin
            for update skip locked) r);
 end $$;
 
+-- The steps every window read shares (window_take, receive_plain_rows,
+-- window_lines). window_open: cursor cur with its window open, up to the
+-- newest tick when none was; end_tick_id stays null when no tick came since
+-- (the cursor's polled_at then records the look).
+create function :KEYQ_SCHEMA.window_open(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor) returns :KEYQ_SCHEMA.cursor
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if cur.end_tick_id is null then
+    select max(t.tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick t
+     where t.queue_id = c.queue_id and t.tick_id > cur.tick_id;
+    if cur.end_tick_id is null then
+      update :KEYQ_SCHEMA.cursor u set polled_at = now() where u.consumer_id = c.consumer_id and u.slot = cur.slot;
+    end if;
+  end if;
+  return cur;
+end $$;
+
+-- A window read to its end closes at its end tick, and the next one opens
+-- up to the newest tick (end_tick_id null when there is none yet).
+create function :KEYQ_SCHEMA.window_next(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor) returns :KEYQ_SCHEMA.cursor
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  cur.tick_id := cur.end_tick_id;
+  cur.end_tick_id := null;
+  cur.last_txid := null;
+  cur.last_id := null;
+  select max(t.tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick t
+   where t.queue_id = c.queue_id and t.tick_id > cur.tick_id;
+  return cur;
+end $$;
+
+-- The cursor's new window and position, written in the batch's transaction.
+create function :KEYQ_SCHEMA.window_save(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor) returns void
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+  update :KEYQ_SCHEMA.cursor u set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
+         last_id = cur.last_id, polled_at = now(), batch_at = now()
+   where u.consumer_id = c.consumer_id and u.slot = cur.slot;
+$$;
+
 -- The next events of cursor (c, s) after its durable position, at most max_rows
 -- (only the slot's own events for an ordered consumer), in (txid, id) order;
 -- opens a window up to the newest tick when none is open and moves the
@@ -3128,14 +3173,8 @@ declare
   a_id bigint;
 begin
   if max_rows <= 0 then return evs; end if;
-  if cur.end_tick_id is null then
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
-    if cur.end_tick_id is null then
-      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
-      return evs;
-    end if;
-  end if;
+  cur := :KEYQ_SCHEMA.window_open(c, cur);
+  if cur.end_tick_id is null then return evs; end if;
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
@@ -3157,18 +3196,11 @@ begin
     exit when got = room;
     -- Read to its end: the window closes at its end tick.
     room := room - got;
-    cur.tick_id := cur.end_tick_id;
-    cur.end_tick_id := null;
-    cur.last_txid := null;
-    cur.last_id := null;
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    cur := :KEYQ_SCHEMA.window_next(c, cur);
     exit when cur.end_tick_id is null;
     s1 := s2;
   end loop;
-  update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
-         last_id = cur.last_id, polled_at = now(), batch_at = now()
-   where consumer_id = c.consumer_id and slot = cur.slot;
+  perform :KEYQ_SCHEMA.window_save(c, cur);
   return evs;
 end $$;
 
@@ -3282,14 +3314,8 @@ begin
   return next '{"busy":false,"retries":' || retries::text || '}';
   room := max_events - jsonb_array_length(retries);
   if room <= 0 then return; end if;
-  if cur.end_tick_id is null then
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
-    if cur.end_tick_id is null then
-      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = 0;
-      return;
-    end if;
-  end if;
+  cur := :KEYQ_SCHEMA.window_open(c, cur);
+  if cur.end_tick_id is null then return; end if;
   saved := array[current_setting('enable_sort'), current_setting('enable_seqscan'), current_setting('jit'),
                  current_setting('plan_cache_mode')];
   perform set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
@@ -3312,20 +3338,13 @@ begin
     end if;
     -- Read to its end: the window closes at its end tick.
     room := room - got;
-    cur.tick_id := cur.end_tick_id;
-    cur.end_tick_id := null;
-    cur.last_txid := null;
-    cur.last_id := null;
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    cur := :KEYQ_SCHEMA.window_next(c, cur);
     exit when cur.end_tick_id is null;
     s1 := s2;
   end loop;
   perform set_config('enable_sort', saved[1], true), set_config('enable_seqscan', saved[2], true), set_config('jit', saved[3], true),
           set_config('plan_cache_mode', saved[4], true);
-  update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
-         last_id = cur.last_id, polled_at = now(), batch_at = now()
-   where consumer_id = c.consumer_id and slot = 0;
+  perform :KEYQ_SCHEMA.window_save(c, cur);
 end $$;
 
 -- An event line of receive_plain_rows and window_lines: the row r's head,
@@ -4414,14 +4433,8 @@ declare
   noted constant text := 'where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null';
 begin
   if max_rows <= 0 then return; end if;
-  if cur.end_tick_id is null then
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
-    if cur.end_tick_id is null then
-      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
-      return;
-    end if;
-  end if;
+  cur := :KEYQ_SCHEMA.window_open(c, cur);
+  if cur.end_tick_id is null then return; end if;
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
@@ -4467,18 +4480,11 @@ begin
     end if;
     -- Read to its end: the window closes at its end tick.
     room := room - got;
-    cur.tick_id := cur.end_tick_id;
-    cur.end_tick_id := null;
-    cur.last_txid := null;
-    cur.last_id := null;
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    cur := :KEYQ_SCHEMA.window_next(c, cur);
     exit when cur.end_tick_id is null;
     s1 := s2;
   end loop;
-  update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
-         last_id = cur.last_id, polled_at = now(), batch_at = now()
-   where consumer_id = c.consumer_id and slot = cur.slot;
+  perform :KEYQ_SCHEMA.window_save(c, cur);
 end $$;
 
 -- One batch of an ordered consumer in its row form (src/engine/wire.ts): a
@@ -5559,7 +5565,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "cef88345cd751de516c1db6166dcbfc1bcd230647ddf8f6d12073f09d3880321";
+export const functionsHash: string = "8d6c748cc69f2145d7f9f0de611b50bd9d42aa40b507c447a5e0304343d91958";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5569,4 +5575,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 66;
+export const functionsSerial: number = 67;

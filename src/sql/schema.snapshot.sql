@@ -1900,14 +1900,8 @@ begin
   return next '{"busy":false,"retries":' || retries::text || '}';
   room := max_events - jsonb_array_length(retries);
   if room <= 0 then return; end if;
-  if cur.end_tick_id is null then
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
-    if cur.end_tick_id is null then
-      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = 0;
-      return;
-    end if;
-  end if;
+  cur := :KEYQ_SCHEMA.window_open(c, cur);
+  if cur.end_tick_id is null then return; end if;
   saved := array[current_setting('enable_sort'), current_setting('enable_seqscan'), current_setting('jit'),
                  current_setting('plan_cache_mode')];
   perform set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
@@ -1930,20 +1924,13 @@ begin
     end if;
     -- Read to its end: the window closes at its end tick.
     room := room - got;
-    cur.tick_id := cur.end_tick_id;
-    cur.end_tick_id := null;
-    cur.last_txid := null;
-    cur.last_id := null;
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    cur := :KEYQ_SCHEMA.window_next(c, cur);
     exit when cur.end_tick_id is null;
     s1 := s2;
   end loop;
   perform set_config('enable_sort', saved[1], true), set_config('enable_seqscan', saved[2], true), set_config('jit', saved[3], true),
           set_config('plan_cache_mode', saved[4], true);
-  update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
-         last_id = cur.last_id, polled_at = now(), batch_at = now()
-   where consumer_id = c.consumer_id and slot = 0;
+  perform :KEYQ_SCHEMA.window_save(c, cur);
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.recut_chunks(c :KEYQ_SCHEMA.consumer)
  RETURNS integer
@@ -3019,14 +3006,8 @@ declare
   noted constant text := 'where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null';
 begin
   if max_rows <= 0 then return; end if;
-  if cur.end_tick_id is null then
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
-    if cur.end_tick_id is null then
-      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
-      return;
-    end if;
-  end if;
+  cur := :KEYQ_SCHEMA.window_open(c, cur);
+  if cur.end_tick_id is null then return; end if;
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
@@ -3072,18 +3053,40 @@ begin
     end if;
     -- Read to its end: the window closes at its end tick.
     room := room - got;
-    cur.tick_id := cur.end_tick_id;
-    cur.end_tick_id := null;
-    cur.last_txid := null;
-    cur.last_id := null;
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    cur := :KEYQ_SCHEMA.window_next(c, cur);
     exit when cur.end_tick_id is null;
     s1 := s2;
   end loop;
-  update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
-         last_id = cur.last_id, polled_at = now(), batch_at = now()
-   where consumer_id = c.consumer_id and slot = cur.slot;
+  perform :KEYQ_SCHEMA.window_save(c, cur);
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_next(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor)
+ RETURNS :KEYQ_SCHEMA.cursor
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  cur.tick_id := cur.end_tick_id;
+  cur.end_tick_id := null;
+  cur.last_txid := null;
+  cur.last_id := null;
+  select max(t.tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick t
+   where t.queue_id = c.queue_id and t.tick_id > cur.tick_id;
+  return cur;
+end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_open(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor)
+ RETURNS :KEYQ_SCHEMA.cursor
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if cur.end_tick_id is null then
+    select max(t.tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick t
+     where t.queue_id = c.queue_id and t.tick_id > cur.tick_id;
+    if cur.end_tick_id is null then
+      update :KEYQ_SCHEMA.cursor u set polled_at = now() where u.consumer_id = c.consumer_id and u.slot = cur.slot;
+    end if;
+  end if;
+  return cur;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_range_sql(qid integer)
  RETURNS text
@@ -3106,6 +3109,15 @@ begin
     order by ev_txid, ev_id
     limit $5 $q$, :KEYQ_SCHEMA_NAME, 'event_' || qid);
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_save(c :KEYQ_SCHEMA.consumer, cur :KEYQ_SCHEMA.cursor)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  update :KEYQ_SCHEMA.cursor u set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
+         last_id = cur.last_id, polled_at = now(), batch_at = now()
+   where u.consumer_id = c.consumer_id and u.slot = cur.slot;
+$function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.window_slot_array(qid integer, s1 pg_snapshot, s2 pg_snapshot, a_txid xid8, a_id bigint, max_rows integer, slot_count integer, slot integer)
  RETURNS :KEYQ_SCHEMA.event[]
  LANGUAGE plpgsql
@@ -3201,14 +3213,8 @@ declare
   a_id bigint;
 begin
   if max_rows <= 0 then return evs; end if;
-  if cur.end_tick_id is null then
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
-    if cur.end_tick_id is null then
-      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
-      return evs;
-    end if;
-  end if;
+  cur := :KEYQ_SCHEMA.window_open(c, cur);
+  if cur.end_tick_id is null then return evs; end if;
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
@@ -3230,18 +3236,11 @@ begin
     exit when got = room;
     -- Read to its end: the window closes at its end tick.
     room := room - got;
-    cur.tick_id := cur.end_tick_id;
-    cur.end_tick_id := null;
-    cur.last_txid := null;
-    cur.last_id := null;
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    cur := :KEYQ_SCHEMA.window_next(c, cur);
     exit when cur.end_tick_id is null;
     s1 := s2;
   end loop;
-  update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
-         last_id = cur.last_id, polled_at = now(), batch_at = now()
-   where consumer_id = c.consumer_id and slot = cur.slot;
+  perform :KEYQ_SCHEMA.window_save(c, cur);
   return evs;
 end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.xbuckets()

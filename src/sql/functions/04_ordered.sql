@@ -327,14 +327,8 @@ declare
   noted constant text := 'where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null';
 begin
   if max_rows <= 0 then return; end if;
-  if cur.end_tick_id is null then
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
-    if cur.end_tick_id is null then
-      update :KEYQ_SCHEMA.cursor set polled_at = now() where consumer_id = c.consumer_id and slot = cur.slot;
-      return;
-    end if;
-  end if;
+  cur := :KEYQ_SCHEMA.window_open(c, cur);
+  if cur.end_tick_id is null then return; end if;
   select tick_snapshot into s1 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.tick_id;
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
@@ -380,18 +374,11 @@ begin
     end if;
     -- Read to its end: the window closes at its end tick.
     room := room - got;
-    cur.tick_id := cur.end_tick_id;
-    cur.end_tick_id := null;
-    cur.last_txid := null;
-    cur.last_id := null;
-    select max(tick_id) into cur.end_tick_id from :KEYQ_SCHEMA.tick
-     where queue_id = c.queue_id and tick_id > cur.tick_id;
+    cur := :KEYQ_SCHEMA.window_next(c, cur);
     exit when cur.end_tick_id is null;
     s1 := s2;
   end loop;
-  update :KEYQ_SCHEMA.cursor set tick_id = cur.tick_id, end_tick_id = cur.end_tick_id, last_txid = cur.last_txid,
-         last_id = cur.last_id, polled_at = now(), batch_at = now()
-   where consumer_id = c.consumer_id and slot = cur.slot;
+  perform :KEYQ_SCHEMA.window_save(c, cur);
 end $$;
 
 -- One batch of an ordered consumer in its row form (src/engine/wire.ts): a
