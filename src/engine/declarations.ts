@@ -481,6 +481,7 @@ export const ENGINE: { readonly [K in keyof EngineCalls]: EngineFn<EngineCalls[K
 export const INTERNAL_FUNCTIONS: readonly string[] = [
   "append_rows",
   "apply_queue_settings",
+  "array_lines_sql",
   "backoff",
   "batch_lock_class",
   "block_key",
@@ -504,6 +505,7 @@ export const INTERNAL_FUNCTIONS: readonly string[] = [
   "key_seed",
   "keys_prefix",
   "line_select",
+  "lines_sql",
   "lock_key",
   "lock_keys",
   "park_events",

@@ -3324,8 +3324,7 @@ begin
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
     return query execute :KEYQ_SCHEMA.prepared_call(
-      format('select %s from (%s) r where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null',
-             :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.window_range_sql(c.queue_id)),
+      :KEYQ_SCHEMA.lines_sql(:KEYQ_SCHEMA.window_range_sql(c.queue_id)),
       'pg_snapshot, pg_snapshot, xid8, bigint, int',
       array[s1::text, s2::text, coalesce(cur.last_txid, '0'::xid8)::text, coalesce(cur.last_id, 0)::text, room::text]);
     get diagnostics got = row_count;
@@ -3358,6 +3357,29 @@ as $$
 begin
   return $s$pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time, r.ev_trace)::text
             || E'\\n' || r.ev_data::text$s$;
+end $$;
+
+-- The statement that returns the rows r of range_sql as lines, each
+-- recording its position as it goes out (a transaction-local setting,
+-- keyq.read_at, read back when the window was read to the room left).
+create function :KEYQ_SCHEMA.lines_sql(range_sql text) returns text
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return format('select %s from (%s) r where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null',
+                :KEYQ_SCHEMA.line_select(), range_sql);
+end $$;
+
+-- The statement that returns the events of array $1 as lines, in order (a
+-- Tier B slot read as an array: stragglers of its own, or blocked keys).
+create function :KEYQ_SCHEMA.array_lines_sql() returns text
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return format('select %s from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
+                :KEYQ_SCHEMA.line_select());
 end $$;
 
 -- receive_plain_rows' batch as one text, the form clients of earlier function
@@ -4429,8 +4451,6 @@ declare
   late int;
   part :KEYQ_SCHEMA.event[];
   at text[];
-  -- Rows that pass it record their position as they go out.
-  noted constant text := 'where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null';
 begin
   if max_rows <= 0 then return; end if;
   cur := :KEYQ_SCHEMA.window_open(c, cur);
@@ -4451,8 +4471,7 @@ begin
     if late > 0 then
       part := :KEYQ_SCHEMA.window_slot_array(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
       got := coalesce(cardinality(part), 0);
-      return query execute format('select %s from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
-                                  :KEYQ_SCHEMA.line_select()) using part;
+      return query execute :KEYQ_SCHEMA.array_lines_sql() using part;
       if got > 0 then
         at := array[part[got].ev_txid::text, part[got].ev_id::text];
       end if;
@@ -4465,7 +4484,7 @@ begin
         lo_id := 0;
       end if;
       return query execute :KEYQ_SCHEMA.prepared_call(
-        format('select %s from (%s) r %s', :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.slot_range_sql(c.queue_id, c.slots), noted),
+        :KEYQ_SCHEMA.lines_sql(:KEYQ_SCHEMA.slot_range_sql(c.queue_id, c.slots)),
         'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint',
         array[c.queue_id::text, s1::text, s2::text, a_txid::text, a_id::text, room::text, cur.slot::text, lo_txid::text, lo_id::text]);
       get diagnostics got = row_count;
@@ -4599,9 +4618,7 @@ begin
       end if;
       n := cardinality(evs);
       if n > 0 then
-        return query execute format(
-          'select %s from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
-          :KEYQ_SCHEMA.line_select()) using evs;
+        return query execute :KEYQ_SCHEMA.array_lines_sql() using evs;
       end if;
     end if;
     if nr > 0 or n > 0 then
@@ -5565,7 +5582,7 @@ end $$;
 ];
 
 /** sha256 of the function set (names and texts), recorded in the schema's function_set table. */
-export const functionsHash: string = "8d6c748cc69f2145d7f9f0de611b50bd9d42aa40b507c447a5e0304343d91958";
+export const functionsHash: string = "8a61d1676c89eceeab1c1f1cedb07dffc1b9d69e801238408cbf92bf7b386fb5";
 
 /** The keyq version whose function set this is, recorded with the hash (no downgrade by an older build). */
 export const functionsVersion: string = "0.1.0";
@@ -5575,4 +5592,4 @@ export const functionsVersion: string = "0.1.0";
  * by the build whenever the hash changes): a build never replaces a newer
  * set of its own version, and two different sets with one serial are refused.
  */
-export const functionsSerial: number = 67;
+export const functionsSerial: number = 68;

@@ -340,6 +340,16 @@ AS $function$
                             else retention end
   where queue_id = qid
 $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.array_lines_sql()
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  return format('select %s from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
+                :KEYQ_SCHEMA.line_select());
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.authorize(need text, queue text DEFAULT NULL::text, consumer text DEFAULT NULL::text)
  RETURNS boolean
  LANGUAGE plpgsql
@@ -1150,6 +1160,16 @@ begin
   return $s$pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time, r.ev_trace)::text
             || E'\n' || r.ev_data::text$s$;
 end $function$;
+CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.lines_sql(range_sql text)
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  return format('select %s from (%s) r where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null',
+                :KEYQ_SCHEMA.line_select(), range_sql);
+end $function$;
 CREATE OR REPLACE FUNCTION :KEYQ_SCHEMA.list_grants()
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1789,9 +1809,7 @@ begin
       end if;
       n := cardinality(evs);
       if n > 0 then
-        return query execute format(
-          'select %s from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
-          :KEYQ_SCHEMA.line_select()) using evs;
+        return query execute :KEYQ_SCHEMA.array_lines_sql() using evs;
       end if;
     end if;
     if nr > 0 or n > 0 then
@@ -1910,8 +1928,7 @@ begin
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
     return query execute :KEYQ_SCHEMA.prepared_call(
-      format('select %s from (%s) r where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null',
-             :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.window_range_sql(c.queue_id)),
+      :KEYQ_SCHEMA.lines_sql(:KEYQ_SCHEMA.window_range_sql(c.queue_id)),
       'pg_snapshot, pg_snapshot, xid8, bigint, int',
       array[s1::text, s2::text, coalesce(cur.last_txid, '0'::xid8)::text, coalesce(cur.last_id, 0)::text, room::text]);
     get diagnostics got = row_count;
@@ -3002,8 +3019,6 @@ declare
   late int;
   part :KEYQ_SCHEMA.event[];
   at text[];
-  -- Rows that pass it record their position as they go out.
-  noted constant text := 'where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null';
 begin
   if max_rows <= 0 then return; end if;
   cur := :KEYQ_SCHEMA.window_open(c, cur);
@@ -3024,8 +3039,7 @@ begin
     if late > 0 then
       part := :KEYQ_SCHEMA.window_slot_array(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
       got := coalesce(cardinality(part), 0);
-      return query execute format('select %s from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
-                                  :KEYQ_SCHEMA.line_select()) using part;
+      return query execute :KEYQ_SCHEMA.array_lines_sql() using part;
       if got > 0 then
         at := array[part[got].ev_txid::text, part[got].ev_id::text];
       end if;
@@ -3038,7 +3052,7 @@ begin
         lo_id := 0;
       end if;
       return query execute :KEYQ_SCHEMA.prepared_call(
-        format('select %s from (%s) r %s', :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.slot_range_sql(c.queue_id, c.slots), noted),
+        :KEYQ_SCHEMA.lines_sql(:KEYQ_SCHEMA.slot_range_sql(c.queue_id, c.slots)),
         'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint',
         array[c.queue_id::text, s1::text, s2::text, a_txid::text, a_id::text, room::text, cur.slot::text, lo_txid::text, lo_id::text]);
       get diagnostics got = row_count;

@@ -271,8 +271,7 @@ begin
   loop
     select tick_snapshot into s2 from :KEYQ_SCHEMA.tick where queue_id = c.queue_id and tick_id = cur.end_tick_id;
     return query execute :KEYQ_SCHEMA.prepared_call(
-      format('select %s from (%s) r where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null',
-             :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.window_range_sql(c.queue_id)),
+      :KEYQ_SCHEMA.lines_sql(:KEYQ_SCHEMA.window_range_sql(c.queue_id)),
       'pg_snapshot, pg_snapshot, xid8, bigint, int',
       array[s1::text, s2::text, coalesce(cur.last_txid, '0'::xid8)::text, coalesce(cur.last_id, 0)::text, room::text]);
     get diagnostics got = row_count;
@@ -305,6 +304,29 @@ as $$
 begin
   return $s$pg_catalog.json_build_array(r.ev_id::text, r.ev_txid::text, r.ev_type, r.ev_key, r.ev_time, r.ev_trace)::text
             || E'\n' || r.ev_data::text$s$;
+end $$;
+
+-- The statement that returns the rows r of range_sql as lines, each
+-- recording its position as it goes out (a transaction-local setting,
+-- keyq.read_at, read back when the window was read to the room left).
+create function :KEYQ_SCHEMA.lines_sql(range_sql text) returns text
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return format('select %s from (%s) r where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null',
+                :KEYQ_SCHEMA.line_select(), range_sql);
+end $$;
+
+-- The statement that returns the events of array $1 as lines, in order (a
+-- Tier B slot read as an array: stragglers of its own, or blocked keys).
+create function :KEYQ_SCHEMA.array_lines_sql() returns text
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return format('select %s from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
+                :KEYQ_SCHEMA.line_select());
 end $$;
 
 -- receive_plain_rows' batch as one text, the form clients of earlier function

@@ -323,8 +323,6 @@ declare
   late int;
   part :KEYQ_SCHEMA.event[];
   at text[];
-  -- Rows that pass it record their position as they go out.
-  noted constant text := 'where pg_catalog.set_config(''keyq.read_at'', r.ev_txid::text || '' '' || r.ev_id::text, true) is not null';
 begin
   if max_rows <= 0 then return; end if;
   cur := :KEYQ_SCHEMA.window_open(c, cur);
@@ -345,8 +343,7 @@ begin
     if late > 0 then
       part := :KEYQ_SCHEMA.window_slot_array(c.queue_id, s1, s2, a_txid, a_id, room, c.slots, cur.slot);
       got := coalesce(cardinality(part), 0);
-      return query execute format('select %s from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
-                                  :KEYQ_SCHEMA.line_select()) using part;
+      return query execute :KEYQ_SCHEMA.array_lines_sql() using part;
       if got > 0 then
         at := array[part[got].ev_txid::text, part[got].ev_id::text];
       end if;
@@ -359,7 +356,7 @@ begin
         lo_id := 0;
       end if;
       return query execute :KEYQ_SCHEMA.prepared_call(
-        format('select %s from (%s) r %s', :KEYQ_SCHEMA.line_select(), :KEYQ_SCHEMA.slot_range_sql(c.queue_id, c.slots), noted),
+        :KEYQ_SCHEMA.lines_sql(:KEYQ_SCHEMA.slot_range_sql(c.queue_id, c.slots)),
         'int, pg_snapshot, pg_snapshot, xid8, bigint, int, int, xid8, bigint',
         array[c.queue_id::text, s1::text, s2::text, a_txid::text, a_id::text, room::text, cur.slot::text, lo_txid::text, lo_id::text]);
       get diagnostics got = row_count;
@@ -493,9 +490,7 @@ begin
       end if;
       n := cardinality(evs);
       if n > 0 then
-        return query execute format(
-          'select %s from unnest($1) with ordinality as r(queue_id, ev_table, ev_id, ev_txid, ev_time, ev_type, ev_key, ev_data, ev_trace, i) order by r.i',
-          :KEYQ_SCHEMA.line_select()) using evs;
+        return query execute :KEYQ_SCHEMA.array_lines_sql() using evs;
       end if;
     end if;
     if nr > 0 or n > 0 then
